@@ -1,0 +1,234 @@
+//! The storage interface every route's backend implements (host directory, memory, sqlite).
+//!
+//! Backends see **route-relative paths**: `""` is the route's root, `"a/b"` an entry beneath it,
+//! always normalised (no `.`/`..`/empty components) and already approved by the policy gate.
+//! A backend never judges rules and never follows a symlink on its own; it stores and serves.
+//!
+//! Permission bits are enforced by the kernel (`default_permissions`), so backends only record
+//! ownership and modes. What they must get right is POSIX bookkeeping: ownership of new nodes
+//! (the caller's uid; the caller's gid, or the parent's when the parent is set-group-ID, in which
+//! case a new directory inherits the bit), link counts, and times (`mtime`/`ctime` of a parent on
+//! every entry change, `ctime` on every attribute change, `mtime`/`ctime` on data writes).
+
+pub mod host;
+pub mod memory;
+pub mod sqlite;
+
+use std::os::fd::BorrowedFd;
+use std::time::SystemTime;
+
+use crate::error::{Errno, FsError, FsResult};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileKind {
+    /// The kind encoded in the `S_IFMT` bits of a mode.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+        }
+    }
+}
+
+/// Attributes of one node, as `stat` reports them. `ino` is the backend's own identity for the
+/// node (hard links share it); the FUSE door assigns its own inode numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Permission bits including set-user-ID, set-group-ID and sticky (`mode & 0o7777`).
+    pub perm: u16,
+    pub size: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub crtime: SystemTime,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: FileKind,
+}
+
+/// The process on whose behalf an operation runs (from the FUSE request header, or the
+/// daemon's own identity for tool calls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    pub fn daemon() -> Caller {
+        Caller {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            pid: std::process::id(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(SystemTime),
+}
+
+impl TimeSet {
+    pub fn resolve(self) -> SystemTime {
+        match self {
+            TimeSet::Now => SystemTime::now(),
+            TimeSet::At(t) => t,
+        }
+    }
+}
+
+/// The attribute changes of one `setattr` (chmod, chown, truncate, utimens). Fields that are
+/// `None` stay as they are. `mode` holds permission bits only (`& 0o7777`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+impl SetAttr {
+    pub fn is_empty(&self) -> bool {
+        *self == SetAttr::default()
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// `rename` flags, as in renameat2(2).
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+
+/// An open file. Reads and writes go through it without path lookups, so a file stays usable
+/// after it is renamed or unlinked, as POSIX requires.
+pub trait OpenFile: Send + Sync {
+    fn read(&self, offset: u64, size: u32) -> FsResult<Vec<u8>>;
+    /// Writes all of `data` at `offset` (extending the file as needed) and returns its length.
+    fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32>;
+    /// Called on every `close()` of a descriptor. After it returns, what was written is durable
+    /// for backends that promise durability (sqlite).
+    fn flush(&self) -> FsResult<()>;
+    fn fsync(&self, datasync: bool) -> FsResult<()>;
+    fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()>;
+    fn getattr(&self) -> FsResult<Attr>;
+    /// `ftruncate`, `fchmod` and friends on the open file.
+    fn setattr(&self, changes: &SetAttr) -> FsResult<Attr>;
+    /// A host file descriptor the kernel may serve reads and writes from directly
+    /// (FUSE passthrough). Only backends whose data lives in a real file return one.
+    fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+}
+
+/// One route's storage. All paths are route-relative (see the module docs).
+pub trait Backend: Send + Sync {
+    /// A short description for status output: `host /home/me/project`, `memory`, ...
+    fn describe(&self) -> String;
+    fn getattr(&self, path: &str) -> FsResult<Attr>;
+    /// The entries of a directory, without `.` and `..`, in any order.
+    fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>>;
+    /// Opens an existing node. `flags` are open(2) flags; `O_CREAT`/`O_EXCL`/`O_TRUNC` are not
+    /// set here (the kernel sends creation and truncation separately).
+    fn open(&self, path: &str, flags: i32) -> FsResult<Box<dyn OpenFile>>;
+    /// Creates a regular file (EEXIST if the name exists) and opens it. `mode` has permission
+    /// bits with the umask already applied.
+    fn create(
+        &self,
+        path: &str,
+        mode: u32,
+        flags: i32,
+        caller: &Caller,
+    ) -> FsResult<(Attr, Box<dyn OpenFile>)>;
+    /// Creates a node of any kind but directories and symlinks; `mode` includes `S_IFMT`.
+    fn mknod(&self, path: &str, mode: u32, rdev: u32, caller: &Caller) -> FsResult<Attr>;
+    fn mkdir(&self, path: &str, mode: u32, caller: &Caller) -> FsResult<Attr>;
+    fn symlink(&self, path: &str, target: &[u8], caller: &Caller) -> FsResult<Attr>;
+    /// Makes `new_path` another name of the node at `existing` (never a directory: EPERM).
+    fn link(&self, existing: &str, new_path: &str) -> FsResult<Attr>;
+    fn readlink(&self, path: &str) -> FsResult<Vec<u8>>;
+    fn unlink(&self, path: &str) -> FsResult<()>;
+    fn rmdir(&self, path: &str) -> FsResult<()>;
+    /// renameat2(2) semantics within this backend, including `RENAME_NOREPLACE` and
+    /// `RENAME_EXCHANGE`, replacing files and empty directories, and ENOTEMPTY / EISDIR /
+    /// ENOTDIR / EINVAL (moving a directory beneath itself) as the kernel would report them.
+    fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()>;
+    fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr>;
+    fn statfs(&self, path: &str) -> FsResult<StatFs>;
+
+    fn getxattr(&self, _path: &str, _name: &str) -> FsResult<Vec<u8>> {
+        Err(FsError::errno(Errno::ENODATA))
+    }
+    /// Attribute names, each followed by a NUL byte.
+    fn listxattr(&self, _path: &str) -> FsResult<Vec<u8>> {
+        Ok(Vec::new())
+    }
+    fn setxattr(&self, _path: &str, _name: &str, _value: &[u8], _flags: i32) -> FsResult<()> {
+        Err(FsError::errno(Errno::ENOTSUP))
+    }
+    fn removexattr(&self, _path: &str, _name: &str) -> FsResult<()> {
+        Err(FsError::errno(Errno::ENODATA))
+    }
+}
+
+/// The last component of a route-relative path and its parent (`""` for the route root).
+pub fn split_parent(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    }
+}

@@ -1,0 +1,415 @@
+//! The configuration file (TOML): its shape, validation with file-and-line errors, and the
+//! embedded default used when no file is given.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::policy::rules::{check_pattern, Mode, Op, Rule};
+use crate::vpath::VPath;
+
+/// A configuration error: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file, line, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendConfig {
+    Host { root: PathBuf },
+    Memory { max_bytes: Option<u64> },
+    Sqlite { database: PathBuf, namespace: String },
+}
+
+impl BackendConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendConfig::Host { .. } => "host",
+            BackendConfig::Memory { .. } => "memory",
+            BackendConfig::Sqlite { .. } => "sqlite",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    pub path: VPath,
+    pub backend: BackendConfig,
+    /// How long the kernel may cache entries and attributes.
+    pub cache_ttl: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where the file came from ("<embedded default>" for the built-in one).
+    pub source: String,
+    pub mountpoint: Option<PathBuf>,
+    pub socket: PathBuf,
+    /// The route for `/` first, then the configured routes in file order.
+    pub routes: Vec<RouteConfig>,
+    pub rules: Vec<Rule>,
+    pub interrupt_timeout: Duration,
+    pub audit_database: Option<PathBuf>,
+    pub fuse_threads: usize,
+    pub allow_other: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    mountpoint: Option<String>,
+    socket: Option<String>,
+    default: Option<Spanned<RawBackend>>,
+    #[serde(default)]
+    routes: Vec<Spanned<RawRoute>>,
+    #[serde(default)]
+    rules: Vec<Spanned<RawRule>>,
+    interrupts: Option<RawInterrupts>,
+    exec: Option<toml::Table>,
+    tools: Option<toml::Table>,
+    fuse: Option<RawFuse>,
+    audit: Option<RawAudit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    backend: Spanned<String>,
+    root: Option<Spanned<String>>,
+    database: Option<Spanned<String>>,
+    namespace: Option<String>,
+    max_bytes: Option<u64>,
+    cache_ttl_seconds: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    path: Spanned<String>,
+    backend: Spanned<String>,
+    root: Option<Spanned<String>>,
+    database: Option<Spanned<String>>,
+    namespace: Option<String>,
+    max_bytes: Option<u64>,
+    cache_ttl_seconds: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    operations: Spanned<Vec<Spanned<String>>>,
+    paths: Spanned<Vec<Spanned<String>>>,
+    mode: Spanned<String>,
+    hide: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterrupts {
+    timeout_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFuse {
+    threads: Option<usize>,
+    allow_other: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    database: Option<String>,
+}
+
+/// The configuration used when no file is given: `/` is memory scratch, `/workspace` the
+/// current directory, `/memories` a SQLite store in the user's data directory, and common
+/// secrets are denied.
+pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
+
+struct Parser<'a> {
+    file: &'a str,
+    text: &'a str,
+    /// Relative paths in the file are taken from here.
+    base: PathBuf,
+}
+
+impl Parser<'_> {
+    fn err(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
+        let line = span.map(|s| self.text[..s.start.min(self.text.len())].matches('\n').count() + 1);
+        ConfigError { file: self.file.to_string(), line, message: message.into() }
+    }
+
+    fn path(&self, s: &Spanned<String>, what: &str) -> Result<PathBuf, ConfigError> {
+        let v = s.get_ref();
+        if v.starts_with('~') {
+            return Err(
+                self.err(Some(s.span()), format!("{what} {v:?}: '~' is not supported; write the full path"))
+            );
+        }
+        if v.is_empty() {
+            return Err(self.err(Some(s.span()), format!("{what} must not be empty")));
+        }
+        Ok(self.base.join(v))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn backend(
+        &self,
+        kind: &Spanned<String>,
+        root: &Option<Spanned<String>>,
+        database: &Option<Spanned<String>>,
+        namespace: &Option<String>,
+        max_bytes: Option<u64>,
+        span: Range<usize>,
+    ) -> Result<BackendConfig, ConfigError> {
+        let only = |allowed: &[&str]| -> Result<(), ConfigError> {
+            for (key, present) in [
+                ("root", root.is_some()),
+                ("database", database.is_some()),
+                ("namespace", namespace.is_some()),
+                ("max_bytes", max_bytes.is_some()),
+            ] {
+                if present && !allowed.contains(&key) {
+                    return Err(self.err(
+                        Some(span.clone()),
+                        format!("key `{key}` does not apply to backend {:?}", kind.get_ref()),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        match kind.get_ref().as_str() {
+            "host" => {
+                only(&["root"])?;
+                let root = root
+                    .as_ref()
+                    .ok_or_else(|| self.err(Some(span.clone()), "backend \"host\" needs `root`"))?;
+                let path = self.path(root, "host root")?;
+                match std::fs::metadata(&path) {
+                    Ok(m) if m.is_dir() => Ok(BackendConfig::Host { root: path }),
+                    Ok(_) => Err(self.err(
+                        Some(root.span()),
+                        format!("host root {:?} is not a directory", root.get_ref()),
+                    )),
+                    Err(e) => Err(self.err(
+                        Some(root.span()),
+                        format!("host root {:?} does not exist or cannot be read: {e}", root.get_ref()),
+                    )),
+                }
+            }
+            "memory" => {
+                only(&["max_bytes"])?;
+                Ok(BackendConfig::Memory { max_bytes })
+            }
+            "sqlite" => {
+                only(&["database", "namespace"])?;
+                let db = database
+                    .as_ref()
+                    .ok_or_else(|| self.err(Some(span.clone()), "backend \"sqlite\" needs `database`"))?;
+                Ok(BackendConfig::Sqlite {
+                    database: self.path(db, "database")?,
+                    namespace: namespace.clone().unwrap_or_else(|| "default".to_string()),
+                })
+            }
+            other => Err(self.err(
+                Some(kind.span()),
+                format!("unknown backend {other:?} (expected \"memory\", \"host\" or \"sqlite\")"),
+            )),
+        }
+    }
+
+    fn ttl(
+        &self,
+        seconds: Option<f64>,
+        kind: &BackendConfig,
+        span: Range<usize>,
+    ) -> Result<Duration, ConfigError> {
+        match seconds {
+            Some(s) if !(0.0..=86_400.0 * 365.0).contains(&s) => {
+                Err(self.err(Some(span), format!("cache_ttl_seconds {s} is out of range")))
+            }
+            Some(s) => Ok(Duration::from_secs_f64(s)),
+            // Only the host route can change behind the daemon's back (other programs on the
+            // host), so it gets a short default; the others are only changed through us.
+            None => Ok(match kind {
+                BackendConfig::Host { .. } => Duration::from_secs(1),
+                _ => Duration::from_secs(3600),
+            }),
+        }
+    }
+
+    fn parse(&self) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(self.text).map_err(|e| self.err(e.span(), e.message().to_string()))?;
+        let _ = (&raw.exec, &raw.tools);
+        let mut routes = Vec::new();
+        let default_backend = match &raw.default {
+            Some(d) => {
+                let b = d.get_ref();
+                let cfg =
+                    self.backend(&b.backend, &b.root, &b.database, &b.namespace, b.max_bytes, d.span())?;
+                let ttl = self.ttl(b.cache_ttl_seconds, &cfg, d.span())?;
+                (cfg, ttl)
+            }
+            None => (BackendConfig::Memory { max_bytes: None }, Duration::from_secs(3600)),
+        };
+        routes.push(RouteConfig {
+            path: VPath::root(),
+            backend: default_backend.0,
+            cache_ttl: default_backend.1,
+        });
+        for r in &raw.routes {
+            let span = r.span();
+            let r = r.get_ref();
+            let text = r.path.get_ref();
+            if !text.starts_with('/') {
+                return Err(self.err(Some(r.path.span()), format!("route path {text:?} must start with '/'")));
+            }
+            if text.split('/').any(|c| c == ".." || c == ".") {
+                return Err(self.err(
+                    Some(r.path.span()),
+                    format!("route path {text:?} must not contain '.' or '..' components"),
+                ));
+            }
+            let path = VPath::parse(text).map_err(|e| self.err(Some(r.path.span()), e.to_string()))?;
+            if path.is_root() {
+                return Err(self.err(
+                    Some(r.path.span()),
+                    "route path \"/\" is the [default] backend; configure it there",
+                ));
+            }
+            if routes.iter().any(|x: &RouteConfig| x.path == path) {
+                return Err(self.err(Some(r.path.span()), format!("duplicate route path {text:?}")));
+            }
+            let backend =
+                self.backend(&r.backend, &r.root, &r.database, &r.namespace, r.max_bytes, span.clone())?;
+            let cache_ttl = self.ttl(r.cache_ttl_seconds, &backend, span)?;
+            routes.push(RouteConfig { path, backend, cache_ttl });
+        }
+        let mut rules = Vec::new();
+        for r in &raw.rules {
+            let r = r.get_ref();
+            let mut operations = Vec::new();
+            for op in r.operations.get_ref() {
+                let parsed = Op::parse(op.get_ref()).ok_or_else(|| {
+                    self.err(
+                        Some(op.span()),
+                        format!("unknown operation {:?} (expected \"read\" or \"write\")", op.get_ref()),
+                    )
+                })?;
+                if !operations.contains(&parsed) {
+                    operations.push(parsed);
+                }
+            }
+            if operations.is_empty() {
+                return Err(self.err(Some(r.operations.span()), "a rule needs at least one operation"));
+            }
+            if r.paths.get_ref().is_empty() {
+                return Err(self.err(Some(r.paths.span()), "a rule needs at least one path"));
+            }
+            let mut paths = Vec::new();
+            for p in r.paths.get_ref() {
+                check_pattern(p.get_ref()).map_err(|m| self.err(Some(p.span()), m))?;
+                paths.push(p.get_ref().clone());
+            }
+            let mode = Mode::parse(r.mode.get_ref()).ok_or_else(|| {
+                self.err(
+                    Some(r.mode.span()),
+                    format!(
+                        "unknown mode {:?} (expected \"allow\", \"deny\" or \"interrupt\")",
+                        r.mode.get_ref()
+                    ),
+                )
+            })?;
+            rules.push(Rule { operations, paths, mode, hide: r.hide.unwrap_or(true) });
+        }
+        let socket = match &raw.socket {
+            Some(s) => self.base.join(s),
+            None => default_socket(),
+        };
+        let threads = raw.fuse.as_ref().and_then(|f| f.threads).unwrap_or(0);
+        Ok(Config {
+            source: self.file.to_string(),
+            mountpoint: raw.mountpoint.as_ref().map(|m| self.base.join(m)),
+            socket,
+            routes,
+            rules,
+            interrupt_timeout: Duration::from_secs(
+                raw.interrupts.as_ref().and_then(|i| i.timeout_seconds).unwrap_or(300),
+            ),
+            audit_database: raw.audit.as_ref().and_then(|a| a.database.as_ref()).map(|d| self.base.join(d)),
+            fuse_threads: if threads == 0 { default_threads() } else { threads },
+            allow_other: raw.fuse.as_ref().and_then(|f| f.allow_other).unwrap_or(true),
+        })
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4).max(4)
+}
+
+fn default_socket() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/run/agentvfs/agentvfs.sock")
+    } else {
+        dirs::runtime_dir().unwrap_or_else(std::env::temp_dir).join("agentvfs.sock")
+    }
+}
+
+/// The directory for persistent data (the default `/memories` store and the audit log).
+pub fn data_dir() -> PathBuf {
+    dirs::data_dir().unwrap_or_else(|| PathBuf::from("/var/lib")).join("agentvfs")
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let base = std::path::absolute(&base).unwrap_or(base);
+        Parser { file: &file, text: &text, base }.parse()
+    }
+
+    pub fn parse_str(text: &str, file: &str, base: &Path) -> Result<Config, ConfigError> {
+        Parser { file, text, base: base.to_path_buf() }.parse()
+    }
+
+    /// The embedded default, with `/workspace` bound to `cwd`.
+    pub fn embedded(cwd: &Path) -> Result<Config, ConfigError> {
+        let data = data_dir();
+        let text = EMBEDDED_DEFAULT
+            .replace("@CWD@", &toml_escape(&cwd.to_string_lossy()))
+            .replace("@DATA@", &toml_escape(&data.to_string_lossy()));
+        let mut config =
+            Parser { file: "<embedded default>", text: &text, base: cwd.to_path_buf() }.parse()?;
+        if config.audit_database.is_none() {
+            config.audit_database = Some(data.join("audit.db"));
+        }
+        Ok(config)
+    }
+}
+
+fn toml_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}

@@ -1,0 +1,321 @@
+//! The engine: the one place both doors call. It takes normalised paths, asks the gate,
+//! records refusals, and hands permits to the router.
+//!
+//! Operation names match the FUSE door, the router and the backends, so
+//! `grep -n "fn rename"` shows the whole chain.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::audit::{command_line, Audit, AuditEvent};
+use crate::backend::{Attr, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
+use crate::error::{Errno, FsError, FsResult};
+use crate::policy::{Gate, Mode, Op, Permit, Refusal};
+use crate::route::Router;
+use crate::vpath::VPath;
+
+/// Which door a request came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Door {
+    Fuse,
+    Tool,
+}
+
+impl Door {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Door::Fuse => "fuse",
+            Door::Tool => "tool",
+        }
+    }
+}
+
+/// Who is asking, through which door.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    pub door: Door,
+    pub caller: Caller,
+}
+
+/// An open file together with the path it was opened by.
+pub struct OpenHandle {
+    pub path: VPath,
+    pub file: Box<dyn OpenFile>,
+}
+
+/// Past this many entries a directory rename that rules might care about is refused rather
+/// than judged entry by entry.
+const RENAME_WALK_LIMIT: usize = 100_000;
+
+pub struct Engine {
+    pub gate: Gate,
+    pub router: Router,
+    pub audit: Arc<Audit>,
+}
+
+fn wants_read(flags: i32) -> bool {
+    matches!(flags & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
+}
+
+fn wants_write(flags: i32) -> bool {
+    matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR) || flags & libc::O_TRUNC != 0
+}
+
+impl Engine {
+    pub fn new(gate: Gate, router: Router, audit: Arc<Audit>) -> Engine {
+        Engine { gate, router, audit }
+    }
+
+    /// Turns a refusal into the caller's error, and records it.
+    fn refuse(&self, ctx: &Ctx, operation: &str, refusal: Refusal) -> FsError {
+        let errno = refusal.errno();
+        let decision = match (refusal.verdict.mode, refusal.is_hidden()) {
+            (Mode::Deny, true) => "hide",
+            (Mode::Deny, false) => "deny",
+            // Approvals are served by the interrupt machinery; without an approver the
+            // operation is refused rather than allowed.
+            (Mode::Interrupt, _) => "interrupt-unanswered",
+            (Mode::Allow, _) => "allow",
+        };
+        let command = match ctx.door {
+            Door::Fuse => command_line(ctx.caller.pid),
+            Door::Tool => String::new(),
+        };
+        self.audit.record(AuditEvent {
+            time: SystemTime::now(),
+            door: ctx.door.as_str(),
+            pid: ctx.caller.pid,
+            uid: ctx.caller.uid,
+            command,
+            operation: operation.to_string(),
+            class: refusal.op.as_str(),
+            path: refusal.path.to_string(),
+            rule: refusal.verdict.rule,
+            decision: decision.to_string(),
+        });
+        let rule = refusal.verdict.rule.unwrap_or(usize::MAX);
+        FsError::denied(errno, rule, format!("{} {} {}", decision, refusal.op.as_str(), refusal.path))
+    }
+
+    fn check(&self, ctx: &Ctx, operation: &str, op: Op, path: &VPath, is_dir: bool) -> FsResult<Permit> {
+        self.gate.check(op, path, is_dir).map_err(|r| self.refuse(ctx, operation, r))
+    }
+
+    /// Decides `op` on an existing node, learning its kind only when a rule depends on it.
+    fn check_node(&self, ctx: &Ctx, operation: &str, op: Op, path: &VPath) -> FsResult<Permit> {
+        self.gate
+            .check_node(op, path, |probe| Ok(self.router.getattr(probe)?.kind == FileKind::Dir))?
+            .map_err(|r| self.refuse(ctx, operation, r))
+    }
+
+    /// A new name may not be created where a hidden entry lives: answering EEXIST would
+    /// reveal it, so the creation is refused outright.
+    fn check_new(&self, ctx: &Ctx, operation: &str, path: &VPath, is_dir: bool) -> FsResult<Permit> {
+        if let Err(r) = self.gate.check(Op::Read, path, is_dir) {
+            if r.is_hidden() {
+                let r = Refusal { op: Op::Write, ..r };
+                let mut err = self.refuse(ctx, operation, r);
+                err.errno = Errno::EACCES;
+                return Err(err);
+            }
+        }
+        self.check(ctx, operation, Op::Write, path, is_dir)
+    }
+
+    pub fn lookup(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
+        let attr = self.router.getattr(&self.gate.probe(path))?;
+        self.check(ctx, "lookup", Op::Read, path, attr.kind == FileKind::Dir)?;
+        Ok(attr)
+    }
+
+    pub fn getattr(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
+        let attr = self.router.getattr(&self.gate.probe(path))?;
+        self.check(ctx, "getattr", Op::Read, path, attr.kind == FileKind::Dir)?;
+        Ok(attr)
+    }
+
+    /// The visible entries of a directory: hidden ones are left out, as if absent.
+    pub fn readdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<DirEntry>> {
+        let permit = self.check(ctx, "readdir", Op::Read, path, true)?;
+        let mut entries = self.router.readdir(&permit)?;
+        entries.retain(|e| self.gate.is_visible(&path.join(&e.name), e.kind == FileKind::Dir));
+        Ok(entries)
+    }
+
+    pub fn open(&self, ctx: &Ctx, path: &VPath, flags: i32) -> FsResult<OpenHandle> {
+        let mut permit = None;
+        if wants_read(flags) {
+            permit = Some(self.check(ctx, "open", Op::Read, path, false)?);
+        }
+        if wants_write(flags) {
+            permit = Some(self.check(ctx, "open", Op::Write, path, false)?);
+        }
+        let permit = permit.expect("every access mode reads or writes");
+        let file = self.router.open(&permit, flags)?;
+        Ok(OpenHandle { path: path.clone(), file })
+    }
+
+    pub fn create(&self, ctx: &Ctx, path: &VPath, mode: u32, flags: i32) -> FsResult<(Attr, OpenHandle)> {
+        let permit = self.check_new(ctx, "create", path, false)?;
+        if wants_read(flags) {
+            self.check(ctx, "create", Op::Read, path, false)?;
+        }
+        let (attr, file) = self.router.create(&permit, mode, flags, &ctx.caller)?;
+        Ok((attr, OpenHandle { path: path.clone(), file }))
+    }
+
+    pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {
+        let permit = self.check_new(ctx, "mknod", path, false)?;
+        self.router.mknod(&permit, mode, rdev, &ctx.caller)
+    }
+
+    pub fn mkdir(&self, ctx: &Ctx, path: &VPath, mode: u32) -> FsResult<Attr> {
+        let permit = self.check_new(ctx, "mkdir", path, true)?;
+        self.router.mkdir(&permit, mode, &ctx.caller)
+    }
+
+    pub fn symlink(&self, ctx: &Ctx, path: &VPath, target: &[u8]) -> FsResult<Attr> {
+        let permit = self.check_new(ctx, "symlink", path, false)?;
+        self.router.symlink(&permit, target, &ctx.caller)
+    }
+
+    /// A new name for an existing file. The file itself must be writable under the rules:
+    /// otherwise a link would open a protected file to writes under an unprotected name.
+    pub fn link(&self, ctx: &Ctx, existing: &VPath, new_path: &VPath) -> FsResult<Attr> {
+        let from = self.check(ctx, "link", Op::Write, existing, false)?;
+        let to = self.check_new(ctx, "link", new_path, false)?;
+        self.router.link(&from, &to)
+    }
+
+    pub fn readlink(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<u8>> {
+        let permit = self.check(ctx, "readlink", Op::Read, path, false)?;
+        self.router.readlink(&permit)
+    }
+
+    pub fn unlink(&self, ctx: &Ctx, path: &VPath) -> FsResult<()> {
+        let permit = self.check(ctx, "unlink", Op::Write, path, false)?;
+        self.router.unlink(&permit)
+    }
+
+    pub fn rmdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<()> {
+        let permit = self.check(ctx, "rmdir", Op::Write, path, true)?;
+        self.router.rmdir(&permit)
+    }
+
+    /// Renames (and exchanges) are judged on both paths, and a directory is judged on
+    /// everything it carries: if any entry beneath it would be decided differently at its new
+    /// path than at its old one, the rename is refused, so no protected file can be carried
+    /// out from under its rule (or a rule dodged by moving a tree in and out).
+    pub fn rename(&self, ctx: &Ctx, from: &VPath, to: &VPath, flags: u32) -> FsResult<()> {
+        let from_attr = self.router.getattr(&self.gate.probe(from))?;
+        let from_is_dir = from_attr.kind == FileKind::Dir;
+        let from_permit = self.check(ctx, "rename", Op::Write, from, from_is_dir)?;
+        let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
+        let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
+        let mut to_is_dir = false;
+        if exchange {
+            let to_attr = self.router.getattr(&self.gate.probe(to))?;
+            to_is_dir = to_attr.kind == FileKind::Dir;
+            self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
+            self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
+        }
+        if from_is_dir {
+            self.check_carried(ctx, &from_permit, from, to)?;
+        }
+        if exchange && to_is_dir {
+            self.check_carried(ctx, &to_permit, to, from)?;
+        }
+        self.router.rename(&from_permit, &to_permit, flags)
+    }
+
+    /// Refuses moving the directory at `from` to `to` when any entry beneath it would be
+    /// judged differently there. Cheap when no deny or interrupt rule reaches either subtree.
+    fn check_carried(&self, ctx: &Ctx, source: &Permit, from: &VPath, to: &VPath) -> FsResult<()> {
+        if !self.gate.subtree_is_guarded(from) && !self.gate.subtree_is_guarded(to) {
+            return Ok(());
+        }
+        let entries = self.router.walk(source, RENAME_WALK_LIMIT)?;
+        for (rel, kind) in entries {
+            let is_dir = kind == FileKind::Dir;
+            let (old, new) = (from.join_rel(&rel), to.join_rel(&rel));
+            for op in [Op::Read, Op::Write] {
+                let before = self.gate.decide(op, &old, is_dir);
+                let after = self.gate.decide(op, &new, is_dir);
+                if (before.mode, before.hide) != (after.mode, after.hide) {
+                    let verdict = if before.mode != Mode::Allow { before } else { after };
+                    let refusal = Refusal { op: Op::Write, path: old.clone(), verdict };
+                    let mut err = self.refuse(ctx, "rename", refusal);
+                    err.errno = Errno::EACCES;
+                    err.context = format!("{err} (the rename would change how rules apply to {old})");
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn setattr(
+        &self,
+        ctx: &Ctx,
+        path: &VPath,
+        changes: &SetAttr,
+        handle: Option<&OpenHandle>,
+    ) -> FsResult<Attr> {
+        let permit = self.check_node(ctx, "setattr", Op::Write, path)?;
+        match handle {
+            Some(h) => h.file.setattr(changes),
+            None => self.router.setattr(&permit, changes),
+        }
+    }
+
+    pub fn statfs(&self, path: &VPath) -> FsResult<StatFs> {
+        self.router.statfs(path)
+    }
+
+    pub fn getxattr(&self, ctx: &Ctx, path: &VPath, name: &str) -> FsResult<Vec<u8>> {
+        let permit = self.check_node(ctx, "getxattr", Op::Read, path)?;
+        self.router.getxattr(&permit, name)
+    }
+
+    pub fn listxattr(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<u8>> {
+        let permit = self.check_node(ctx, "listxattr", Op::Read, path)?;
+        self.router.listxattr(&permit)
+    }
+
+    pub fn setxattr(&self, ctx: &Ctx, path: &VPath, name: &str, value: &[u8], flags: i32) -> FsResult<()> {
+        let permit = self.check_node(ctx, "setxattr", Op::Write, path)?;
+        self.router.setxattr(&permit, name, value, flags)
+    }
+
+    pub fn removexattr(&self, ctx: &Ctx, path: &VPath, name: &str) -> FsResult<()> {
+        let permit = self.check_node(ctx, "removexattr", Op::Write, path)?;
+        self.router.removexattr(&permit, name)
+    }
+
+    // Data operations act on a handle whose open was already decided.
+
+    pub fn read(&self, handle: &OpenHandle, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        handle.file.read(offset, size)
+    }
+
+    pub fn write(&self, handle: &OpenHandle, offset: u64, data: &[u8]) -> FsResult<u32> {
+        handle.file.write(offset, data)
+    }
+
+    pub fn flush(&self, handle: &OpenHandle) -> FsResult<()> {
+        handle.file.flush()
+    }
+
+    pub fn fsync(&self, handle: &OpenHandle, datasync: bool) -> FsResult<()> {
+        handle.file.fsync(datasync)
+    }
+
+    pub fn fallocate(&self, handle: &OpenHandle, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        handle.file.fallocate(offset, length, mode)
+    }
+
+    /// How long the kernel may cache what it learned about `path`.
+    pub fn ttl(&self, path: &VPath) -> std::time::Duration {
+        self.router.route_of(path).ttl
+    }
+}

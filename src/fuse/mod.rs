@@ -1,0 +1,610 @@
+//! The FUSE door: translates kernel requests (inodes, handles) into engine calls on virtual
+//! paths and sends the replies. No logic lives here beyond that translation.
+
+pub mod inodes;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use fuser::{
+    AccessFlags, Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::RwLock;
+
+use crate::backend::{Attr, Caller, DirEntry, FileKind, SetAttr, TimeSet};
+use crate::engine::{Ctx, Door, Engine, OpenHandle};
+use crate::error::{Errno, FsError, FsResult};
+use crate::vpath::VPath;
+use inodes::Inodes;
+
+/// An open directory: a snapshot of its visible entries, served by offset.
+struct DirHandle {
+    path: VPath,
+    entries: Vec<DirEntry>,
+}
+
+pub struct FuseDoor {
+    engine: Arc<Engine>,
+    inodes: Arc<Inodes>,
+    files: RwLock<HashMap<u64, Arc<OpenHandle>>>,
+    dirs: RwLock<HashMap<u64, Arc<DirHandle>>>,
+    next_handle: AtomicU64,
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn fuse_attr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.crtime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn errno(e: &FsError) -> FuseErrno {
+    FuseErrno::from_i32(e.errno as i32)
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx { door: Door::Fuse, caller: Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() } }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(t),
+    }
+}
+
+const GEN: Generation = Generation(0);
+
+impl FuseDoor {
+    pub fn new(engine: Arc<Engine>, inodes: Arc<Inodes>) -> FuseDoor {
+        FuseDoor {
+            engine,
+            inodes,
+            files: RwLock::new(HashMap::new()),
+            dirs: RwLock::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+        }
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> FsResult<VPath> {
+        let dir = self.inodes.path(parent.0)?;
+        Ok(dir.join(VPath::check_name(name.as_bytes())?))
+    }
+
+    fn file(&self, fh: FileHandle) -> FsResult<Arc<OpenHandle>> {
+        self.files.read().get(&fh.0).cloned().ok_or_else(|| FsError::errno(Errno::EBADF))
+    }
+
+    fn add_file(&self, handle: OpenHandle) -> u64 {
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.files.write().insert(fh, Arc::new(handle));
+        fh
+    }
+
+    /// Replies with a new entry the kernel will hold a lookup on.
+    fn entry(&self, path: &VPath, attr: &Attr, reply: ReplyEntry) {
+        let ino = self.inodes.remember(path);
+        reply.entry(&self.engine.ttl(path), &fuse_attr(ino, attr), GEN);
+    }
+}
+
+impl Filesystem for FuseDoor {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // fuser asks only for async reads and big writes; everything else is requested here.
+        // Each flag is optional: an older kernel without it still mounts.
+        for flag in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_ASYNC_DIO,
+        ] {
+            let _ = config.add_capabilities(flag);
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = self.child(parent, name).and_then(|p| Ok((self.engine.lookup(&ctx(req), &p)?, p)));
+        match result {
+            Ok((attr, path)) => self.entry(&path, &attr, reply),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let result = match fh.map(|fh| self.file(fh)) {
+            Some(Ok(handle)) => handle.file.getattr().map(|a| (a, handle.path.clone())),
+            _ => self.inodes.path(ino.0).and_then(|p| Ok((self.engine.getattr(&ctx(req), &p)?, p))),
+        };
+        match result {
+            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let changes = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        let handle = fh.and_then(|fh| self.file(fh).ok());
+        let result = match &handle {
+            Some(h) => Ok(h.path.clone()),
+            None => self.inodes.path(ino.0),
+        }
+        .and_then(|p| Ok((self.engine.setattr(&ctx(req), &p, &changes, handle.as_deref())?, p)));
+        match result {
+            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.inodes.path(ino.0).and_then(|p| self.engine.readlink(&ctx(req), &p)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let result =
+            self.child(parent, name).and_then(|p| Ok((self.engine.mknod(&ctx(req), &p, mode, rdev)?, p)));
+        match result {
+            Ok((attr, path)) => self.entry(&path, &attr, reply),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let result = self.child(parent, name).and_then(|p| Ok((self.engine.mkdir(&ctx(req), &p, mode)?, p)));
+        match result {
+            Ok((attr, path)) => self.entry(&path, &attr, reply),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.child(parent, name).and_then(|p| self.engine.unlink(&ctx(req), &p).map(|_| p)) {
+            Ok(path) => {
+                self.inodes.removed(&path);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.child(parent, name).and_then(|p| self.engine.rmdir(&ctx(req), &p).map(|_| p)) {
+            Ok(path) => {
+                self.inodes.removed(&path);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let result = self
+            .child(parent, link_name)
+            .and_then(|p| Ok((self.engine.symlink(&ctx(req), &p, target.as_os_str().as_bytes())?, p)));
+        match result {
+            Ok((attr, path)) => self.entry(&path, &attr, reply),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let result = self.child(parent, name).and_then(|from| {
+            let to = self.child(newparent, newname)?;
+            self.engine.rename(&ctx(req), &from, &to, flags.bits())?;
+            Ok((from, to))
+        });
+        match result {
+            Ok((from, to)) => {
+                if flags.bits() & crate::backend::RENAME_EXCHANGE != 0 {
+                    self.inodes.exchanged(&from, &to);
+                } else {
+                    self.inodes.renamed(&from, &to);
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let result = self.inodes.path(ino.0).and_then(|existing| {
+            let new_path = self.child(newparent, newname)?;
+            Ok((self.engine.link(&ctx(req), &existing, &new_path)?, new_path))
+        });
+        match result {
+            Ok((attr, path)) => self.entry(&path, &attr, reply),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.inodes.path(ino.0).and_then(|p| self.engine.open(&ctx(req), &p, flags.0)) {
+            // Keep the page cache across opens; the kernel drops it when it sees the file
+            // change size or mtime (FUSE_AUTO_INVAL_DATA).
+            Ok(handle) => reply.opened(FileHandle(self.add_file(handle)), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.file(fh).and_then(|h| self.engine.read(&h, offset, size)) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.file(fh).and_then(|h| self.engine.write(&h, offset, data)) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.file(fh).and_then(|h| self.engine.flush(&h)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let handle = self.files.write().remove(&fh.0);
+        // Dropping the last reference closes the backend file; flush first so a backend that
+        // buffers reports its error here rather than losing the data silently.
+        let result = match handle {
+            Some(h) => self.engine.flush(&h),
+            None => Ok(()),
+        };
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        match self.file(fh).and_then(|h| self.engine.fsync(&h, datasync)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let result = self
+            .inodes
+            .path(ino.0)
+            .and_then(|p| Ok(DirHandle { entries: self.engine.readdir(&ctx(req), &p)?, path: p }));
+        match result {
+            Ok(dir) => {
+                let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+                self.dirs.write().insert(fh, Arc::new(dir));
+                reply.opened(FileHandle(fh), FopenFlags::empty())
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
+            return reply.error(FuseErrno::EBADF);
+        };
+        // Offsets: 1 and 2 are `.` and `..`; entry i has offset i + 3.
+        let mut next = offset;
+        if next == 0 {
+            if reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            next = 1;
+        }
+        if next == 1 {
+            if reply.add(ino, 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            next = 2;
+        }
+        for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
+            // The kernel does not use these numbers for lookups; real ones come from lookup.
+            if reply.add(INodeNo(u64::MAX), i as u64 + 3, file_type(entry.kind), &entry.name) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
+            return reply.error(FuseErrno::EBADF);
+        };
+        let ttl = self.engine.ttl(&dir.path);
+        let caller = ctx(req);
+        let mut next = offset;
+        if next < 2 {
+            let dot = match self.engine.getattr(&caller, &dir.path) {
+                Ok(a) => a,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            for (off, name) in [(1u64, "."), (2, "..")].into_iter().skip(next as usize) {
+                if reply.add(ino, off, name, &ttl, &fuse_attr(ino.0, &dot), GEN) {
+                    return reply.ok();
+                }
+            }
+            next = 2;
+        }
+        for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
+            let path = dir.path.join(&entry.name);
+            // An entry that vanished or became hidden since opendir is simply skipped.
+            let Ok(attr) = self.engine.lookup(&caller, &path) else { continue };
+            let child = self.inodes.remember(&path);
+            if reply.add(
+                INodeNo(child),
+                i as u64 + 3,
+                &entry.name,
+                &self.engine.ttl(&path),
+                &fuse_attr(child, &attr),
+                GEN,
+            ) {
+                // Not sent: the kernel did not take this lookup.
+                self.inodes.forget(child, 1);
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.write().remove(&fh.0);
+        reply.ok()
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok()
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.inodes.path(ino.0).or_else(|_| Ok(VPath::root())).and_then(|p| self.engine.statfs(&p)) {
+            Ok(s) => {
+                reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let result = self.inodes.path(ino.0).and_then(|p| {
+            let name = name.to_str().ok_or_else(|| FsError::errno(Errno::EINVAL))?;
+            self.engine.setxattr(&ctx(req), &p, name, value, flags)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self.inodes.path(ino.0).and_then(|p| {
+            let name = name.to_str().ok_or_else(|| FsError::errno(Errno::ENODATA))?;
+            self.engine.getxattr(&ctx(req), &p, name)
+        });
+        reply_xattr(result, size, reply)
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let result = self.inodes.path(ino.0).and_then(|p| self.engine.listxattr(&ctx(req), &p));
+        reply_xattr(result, size, reply)
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.inodes.path(ino.0).and_then(|p| {
+            let name = name.to_str().ok_or_else(|| FsError::errno(Errno::ENODATA))?;
+            self.engine.removexattr(&ctx(req), &p, name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permission bits are checked by the kernel (default_permissions).
+        reply.ok()
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let result =
+            self.child(parent, name).and_then(|p| Ok((self.engine.create(&ctx(req), &p, mode, flags)?, p)));
+        match result {
+            Ok(((attr, handle), path)) => {
+                let ino = self.inodes.remember(&path);
+                let fh = self.add_file(handle);
+                reply.created(
+                    &self.engine.ttl(&path),
+                    &fuse_attr(ino, &attr),
+                    GEN,
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.file(fh).and_then(|h| self.engine.fallocate(&h, offset, length, mode)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+fn reply_xattr(result: FsResult<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    match result {
+        Ok(data) if size == 0 => reply.size(data.len() as u32),
+        Ok(data) if data.len() > size as usize => reply.error(FuseErrno::ERANGE),
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(errno(&e)),
+    }
+}

@@ -1,0 +1,138 @@
+//! The policy gate: every operation from either door is decided here before a backend is
+//! touched. A [`Permit`] can only be built by this module, and the router only acts on one.
+
+pub mod overlap;
+pub mod rules;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::error::Errno;
+use crate::vpath::VPath;
+pub use rules::{Mode, Op, Rule, RuleSet, Verdict};
+
+/// Proof that the gate allowed `op` on `path`. Only [`Gate`] builds these.
+#[derive(Debug, Clone)]
+pub struct Permit {
+    path: VPath,
+    op: Op,
+}
+
+impl Permit {
+    pub fn path(&self) -> &VPath {
+        &self.path
+    }
+
+    pub fn op(&self) -> Op {
+        self.op
+    }
+}
+
+/// A decision other than allow, with what is needed to report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub op: Op,
+    pub path: VPath,
+    pub verdict: Verdict,
+}
+
+impl Refusal {
+    /// What a syscall gets: hidden reads look like absent entries; everything else is EACCES.
+    pub fn errno(&self) -> Errno {
+        match (self.verdict.mode, self.op, self.verdict.hide) {
+            (Mode::Deny, Op::Read, true) => Errno::ENOENT,
+            (Mode::Deny, _, _) | (Mode::Interrupt, _, _) | (Mode::Allow, _, _) => Errno::EACCES,
+        }
+    }
+
+    pub fn is_hidden(&self) -> bool {
+        self.errno() == Errno::ENOENT
+    }
+}
+
+/// The rules in force. Reading them is lock-free; a reload swaps them atomically.
+pub struct Gate {
+    rules: ArcSwap<RuleSet>,
+}
+
+impl Gate {
+    pub fn new(rules: RuleSet) -> Gate {
+        Gate { rules: ArcSwap::from_pointee(rules) }
+    }
+
+    pub fn reload(&self, rules: RuleSet) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.load_full()
+    }
+
+    pub fn decide(&self, op: Op, path: &VPath, is_dir: bool) -> Verdict {
+        self.rules.load().decide(op, path, is_dir)
+    }
+
+    /// Allows or refuses `op` on `path` (judged as a directory too when `is_dir`).
+    pub fn check(&self, op: Op, path: &VPath, is_dir: bool) -> Result<Permit, Refusal> {
+        let verdict = self.decide(op, path, is_dir);
+        match verdict.mode {
+            Mode::Allow => Ok(Permit { path: path.clone(), op }),
+            Mode::Deny | Mode::Interrupt => Err(Refusal { op, path: path.clone(), verdict }),
+        }
+    }
+
+    /// Whether a listing shows the entry: everything but hidden read denials.
+    pub fn is_visible(&self, path: &VPath, is_dir: bool) -> bool {
+        let v = self.decide(Op::Read, path, is_dir);
+        !(v.mode == Mode::Deny && v.hide)
+    }
+
+    /// Whether any deny or interrupt rule could match something in the subtree at `dir`.
+    pub fn subtree_is_guarded(&self, dir: &VPath) -> bool {
+        !self
+            .rules
+            .load()
+            .overlapping_patterns(dir, &[Op::Read, Op::Write], &[Mode::Deny, Mode::Interrupt])
+            .is_empty()
+    }
+}
+
+impl Gate {
+    /// Decides `op` on an existing node whose kind may not be known yet. The kind is looked
+    /// up (with `kind_of`) only when it changes the answer, i.e. when a rule matches `dir/`
+    /// but not `dir`, which keeps the common case to one set match.
+    pub fn check_node(
+        &self,
+        op: Op,
+        path: &VPath,
+        kind_of: impl FnOnce(&Permit) -> crate::error::FsResult<bool>,
+    ) -> Result<Result<Permit, Refusal>, crate::error::FsError> {
+        let rules = self.rules.load();
+        let as_file = rules.decide(op, path, false);
+        let as_dir = rules.decide(op, path, true);
+        let verdict = if as_file == as_dir {
+            as_file
+        } else {
+            // Learning the kind is itself a read of the node's attributes; it is not shown to
+            // the caller unless the real decision allows.
+            let probe = Permit { path: path.clone(), op: Op::Read };
+            if kind_of(&probe)? {
+                as_dir
+            } else {
+                as_file
+            }
+        };
+        Ok(match verdict.mode {
+            Mode::Allow => Ok(Permit { path: path.clone(), op }),
+            Mode::Deny | Mode::Interrupt => Err(Refusal { op, path: path.clone(), verdict }),
+        })
+    }
+
+    /// A permit to learn a node's attributes for the gate's own use (judging it as a
+    /// directory, or what a rename would carry along). Its results never reach a door
+    /// unless a real decision allows.
+    pub fn probe(&self, path: &VPath) -> Permit {
+        Permit { path: path.clone(), op: Op::Read }
+    }
+}

@@ -1,0 +1,283 @@
+//! Rules and their compiled form: every pattern of every rule in one `GlobSet`.
+//!
+//! A decision costs one set match (two for directories, which are judged as `dir` and `dir/`),
+//! however many rules there are. First match wins; no match means allow.
+
+use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+
+use crate::vpath::VPath;
+
+/// The two operation classes every syscall and tool call falls into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Read,
+    Write,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Op> {
+        match s {
+            "read" => Some(Op::Read),
+            "write" => Some(Op::Write),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Allow,
+    Deny,
+    Interrupt,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Allow => "allow",
+            Mode::Deny => "deny",
+            Mode::Interrupt => "interrupt",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "allow" => Some(Mode::Allow),
+            "deny" => Some(Mode::Deny),
+            "interrupt" => Some(Mode::Interrupt),
+            _ => None,
+        }
+    }
+}
+
+/// One `[[rules]]` entry, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub operations: Vec<Op>,
+    pub paths: Vec<String>,
+    pub mode: Mode,
+    /// For read denials: answer ENOENT and leave the entry out of listings (the default), or
+    /// keep it visible and answer EACCES.
+    pub hide: bool,
+}
+
+impl Rule {
+    pub fn applies_to(&self, op: Op) -> bool {
+        self.operations.contains(&op)
+    }
+
+    /// The rule as one line, for `explain`, `check` and the audit log.
+    pub fn describe(&self) -> String {
+        let ops: Vec<&str> = self.operations.iter().map(|o| o.as_str()).collect();
+        let hide = if self.mode == Mode::Deny && !self.hide { " (hide = false)" } else { "" };
+        format!("{} {} {}{}", self.mode.as_str(), ops.join(","), self.paths.join(" "), hide)
+    }
+}
+
+/// Why a pattern is not acceptable; the config loader adds file and line.
+pub fn check_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.starts_with('~') || pattern.split('/').any(|c| c == "~" || c.starts_with('~')) {
+        return Err(format!("rule path {pattern:?}: '~' is not supported; write the full path"));
+    }
+    if !pattern.starts_with('/') {
+        return Err(format!("rule path {pattern:?} must start with '/'"));
+    }
+    if pattern.split('/').any(|c| c == "..") {
+        return Err(format!("rule path {pattern:?} must not contain a '..' component"));
+    }
+    compile_glob(pattern).map(|_| ()).map_err(|e| format!("rule path {pattern:?}: {e}"))
+}
+
+/// `*` and `?` stay within one component, `**` spans components, and all of them match names
+/// that start with `.` (unlike Deep Agents, whose rules miss dot-files).
+pub fn compile_glob(pattern: &str) -> Result<Glob, globset::Error> {
+    // A trailing slash on a pattern names a directory; the path side supplies `dir/` for those.
+    GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build()
+}
+
+/// The rules compiled for matching.
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    set: GlobSet,
+    /// For each pattern in `set`, the rule it belongs to.
+    pattern_rule: Vec<usize>,
+    /// Each pattern on its own, for the subtree-overlap test.
+    matchers: Vec<(String, GlobMatcher)>,
+    has_rules_for: [bool; 2],
+}
+
+/// The outcome of matching one (operation, path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub mode: Mode,
+    /// The deciding rule; `None` when nothing matched (default allow).
+    pub rule: Option<usize>,
+    pub hide: bool,
+}
+
+impl Verdict {
+    pub const DEFAULT_ALLOW: Verdict = Verdict { mode: Mode::Allow, rule: None, hide: false };
+}
+
+impl RuleSet {
+    /// Compiles validated rules. Patterns were checked by [`check_pattern`]; a failure here
+    /// is reported the same way.
+    pub fn new(rules: Vec<Rule>) -> Result<RuleSet, String> {
+        let mut builder = GlobSetBuilder::new();
+        let mut pattern_rule = Vec::new();
+        let mut matchers = Vec::new();
+        let mut has_rules_for = [false; 2];
+        for (index, rule) in rules.iter().enumerate() {
+            for op in &rule.operations {
+                has_rules_for[*op as usize] = true;
+            }
+            for pattern in &rule.paths {
+                let glob = compile_glob(pattern).map_err(|e| format!("{pattern:?}: {e}"))?;
+                matchers.push((pattern.clone(), glob.compile_matcher()));
+                builder.add(glob);
+                pattern_rule.push(index);
+            }
+        }
+        let set = builder.build().map_err(|e| e.to_string())?;
+        Ok(RuleSet { rules, set, pattern_rule, matchers, has_rules_for })
+    }
+
+    pub fn empty() -> RuleSet {
+        RuleSet::new(Vec::new()).expect("an empty rule set compiles")
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// First matching rule for `op` on `path`; a directory is also judged as `path/`.
+    pub fn decide(&self, op: Op, path: &VPath, is_dir: bool) -> Verdict {
+        if !self.has_rules_for[op as usize] {
+            return Verdict::DEFAULT_ALLOW;
+        }
+        let mut first = self.first_match(op, path.as_str());
+        if is_dir && !path.is_root() {
+            let with_slash = format!("{}/", path.as_str());
+            if let Some(other) = self.first_match(op, &with_slash) {
+                first = Some(first.map_or(other, |f| f.min(other)));
+            }
+        }
+        match first {
+            None => Verdict::DEFAULT_ALLOW,
+            Some(index) => {
+                let rule = &self.rules[index];
+                Verdict { mode: rule.mode, rule: Some(index), hide: rule.hide }
+            }
+        }
+    }
+
+    fn first_match(&self, op: Op, candidate: &str) -> Option<usize> {
+        thread_local! {
+            static HITS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        HITS.with(|hits| {
+            let mut hits = hits.borrow_mut();
+            self.set.matches_into(candidate, &mut hits);
+            hits.iter().map(|&p| self.pattern_rule[p]).filter(|&r| self.rules[r].applies_to(op)).min()
+        })
+    }
+
+    /// Patterns of rules with one of `modes` (for any of `ops`) that could match something in
+    /// the subtree at `dir` (see [`super::overlap`]).
+    pub fn overlapping_patterns(&self, dir: &VPath, ops: &[Op], modes: &[Mode]) -> Vec<&str> {
+        let mut found = Vec::new();
+        for (p, (pattern, matcher)) in self.matchers.iter().enumerate() {
+            let rule = &self.rules[self.pattern_rule[p]];
+            if !modes.contains(&rule.mode) || !ops.iter().any(|op| rule.applies_to(*op)) {
+                continue;
+            }
+            if super::overlap::subtree_overlaps(pattern, matcher, dir) && !found.contains(&pattern.as_str()) {
+                found.push(pattern.as_str());
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(ops: &[Op], paths: &[&str], mode: Mode) -> Rule {
+        Rule {
+            operations: ops.to_vec(),
+            paths: paths.iter().map(|s| s.to_string()).collect(),
+            mode,
+            hide: true,
+        }
+    }
+
+    fn p(s: &str) -> VPath {
+        VPath::parse(s).unwrap()
+    }
+
+    #[test]
+    fn first_match_wins_and_default_allows() {
+        let set = RuleSet::new(vec![
+            rule(&[Op::Read], &["/pub/**"], Mode::Allow),
+            rule(&[Op::Read, Op::Write], &["/**"], Mode::Deny),
+        ])
+        .unwrap();
+        assert_eq!(set.decide(Op::Read, &p("/pub/a"), false).mode, Mode::Allow);
+        assert_eq!(set.decide(Op::Read, &p("/other"), false).rule, Some(1));
+        // Directories are judged as `dir/` too, so `/pub` itself can be listed.
+        assert_eq!(set.decide(Op::Read, &p("/pub"), true).mode, Mode::Allow);
+        assert_eq!(set.decide(Op::Read, &p("/pub"), false).mode, Mode::Deny);
+        assert_eq!(set.decide(Op::Write, &p("/pub/a"), false).mode, Mode::Deny);
+        let none = RuleSet::empty();
+        assert_eq!(none.decide(Op::Write, &p("/x"), false), Verdict::DEFAULT_ALLOW);
+    }
+
+    #[test]
+    fn globs_match_dot_files_and_stay_in_components() {
+        let set = RuleSet::new(vec![
+            rule(&[Op::Read], &["/secrets/**"], Mode::Deny),
+            rule(&[Op::Read], &["/w/*.log"], Mode::Deny),
+            rule(&[Op::Read], &["/**/.env"], Mode::Deny),
+            rule(&[Op::Read], &["/x/{a,b}/f?[0-9]"], Mode::Deny),
+        ])
+        .unwrap();
+        let denied = |s: &str, dir: bool| set.decide(Op::Read, &p(s), dir).mode == Mode::Deny;
+        assert!(denied("/secrets/.env", false));
+        assert!(denied("/secrets/.git/config", false));
+        assert!(denied("/secrets/a/b/c", false));
+        assert!(denied("/secrets", true), "a directory is judged as dir/");
+        assert!(!denied("/secrets", false), "a plain file named /secrets is not");
+        assert!(denied("/w/.hidden.log", false));
+        assert!(!denied("/w/sub/a.log", false), "* stays within one component");
+        assert!(denied("/.env", false));
+        assert!(denied("/a/b/.env", false));
+        assert!(!denied("/a/b/.envrc", false));
+        assert!(denied("/x/b/fz7", false));
+        assert!(!denied("/x/c/fz7", false));
+    }
+
+    #[test]
+    fn patterns_are_checked() {
+        assert!(check_pattern("/ok/**").is_ok());
+        assert!(check_pattern("relative").unwrap_err().contains("must start with '/'"));
+        assert!(check_pattern("/a/../b").unwrap_err().contains(".."));
+        assert!(check_pattern("~/x").unwrap_err().contains("not supported"));
+        assert!(check_pattern("/a/[b").is_err());
+    }
+}

@@ -1,0 +1,257 @@
+//! The router: maps a virtual path to the route (and backend) that serves it.
+//!
+//! The longest route prefix wins, on whole components. Route mount points, and the
+//! directories leading to them, always exist as directories even when the parent route's
+//! backend has no such entry, and they cannot be removed or renamed (EBUSY). Operations that
+//! would span two routes (rename, link) fail with EXDEV. Every method takes a [`Permit`], so
+//! nothing reaches a backend without a decision of the gate.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::backend::{Attr, Backend, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
+use crate::error::{Errno, FsError, FsResult};
+use crate::policy::Permit;
+use crate::vpath::VPath;
+
+pub struct Route {
+    pub prefix: VPath,
+    pub backend: Arc<dyn Backend>,
+    /// How long the kernel may cache entries and attributes of this route.
+    pub ttl: Duration,
+    /// Config kind name: "host", "memory", "sqlite".
+    pub kind: &'static str,
+}
+
+pub struct Router {
+    /// Longest prefix first, so the first match is the deepest.
+    routes: Vec<Route>,
+}
+
+impl Router {
+    /// `routes` must contain one route for `/` (the default backend).
+    pub fn new(mut routes: Vec<Route>) -> Router {
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.depth()));
+        assert!(routes.last().is_some_and(|r| r.prefix.is_root()), "a route must serve /");
+        Router { routes }
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// The route serving `path` and the path relative to it.
+    pub fn resolve<'p>(&self, path: &'p VPath) -> (&Route, &'p str) {
+        for route in &self.routes {
+            if let Some(rel) = path.strip_prefix(&route.prefix) {
+                return (route, rel);
+            }
+        }
+        unreachable!("the root route matches every path")
+    }
+
+    pub fn route_of(&self, path: &VPath) -> &Route {
+        self.resolve(path).0
+    }
+
+    /// A route prefix other than `/`, or a directory on the way to one.
+    pub fn is_mount_point(&self, path: &VPath) -> bool {
+        !path.is_root() && self.routes.iter().any(|r| !r.prefix.is_root() && r.prefix.starts_with(path))
+    }
+
+    /// Names of route mount points, or directories leading to them, directly inside `dir`.
+    fn mount_children(&self, dir: &VPath) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for route in &self.routes {
+            if route.prefix == *dir {
+                continue;
+            }
+            if let Some(rel) = route.prefix.strip_prefix(dir) {
+                let name = rel.split('/').next().unwrap_or(rel).to_string();
+                if !name.is_empty() && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+
+    /// Attributes of a directory that exists only because a route lies beneath it.
+    fn synthetic_dir(&self) -> Attr {
+        let now = SystemTime::UNIX_EPOCH;
+        Attr {
+            ino: 0,
+            kind: FileKind::Dir,
+            perm: 0o755,
+            size: 0,
+            blocks: 0,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+        }
+    }
+
+    pub fn getattr(&self, permit: &Permit) -> FsResult<Attr> {
+        let (route, rel) = self.resolve(permit.path());
+        match route.backend.getattr(rel) {
+            Err(e) if e.is(Errno::ENOENT) && self.is_mount_point(permit.path()) => Ok(self.synthetic_dir()),
+            other => other,
+        }
+    }
+
+    pub fn readdir(&self, permit: &Permit) -> FsResult<Vec<DirEntry>> {
+        let path = permit.path();
+        let (route, rel) = self.resolve(path);
+        let mut entries = match route.backend.readdir(rel) {
+            Err(e) if e.is(Errno::ENOENT) && self.is_mount_point(path) => Vec::new(),
+            other => other?,
+        };
+        for name in self.mount_children(path) {
+            entries.retain(|e| e.name != name);
+            entries.push(DirEntry { name, kind: FileKind::Dir });
+        }
+        Ok(entries)
+    }
+
+    pub fn open(&self, permit: &Permit, flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.open(rel, flags)
+    }
+
+    pub fn create(
+        &self,
+        permit: &Permit,
+        mode: u32,
+        flags: i32,
+        caller: &Caller,
+    ) -> FsResult<(Attr, Box<dyn OpenFile>)> {
+        self.refuse_mount_point(permit.path(), Errno::EEXIST)?;
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.create(rel, mode, flags, caller)
+    }
+
+    pub fn mknod(&self, permit: &Permit, mode: u32, rdev: u32, caller: &Caller) -> FsResult<Attr> {
+        self.refuse_mount_point(permit.path(), Errno::EEXIST)?;
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.mknod(rel, mode, rdev, caller)
+    }
+
+    pub fn mkdir(&self, permit: &Permit, mode: u32, caller: &Caller) -> FsResult<Attr> {
+        self.refuse_mount_point(permit.path(), Errno::EEXIST)?;
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.mkdir(rel, mode, caller)
+    }
+
+    pub fn symlink(&self, permit: &Permit, target: &[u8], caller: &Caller) -> FsResult<Attr> {
+        self.refuse_mount_point(permit.path(), Errno::EEXIST)?;
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.symlink(rel, target, caller)
+    }
+
+    pub fn link(&self, existing: &Permit, new_path: &Permit) -> FsResult<Attr> {
+        self.refuse_mount_point(new_path.path(), Errno::EEXIST)?;
+        let (from_route, from_rel) = self.resolve(existing.path());
+        let (to_route, to_rel) = self.resolve(new_path.path());
+        if !std::ptr::eq(from_route, to_route) {
+            return Err(FsError::new(Errno::EXDEV, "hard links cannot cross routes"));
+        }
+        from_route.backend.link(from_rel, to_rel)
+    }
+
+    pub fn readlink(&self, permit: &Permit) -> FsResult<Vec<u8>> {
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.readlink(rel)
+    }
+
+    pub fn unlink(&self, permit: &Permit) -> FsResult<()> {
+        self.refuse_mount_point(permit.path(), Errno::EBUSY)?;
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.unlink(rel)
+    }
+
+    pub fn rmdir(&self, permit: &Permit) -> FsResult<()> {
+        self.refuse_mount_point(permit.path(), Errno::EBUSY)?;
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.rmdir(rel)
+    }
+
+    pub fn rename(&self, from: &Permit, to: &Permit, flags: u32) -> FsResult<()> {
+        self.refuse_mount_point(from.path(), Errno::EBUSY)?;
+        self.refuse_mount_point(to.path(), Errno::EBUSY)?;
+        let (from_route, from_rel) = self.resolve(from.path());
+        let (to_route, to_rel) = self.resolve(to.path());
+        if !std::ptr::eq(from_route, to_route) {
+            return Err(FsError::new(Errno::EXDEV, "rename cannot cross routes"));
+        }
+        from_route.backend.rename(from_rel, to_rel, flags)
+    }
+
+    pub fn setattr(&self, permit: &Permit, changes: &SetAttr) -> FsResult<Attr> {
+        let (route, rel) = self.resolve(permit.path());
+        if rel.is_empty() && !route.prefix.is_root() && changes.size.is_some() {
+            return Err(FsError::errno(Errno::EISDIR));
+        }
+        route.backend.setattr(rel, changes)
+    }
+
+    pub fn statfs(&self, path: &VPath) -> FsResult<StatFs> {
+        let (route, rel) = self.resolve(path);
+        route.backend.statfs(rel)
+    }
+
+    pub fn getxattr(&self, permit: &Permit, name: &str) -> FsResult<Vec<u8>> {
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.getxattr(rel, name)
+    }
+
+    pub fn listxattr(&self, permit: &Permit) -> FsResult<Vec<u8>> {
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.listxattr(rel)
+    }
+
+    pub fn setxattr(&self, permit: &Permit, name: &str, value: &[u8], flags: i32) -> FsResult<()> {
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.setxattr(rel, name, value, flags)
+    }
+
+    pub fn removexattr(&self, permit: &Permit, name: &str) -> FsResult<()> {
+        let (route, rel) = self.resolve(permit.path());
+        route.backend.removexattr(rel, name)
+    }
+
+    /// Every entry beneath a directory (relative to it, with its kind), straight from the
+    /// backend: the engine uses it to judge what a directory rename would carry along.
+    /// Stops with EBUSY past `limit` entries rather than walking forever.
+    pub fn walk(&self, permit: &Permit, limit: usize) -> FsResult<Vec<(String, FileKind)>> {
+        let (route, rel) = self.resolve(permit.path());
+        let mut out = Vec::new();
+        let mut stack = vec![rel.to_string()];
+        while let Some(dir) = stack.pop() {
+            for entry in route.backend.readdir(&dir)? {
+                let child = if dir.is_empty() { entry.name.clone() } else { format!("{dir}/{}", entry.name) };
+                let below = child[rel.len()..].trim_start_matches('/').to_string();
+                if entry.kind == FileKind::Dir {
+                    stack.push(child);
+                }
+                out.push((below, entry.kind));
+                if out.len() > limit {
+                    return Err(FsError::new(Errno::EBUSY, "directory too large to judge a rename"));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn refuse_mount_point(&self, path: &VPath, errno: Errno) -> FsResult<()> {
+        if self.is_mount_point(path) {
+            return Err(FsError::new(errno, format!("{path} is a route mount point")));
+        }
+        Ok(())
+    }
+}

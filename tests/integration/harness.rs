@@ -1,0 +1,213 @@
+//! Test harness: a real daemon on a real mount, unmounted even when a test panics.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_agentvfs");
+
+/// Is `path` a mount point now?
+pub fn is_mounted(path: &Path) -> bool {
+    let want = path.to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+}
+
+/// A scratch directory for one test, removed afterwards.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("agentvfs-test-").tempdir_in("/tmp").expect("tempdir")
+}
+
+/// A running daemon and its mount. Dropping it stops the daemon (SIGTERM) and makes sure
+/// nothing stays mounted (lazy unmount as the last resort).
+pub struct Mount {
+    pub dir: PathBuf,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Mount {
+    /// Starts `agentvfs mount --config <config> <dir>` and waits for the mount to be live.
+    pub fn start(config: &Path, dir: &Path) -> Mount {
+        Self::try_start(config, dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_start(config: &Path, dir: &Path) -> Result<Mount, String> {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = dir.with_extension("log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(BIN)
+            .args(["mount", "--config"])
+            .arg(config)
+            .arg(dir)
+            .env("RUST_LOG", "warn")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("spawn agentvfs");
+        let mut mount = Mount { dir: dir.canonicalize().unwrap(), child: Some(child), log };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_mounted(&mount.dir) {
+            if let Some(status) = mount.child.as_mut().unwrap().try_wait().unwrap() {
+                mount.child = None;
+                return Err(format!("agentvfs exited ({status}) before mounting:\n{}", mount.log_text()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("mount did not appear:\n{}", mount.log_text()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(mount)
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel.trim_start_matches('/'))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends `signal` and waits for the daemon to exit.
+    pub fn stop_with(&mut self, signal: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM; asserts a clean exit and that the mount is gone.
+    pub fn stop(mut self) {
+        let status = self.stop_with(libc::SIGTERM);
+        assert!(
+            status.success(),
+            "daemon exit {status:?} (signal {:?}):\n{}",
+            status.signal(),
+            self.log_text()
+        );
+        assert!(!is_mounted(&self.dir), "still mounted after SIGTERM");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop_with(libc::SIGTERM);
+        }
+        if is_mounted(&self.dir) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+/// Runs `sh -c script` with `cwd`, returning (status code, stdout, stderr).
+pub fn sh(cwd: &Path, script: &str) -> (i32, String, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sh");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Like [`sh`], but panics with the output unless the script succeeds.
+pub fn sh_ok(cwd: &Path, script: &str) -> String {
+    let (code, out, err) = sh(cwd, script);
+    assert_eq!(code, 0, "script failed: {script}\nstdout:\n{out}\nstderr:\n{err}");
+    out
+}
+
+/// A config with `/` memory, `/host` → `host_root`, `/db` → sqlite in `state`, plus `rules`.
+pub fn config(state: &Path, host_root: &Path, rules: &str) -> PathBuf {
+    let text = format!(
+        r#"
+[default]
+backend = "memory"
+
+[[routes]]
+path = "/host"
+backend = "host"
+root = "{host}"
+
+[[routes]]
+path = "/db"
+backend = "sqlite"
+database = "{db}"
+
+[audit]
+database = "{audit}"
+
+{rules}
+"#,
+        host = host_root.display(),
+        db = state.join("store.db").display(),
+        audit = state.join("audit.db").display(),
+    );
+    let path = state.join("agentvfs.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// One daemon with the standard three routes and the given rules, in a fresh scratch dir.
+pub struct Fixture {
+    pub scratch: tempfile::TempDir,
+    pub host_root: PathBuf,
+    pub mount: Mount,
+}
+
+impl Fixture {
+    pub fn new(rules: &str) -> Fixture {
+        let scratch = scratch();
+        let host_root = scratch.path().join("host-root");
+        std::fs::create_dir_all(&host_root).unwrap();
+        let cfg = config(scratch.path(), &host_root, rules);
+        let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
+        // The memory route serves `/`; its tests work in a directory of their own.
+        std::fs::create_dir(mount.path("/mem")).unwrap();
+        Fixture { scratch, host_root, mount }
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.mount.path(rel)
+    }
+}
+
+/// The routes every file-semantics test runs against.
+pub const ROUTES: [&str; 3] = ["/host", "/mem", "/db"];
+
+/// Reads lines from a file until one satisfies `pred` (for logs).
+pub fn wait_for_line(path: &Path, pred: impl Fn(&str) -> bool, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(f) = std::fs::File::open(path) {
+            if BufReader::new(f).lines().map_while(Result::ok).any(|l| pred(&l)) {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}

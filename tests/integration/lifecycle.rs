@@ -1,0 +1,118 @@
+//! Mount lifecycle: clean unmount on signals, stale-mount recovery, busy mountpoints, bad
+//! configs and a missing /dev/fuse, each with a clear message.
+
+use std::fs;
+use std::process::Command;
+
+use crate::harness::{config, is_mounted, scratch, Mount, BIN};
+
+#[test]
+fn sigint_and_sigterm_unmount_cleanly() {
+    let s = scratch();
+    let root = s.path().join("host-root");
+    fs::create_dir_all(&root).unwrap();
+    let cfg = config(s.path(), &root, "");
+    let mnt = s.path().join("mnt");
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let mut m = Mount::start(&cfg, &mnt);
+        assert!(m.log_text().contains("mounted at"), "{}", m.log_text());
+        let status = m.stop_with(signal);
+        assert!(status.success(), "signal {signal}: {status:?}\n{}", m.log_text());
+        assert!(!is_mounted(&m.dir), "signal {signal} left the mount");
+        assert!(fs::read_dir(&mnt).unwrap().next().is_none(), "no transport-endpoint error");
+    }
+}
+
+#[test]
+fn a_stale_mount_is_recovered_and_a_busy_one_refused() {
+    let s = scratch();
+    let root = s.path().join("host-root");
+    fs::create_dir_all(&root).unwrap();
+    let cfg = config(s.path(), &root, "");
+    let mnt = s.path().join("mnt");
+    let mut first = Mount::start(&cfg, &mnt);
+    // A second daemon on a live mount is refused with a clear message.
+    let out = Command::new(BIN).args(["mount", "--config"]).arg(&cfg).arg(&mnt).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is busy") && err.contains("fuse.agentvfs"), "{err}");
+    // kill -9 leaves a dead mount (ENOTCONN); the next start clears it.
+    first.stop_with(libc::SIGKILL);
+    assert_eq!(fs::metadata(&mnt).unwrap_err().raw_os_error(), Some(libc::ENOTCONN));
+    let second = Mount::start(&cfg, &mnt);
+    fs::write(second.path("/host/after-recovery"), "ok").unwrap();
+    assert_eq!(fs::read_to_string(root.join("after-recovery")).unwrap(), "ok");
+    second.stop();
+    drop(first);
+}
+
+fn mount_error(config_text: &str) -> String {
+    let s = scratch();
+    let cfg = s.path().join("bad.toml");
+    fs::write(&cfg, config_text).unwrap();
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&cfg).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "check should fail for:\n{config_text}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    // Every message names the file.
+    assert!(err.contains(&cfg.display().to_string()), "{err}");
+    err.replace(&cfg.display().to_string(), "FILE")
+}
+
+#[test]
+fn config_errors_name_file_line_and_value() {
+    let cases = [
+        ("[[rules]]\noperations = [\"read\"]\npaths = [\"/a/[b\"]\nmode = \"deny\"\n", "FILE:3:", "\"/a/[b\""),
+        ("[[rules]]\noperations = [\"read\"]\npaths = [\"relative/x\"]\nmode = \"deny\"\n", "FILE:3:", "must start with '/'"),
+        ("[[rules]]\noperations = [\"read\"]\npaths = [\"/a/../b\"]\nmode = \"deny\"\n", "FILE:3:", "'..'"),
+        ("[[rules]]\noperations = [\"read\"]\npaths = [\"~/x\"]\nmode = \"deny\"\n", "FILE:3:", "not supported"),
+        ("[[routes]]\npath = \"/a\"\nbackend = \"memory\"\n\n[[routes]]\npath = \"/a\"\nbackend = \"memory\"\n", "FILE:6:", "duplicate route path \"/a\""),
+        ("[[routes]]\npath = \"/w\"\nbackend = \"host\"\nroot = \"/nonexistent/agentvfs\"\n", "FILE:4:", "/nonexistent/agentvfs"),
+        ("[[routes]]\npath = \"/w\"\nbackend = \"nfs\"\n", "FILE:3:", "unknown backend \"nfs\""),
+        ("mountpont = \"/x\"\n", "FILE:1:", "unknown field `mountpont`"),
+        ("[[rules]]\noperations = [\"delete\"]\npaths = [\"/x\"]\nmode = \"deny\"\n", "FILE:2:", "unknown operation \"delete\""),
+        ("[[rules]]\noperations = [\"read\"]\npaths = [\"/x\"]\nmode = \"block\"\n", "FILE:4:", "unknown mode \"block\""),
+        ("[default\n", "FILE:1:", ""),
+    ];
+    for (text, location, detail) in cases {
+        let err = mount_error(text);
+        assert!(err.contains(location) && err.contains(detail), "for:\n{text}\ngot: {err}");
+    }
+}
+
+#[test]
+fn check_prints_routes_and_rules() {
+    let s = scratch();
+    let root = s.path().join("host-root");
+    fs::create_dir_all(&root).unwrap();
+    let cfg = config(
+        s.path(),
+        &root,
+        "[[rules]]\noperations = [\"write\"]\npaths = [\"/host/**\"]\nmode = \"deny\"\n",
+    );
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&cfg).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("/host                host {}", root.display())), "{text}");
+    assert!(text.contains("  #0 deny write /host/**"), "{text}");
+}
+
+#[test]
+fn missing_dev_fuse_is_reported_clearly() {
+    let s = scratch();
+    let root = s.path().join("host-root");
+    fs::create_dir_all(&root).unwrap();
+    let cfg = config(s.path(), &root, "");
+    // A private mount namespace whose /dev lacks the fuse device.
+    let script = format!(
+        "mount -t tmpfs none /dev && exec {BIN} mount --config {} {}",
+        cfg.display(),
+        s.path().join("mnt").display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/dev/fuse is missing"), "{err}");
+}

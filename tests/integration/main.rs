@@ -1,0 +1,11 @@
+//! Real-mount tests: a real daemon, real syscalls and shells, exact outcomes. Run as root.
+
+mod harness;
+
+mod file_ops;
+mod lifecycle;
+mod persistence;
+mod rules;
+mod security;
+mod stress;
+mod workloads;
