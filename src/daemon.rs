@@ -65,8 +65,9 @@ fn mounted_at(path: &Path) -> Option<String> {
     info.lines().find_map(|line| {
         let fields: Vec<&str> = line.split(' ').collect();
         let point = fields.get(4)?.replace("\\040", " ");
-        let fstype = fields.iter().position(|f| *f == "-").and_then(|i| fields.get(i + 1))?;
-        (point == want).then(|| fstype.to_string())
+        let sep = fields.iter().position(|f| *f == "-")?;
+        let (fstype, source) = (fields.get(sep + 1)?, fields.get(sep + 2)?);
+        (point == want).then(|| format!("{fstype} filesystem ({source})"))
     })
 }
 
@@ -93,9 +94,18 @@ pub fn prepare_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
     let canonical = mountpoint
         .canonicalize()
         .with_context(|| format!("cannot resolve mountpoint {}", mountpoint.display()))?;
+    // A dead FUSE mount can still answer stat from the kernel's cache; statfs always asks
+    // the daemon, so ENOTCONN there is the reliable sign.
+    if mounted_at(&canonical).is_some()
+        && nix::sys::statvfs::statvfs(&canonical).err() == Some(nix::errno::Errno::ENOTCONN)
+    {
+        tracing::warn!("{} holds a stale mount from a daemon that died; clearing it", canonical.display());
+        nix::mount::umount2(&canonical, nix::mount::MntFlags::MNT_DETACH)
+            .with_context(|| format!("cannot clear the stale mount at {}", canonical.display()))?;
+    }
     if let Some(fstype) = mounted_at(&canonical) {
         bail!(
-            "mountpoint {} is busy: a {fstype} filesystem is already mounted there (unmount it first, e.g. `umount {}`)",
+            "mountpoint {} is busy: a {fstype} is already mounted there (unmount it first, e.g. `umount {}`)",
             canonical.display(),
             canonical.display()
         );

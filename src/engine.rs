@@ -319,3 +319,7 @@ impl Engine {
         self.router.route_of(path).ttl
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -117,7 +117,29 @@ impl FuseDoor {
     /// Replies with a new entry the kernel will hold a lookup on.
     fn entry(&self, path: &VPath, attr: &Attr, reply: ReplyEntry) {
         let ino = self.inodes.remember(path);
-        reply.entry(&self.engine.ttl(path), &fuse_attr(ino, attr), GEN);
+        reply.entry(&self.ttl(path, attr), &fuse_attr(ino, attr), GEN);
+    }
+
+    /// How long the kernel may trust what it learned. Each name is its own inode here, so a
+    /// file with several hard links must not be cached: a write through one name has to show
+    /// through the others at once.
+    fn ttl(&self, path: &VPath, attr: &Attr) -> Duration {
+        if attr.nlink > 1 && attr.kind != FileKind::Dir {
+            Duration::ZERO
+        } else {
+            self.engine.ttl(path)
+        }
+    }
+
+    /// Open flags for a file: keep the page cache across opens unless other names share it.
+    fn open_flags(attr_nlink: u32) -> FopenFlags {
+        if attr_nlink > 1 {
+            FopenFlags::empty()
+        } else {
+            // The kernel drops the cache when it sees the file change size or mtime
+            // (FUSE_AUTO_INVAL_DATA).
+            FopenFlags::FOPEN_KEEP_CACHE
+        }
     }
 }
 
@@ -159,7 +181,7 @@ impl Filesystem for FuseDoor {
             _ => self.inodes.path(ino.0).and_then(|p| Ok((self.engine.getattr(&ctx(req), &p)?, p))),
         };
         match result {
-            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
+            Ok((attr, path)) => reply.attr(&self.ttl(&path, &attr), &fuse_attr(ino.0, &attr)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -197,7 +219,7 @@ impl Filesystem for FuseDoor {
         }
         .and_then(|p| Ok((self.engine.setattr(&ctx(req), &p, &changes, handle.as_deref())?, p)));
         match result {
-            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
+            Ok((attr, path)) => reply.attr(&self.ttl(&path, &attr), &fuse_attr(ino.0, &attr)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -306,9 +328,10 @@ impl Filesystem for FuseDoor {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.inodes.path(ino.0).and_then(|p| self.engine.open(&ctx(req), &p, flags.0)) {
-            // Keep the page cache across opens; the kernel drops it when it sees the file
-            // change size or mtime (FUSE_AUTO_INVAL_DATA).
-            Ok(handle) => reply.opened(FileHandle(self.add_file(handle)), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(handle) => {
+                let nlink = handle.file.getattr().map(|a| a.nlink).unwrap_or(1);
+                reply.opened(FileHandle(self.add_file(handle)), Self::open_flags(nlink))
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -462,17 +485,18 @@ impl Filesystem for FuseDoor {
         }
         for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
             let path = dir.path.join(&entry.name);
-            // An entry that vanished or became hidden since opendir is simply skipped.
-            let Ok(attr) = self.engine.lookup(&caller, &path) else { continue };
-            let child = self.inodes.remember(&path);
-            if reply.add(
-                INodeNo(child),
-                i as u64 + 3,
-                &entry.name,
-                &self.engine.ttl(&path),
-                &fuse_attr(child, &attr),
-                GEN,
-            ) {
+            let (child, ttl, attr) = match self.engine.lookup(&caller, &path) {
+                Ok(attr) => (self.inodes.remember(&path), self.ttl(&path, &attr), attr),
+                // Listed but not readable (a deny rule with `hide = false`): the name is shown
+                // with placeholder attributes the kernel may not keep, so a stat asks again
+                // and gets EACCES.
+                Err(e) if e.is(Errno::EACCES) => {
+                    (self.inodes.remember(&path), Duration::ZERO, placeholder_attr(entry.kind))
+                }
+                // Vanished, or hidden, since opendir: skipped.
+                Err(_) => continue,
+            };
+            if reply.add(INodeNo(child), i as u64 + 3, &entry.name, &ttl, &fuse_attr(child, &attr), GEN) {
                 // Not sent: the kernel did not take this lookup.
                 self.inodes.forget(child, 1);
                 break;
@@ -597,6 +621,26 @@ impl Filesystem for FuseDoor {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+fn placeholder_attr(kind: FileKind) -> Attr {
+    let epoch = SystemTime::UNIX_EPOCH;
+    Attr {
+        ino: 0,
+        kind,
+        perm: 0,
+        size: 0,
+        blocks: 0,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        atime: epoch,
+        mtime: epoch,
+        ctime: epoch,
+        crtime: epoch,
     }
 }
 

@@ -156,7 +156,8 @@ fn directory_renames_cannot_carry_protected_entries() {
     let m = &s.mount;
     // `tree/inner/**` is read-denied: moving `tree` would expose `inner/x` at a new path.
     fails_with(m, "mv host/tree host/tree2", "Permission denied");
-    fails_with(m, "mv host/tree/inner host/inner2", "Permission denied");
+    // The hidden directory itself cannot even be named.
+    fails_with(m, "mv host/tree/inner host/inner2", "No such file or directory");
     assert!(s._scratch.path().join("host-root/tree/inner/x").exists());
     // A directory whose contents are judged the same at both paths moves freely, even with
     // a `.env` inside (denied at the old and the new path alike).

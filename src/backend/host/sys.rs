@@ -32,8 +32,22 @@ fn check(ret: libc::c_int) -> FsResult<libc::c_int> {
 pub fn open_beneath(dir: BorrowedFd<'_>, path: &str, flags: i32, mode: u32) -> FsResult<OwnedFd> {
     let path = if path.is_empty() { "." } else { path };
     let c = cstr(path)?;
+    // openat2 refuses unknown bits (such as the kernel's internal exec flag that FUSE passes
+    // along), so only the flags that mean something for a host open are kept.
+    let known = libc::O_ACCMODE
+        | libc::O_NONBLOCK
+        | libc::O_DSYNC
+        | libc::O_SYNC
+        | libc::O_DIRECT
+        | libc::O_NOATIME
+        | libc::O_LARGEFILE
+        | libc::O_DIRECTORY
+        | libc::O_PATH
+        | libc::O_CREAT
+        | libc::O_EXCL
+        | libc::O_TMPFILE;
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+    how.flags = ((flags & known) | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
     how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 { mode as u64 } else { 0 };
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     loop {

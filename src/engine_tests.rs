@@ -1,0 +1,131 @@
+//! Engine tests without a kernel: the gate, the router and the backends wired together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::backend::memory::MemoryBackend;
+use crate::backend::Backend;
+use crate::policy::{Rule, RuleSet};
+use crate::route::Route;
+
+fn rule(ops: &[Op], paths: &[&str], mode: Mode, hide: bool) -> Rule {
+    Rule { operations: ops.to_vec(), paths: paths.iter().map(|s| s.to_string()).collect(), mode, hide }
+}
+
+fn engine(rules: Vec<Rule>) -> Engine {
+    let route = |prefix: &str| Route {
+        prefix: VPath::parse(prefix).unwrap(),
+        backend: Arc::new(MemoryBackend::new(None)) as Arc<dyn Backend>,
+        ttl: Duration::from_secs(1),
+        kind: "memory",
+    };
+    Engine::new(
+        Gate::new(RuleSet::new(rules).unwrap()),
+        Router::new(vec![route("/"), route("/w"), route("/a/b/c")]),
+        Arc::new(Audit::open(None).unwrap()),
+    )
+}
+
+fn ctx() -> Ctx {
+    Ctx { door: Door::Tool, caller: Caller { uid: 0, gid: 0, pid: 1 } }
+}
+
+fn p(s: &str) -> VPath {
+    VPath::parse(s).unwrap()
+}
+
+fn write(e: &Engine, path: &str, data: &[u8]) {
+    let (_, h) = e.create(&ctx(), &p(path), 0o644, libc::O_WRONLY).unwrap();
+    e.write(&h, 0, data).unwrap();
+}
+
+fn names(e: &Engine, dir: &str) -> Vec<String> {
+    let mut v: Vec<String> = e.readdir(&ctx(), &p(dir)).unwrap().into_iter().map(|d| d.name).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn route_mount_points_are_listed_busy_and_cross_route_ops_fail() {
+    let e = engine(vec![]);
+    assert_eq!(names(&e, "/"), ["a", "w"]);
+    assert_eq!(names(&e, "/a"), ["b"]);
+    assert_eq!(e.lookup(&ctx(), &p("/a/b")).unwrap().kind, FileKind::Dir, "synthetic directory");
+    assert_eq!(e.rmdir(&ctx(), &p("/w")).unwrap_err().errno, Errno::EBUSY);
+    assert_eq!(e.rename(&ctx(), &p("/w"), &p("/x"), 0).unwrap_err().errno, Errno::EBUSY);
+    assert_eq!(e.mkdir(&ctx(), &p("/a"), 0o755).unwrap_err().errno, Errno::EEXIST);
+    write(&e, "/w/f", b"x");
+    assert_eq!(e.rename(&ctx(), &p("/w/f"), &p("/f"), 0).unwrap_err().errno, Errno::EXDEV);
+    assert_eq!(e.link(&ctx(), &p("/w/f"), &p("/f")).unwrap_err().errno, Errno::EXDEV);
+    assert_eq!(e.lookup(&ctx(), &p("/w/f")).unwrap().size, 1);
+}
+
+#[test]
+fn hidden_entries_are_absent_and_cannot_be_recreated() {
+    let e = engine(vec![rule(&[Op::Read, Op::Write], &["/**/.env"], Mode::Deny, true)]);
+    e.mkdir(&ctx(), &p("/w/d"), 0o755).unwrap();
+    assert_eq!(
+        e.create(&ctx(), &p("/w/d/.env"), 0o644, libc::O_WRONLY).err().map(|e| e.errno),
+        Some(Errno::EACCES)
+    );
+    write(&e, "/w/d/ok", b"1");
+    // Planted behind the gate's back (as on a host directory).
+    e.router.create(&e.gate.probe(&p("/w/d/.env")), 0o644, libc::O_WRONLY, &ctx().caller).unwrap();
+    assert_eq!(names(&e, "/w/d"), ["ok"]);
+    assert_eq!(e.lookup(&ctx(), &p("/w/d/.env")).unwrap_err().errno, Errno::ENOENT);
+    assert_eq!(e.audit.recorded(), 2, "the create and the lookup were refused and audited");
+}
+
+#[test]
+fn hide_false_lists_but_refuses() {
+    let e = engine(vec![rule(&[Op::Read], &["/w/s"], Mode::Deny, false)]);
+    write(&e, "/w/s", b"1");
+    assert_eq!(names(&e, "/w"), ["s"]);
+    let err = e.lookup(&ctx(), &p("/w/s")).unwrap_err();
+    assert_eq!((err.errno, err.denied_by), (Errno::EACCES, Some(0)));
+}
+
+#[test]
+fn directory_rename_is_judged_on_what_it_carries() {
+    let e = engine(vec![
+        rule(&[Op::Read], &["/w/tree/inner/**"], Mode::Deny, true),
+        rule(&[Op::Read, Op::Write], &["/**/.env"], Mode::Deny, true),
+    ]);
+    e.mkdir(&ctx(), &p("/w/tree"), 0o755).unwrap();
+    // Creating inside the hidden tree is refused, so it is planted behind the gate's back.
+    assert_eq!(e.mkdir(&ctx(), &p("/w/tree/inner"), 0o755).unwrap_err().errno, Errno::EACCES);
+    e.router.mkdir(&e.gate.probe(&p("/w/tree/inner")), 0o755, &ctx().caller).unwrap();
+    assert_eq!(e.rename(&ctx(), &p("/w/tree"), &p("/w/t2"), 0).unwrap_err().errno, Errno::EACCES);
+    // `.env` is denied at both ends: the move is allowed.
+    e.mkdir(&ctx(), &p("/w/env"), 0o755).unwrap();
+    e.router.create(&e.gate.probe(&p("/w/env/.env")), 0o644, libc::O_WRONLY, &ctx().caller).unwrap();
+    e.rename(&ctx(), &p("/w/env"), &p("/w/env2"), 0).unwrap();
+    assert!(e.router.getattr(&e.gate.probe(&p("/w/env2/.env"))).is_ok());
+}
+
+#[test]
+fn links_need_write_on_the_existing_file() {
+    let e = engine(vec![rule(&[Op::Write], &["/w/ro/**"], Mode::Deny, true)]);
+    e.mkdir(&ctx(), &p("/w/ro"), 0o755).unwrap_err();
+    e.mkdir(&ctx(), &p("/w/rw"), 0o755).unwrap();
+    write(&e, "/w/rw/f", b"1");
+    e.link(&ctx(), &p("/w/rw/f"), &p("/w/rw/g")).unwrap();
+    assert_eq!(e.lookup(&ctx(), &p("/w/rw/f")).unwrap().nlink, 2);
+}
+
+#[test]
+fn open_checks_each_access_mode() {
+    let e = engine(vec![rule(&[Op::Write], &["/w/f"], Mode::Deny, true)]);
+    write(&e, "/w/g", b"1");
+    e.rename(&ctx(), &p("/w/g"), &p("/w/h"), 0).unwrap();
+    e.router.create(&e.gate.probe(&p("/w/f")), 0o644, libc::O_WRONLY, &ctx().caller).unwrap();
+    assert!(e.open(&ctx(), &p("/w/f"), libc::O_RDONLY).is_ok());
+    assert_eq!(e.open(&ctx(), &p("/w/f"), libc::O_RDWR).err().map(|e| e.errno), Some(Errno::EACCES));
+    assert_eq!(
+        e.open(&ctx(), &p("/w/f"), libc::O_RDONLY | libc::O_TRUNC).err().map(|e| e.errno),
+        Some(Errno::EACCES)
+    );
+    let changes = SetAttr { mode: Some(0o600), ..SetAttr::default() };
+    assert_eq!(e.setattr(&ctx(), &p("/w/f"), &changes, None).unwrap_err().errno, Errno::EACCES);
+}
