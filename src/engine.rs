@@ -143,6 +143,9 @@ impl Engine {
     }
 
     pub fn open(&self, ctx: &Ctx, path: &VPath, flags: i32) -> FsResult<OpenHandle> {
+        if flags & libc::O_ACCMODE == libc::O_ACCMODE {
+            return Err(FsError::new(Errno::EINVAL, "invalid access mode"));
+        }
         let mut permit = None;
         if wants_read(flags) {
             permit = Some(self.check(ctx, "open", Op::Read, path, false)?);
@@ -312,6 +315,21 @@ impl Engine {
 
     pub fn fallocate(&self, handle: &OpenHandle, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         handle.file.fallocate(offset, length, mode)
+    }
+
+    /// A file reached by several names (hard links) is one node: an operation on the node
+    /// must be allowed under every name it is known by, not just the one that was used.
+    pub fn check_aliases(&self, ctx: &Ctx, operation: &str, op: Op, aliases: &[VPath]) -> FsResult<()> {
+        for alias in aliases {
+            self.check_node(ctx, operation, op, alias)?;
+        }
+        Ok(())
+    }
+
+    /// The backend node behind a non-directory (route, backend inode), which tells hard links
+    /// of one file apart from different files.
+    pub fn identity(&self, path: &VPath, attr: &Attr) -> Option<(usize, u64)> {
+        (attr.kind != FileKind::Dir).then(|| (self.router.route_index(path), attr.ino))
     }
 
     /// How long the kernel may cache what it learned about `path`.

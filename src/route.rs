@@ -50,6 +50,12 @@ impl Router {
         unreachable!("the root route matches every path")
     }
 
+    /// A stable index of the route serving `path` (for telling backend nodes apart).
+    pub fn route_index(&self, path: &VPath) -> usize {
+        let route = self.route_of(path);
+        self.routes.iter().position(|r| std::ptr::eq(r, route)).expect("a route of the router")
+    }
+
     pub fn route_of(&self, path: &VPath) -> &Route {
         self.resolve(path).0
     }

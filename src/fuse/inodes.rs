@@ -1,9 +1,11 @@
-//! The FUSE door's inode table: kernel inode numbers ↔ virtual paths.
+//! The FUSE door's inode table: kernel inode numbers ↔ the virtual paths they are known by.
 //!
-//! An inode here stands for a *name* (a path), not for a backend node: two hard links are two
-//! inodes, each judged by the gate under its own path. Numbers are never reused, so the
-//! generation is always 0. Renames move the paths of a node and of everything the kernel
-//! knows beneath it; unlink detaches a node from its path while open handles keep it usable.
+//! A directory has one path. A file reached through several hard links is one inode with
+//! several paths (so `st_ino` and the page cache are shared, as POSIX tools expect), keyed by
+//! the backend's own identity of the node; the engine judges an inode-level operation on every
+//! path the inode is known by. Numbers are never reused, so the generation is always 0.
+//! Renames move the paths of a node and of everything the kernel knows beneath it; unlink
+//! removes one path, and a node without paths lives on only for its open handles.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,18 +17,22 @@ use crate::vpath::VPath;
 
 pub const ROOT_INO: u64 = 1;
 
+/// Which backend node a non-directory inode stands for: (route index, backend inode).
+pub type Identity = (usize, u64);
+
 struct Node {
-    path: VPath,
+    /// Live names, the first one preferred; empty once every name was removed.
+    paths: Vec<VPath>,
+    identity: Option<Identity>,
     /// Lookups the kernel holds on this inode (it sends `forget` to drop them).
     lookups: AtomicU64,
-    /// The name was removed or replaced; the node lives on only for open handles.
-    detached: bool,
 }
 
 #[derive(Default)]
 struct Tables {
     by_ino: HashMap<u64, Node>,
     by_path: HashMap<VPath, u64>,
+    by_identity: HashMap<Identity, u64>,
 }
 
 pub struct Inodes {
@@ -43,41 +49,74 @@ impl Default for Inodes {
 impl Inodes {
     pub fn new() -> Inodes {
         let mut tables = Tables::default();
-        let root = Node { path: VPath::root(), lookups: AtomicU64::new(1), detached: false };
+        let root = Node { paths: vec![VPath::root()], identity: None, lookups: AtomicU64::new(1) };
         tables.by_ino.insert(ROOT_INO, root);
         tables.by_path.insert(VPath::root(), ROOT_INO);
         Inodes { tables: RwLock::new(tables), next: AtomicU64::new(ROOT_INO + 1) }
     }
 
-    /// The path an inode stands for. A detached inode has none (ENOENT), except through an
-    /// open handle.
+    /// The preferred path of an inode; ENOENT once all its names are gone.
     pub fn path(&self, ino: u64) -> FsResult<VPath> {
         let tables = self.tables.read();
         match tables.by_ino.get(&ino) {
-            Some(node) if !node.detached => Ok(node.path.clone()),
+            Some(node) => {
+                node.paths.first().cloned().ok_or_else(|| FsError::new(Errno::ENOENT, "the name was removed"))
+            }
+            None => Err(FsError::new(Errno::ESTALE, format!("unknown inode {ino}"))),
+        }
+    }
+
+    /// Every live path of an inode (hard links), the preferred one first.
+    pub fn paths(&self, ino: u64) -> FsResult<Vec<VPath>> {
+        let tables = self.tables.read();
+        match tables.by_ino.get(&ino) {
+            Some(node) if !node.paths.is_empty() => Ok(node.paths.clone()),
             Some(_) => Err(FsError::new(Errno::ENOENT, "the name was removed")),
             None => Err(FsError::new(Errno::ESTALE, format!("unknown inode {ino}"))),
         }
     }
 
-    /// Records one kernel lookup of `path` and returns its inode number.
-    pub fn remember(&self, path: &VPath) -> u64 {
+    /// Records one kernel lookup of `path` and returns its inode number. `identity` (for
+    /// non-directories) joins hard links of one backend node into one inode.
+    pub fn remember(&self, path: &VPath, identity: Option<Identity>) -> u64 {
         {
             let tables = self.tables.read();
             if let Some(&ino) = tables.by_path.get(path) {
-                tables.by_ino[&ino].lookups.fetch_add(1, Ordering::Relaxed);
-                return ino;
+                let node = &tables.by_ino[&ino];
+                if node.identity == identity {
+                    node.lookups.fetch_add(1, Ordering::Relaxed);
+                    return ino;
+                }
             }
         }
         let mut tables = self.tables.write();
         if let Some(&ino) = tables.by_path.get(path) {
-            tables.by_ino[&ino].lookups.fetch_add(1, Ordering::Relaxed);
-            return ino;
+            if tables.by_ino[&ino].identity == identity {
+                tables.by_ino[&ino].lookups.fetch_add(1, Ordering::Relaxed);
+                return ino;
+            }
+            // The name now refers to another node (replaced behind our back).
+            Self::unlink_path(&mut tables, path);
+        }
+        if let Some(id) = identity {
+            if let Some(&ino) = tables.by_identity.get(&id) {
+                let node = tables.by_ino.get_mut(&ino).expect("identity points to a node");
+                // A node whose names were all removed is not revived by a recycled identity.
+                if !node.paths.is_empty() {
+                    node.paths.push(path.clone());
+                    node.lookups.fetch_add(1, Ordering::Relaxed);
+                    tables.by_path.insert(path.clone(), ino);
+                    return ino;
+                }
+            }
         }
         let ino = self.next.fetch_add(1, Ordering::Relaxed);
-        let node = Node { path: path.clone(), lookups: AtomicU64::new(1), detached: false };
+        let node = Node { paths: vec![path.clone()], identity, lookups: AtomicU64::new(1) };
         tables.by_ino.insert(ino, node);
         tables.by_path.insert(path.clone(), ino);
+        if let Some(id) = identity {
+            tables.by_identity.insert(id, ino);
+        }
         ino
     }
 
@@ -92,8 +131,15 @@ impl Inodes {
         node.lookups.store(left, Ordering::Relaxed);
         if left == 0 {
             let node = tables.by_ino.remove(&ino).expect("present");
-            if !node.detached && tables.by_path.get(&node.path) == Some(&ino) {
-                tables.by_path.remove(&node.path);
+            for path in &node.paths {
+                if tables.by_path.get(path) == Some(&ino) {
+                    tables.by_path.remove(path);
+                }
+            }
+            if let Some(id) = node.identity {
+                if tables.by_identity.get(&id) == Some(&ino) {
+                    tables.by_identity.remove(&id);
+                }
             }
         }
     }
@@ -101,13 +147,27 @@ impl Inodes {
     /// The name at `path` is gone (unlink, rmdir, or replaced by a rename).
     pub fn removed(&self, path: &VPath) {
         let mut tables = self.tables.write();
-        Self::detach(&mut tables, path);
+        Self::unlink_path(&mut tables, path);
     }
 
-    fn detach(tables: &mut Tables, path: &VPath) {
+    fn unlink_path(tables: &mut Tables, path: &VPath) {
         if let Some(ino) = tables.by_path.remove(path) {
             if let Some(node) = tables.by_ino.get_mut(&ino) {
-                node.detached = true;
+                node.paths.retain(|p| p != path);
+            }
+        }
+    }
+
+    fn entries_under(tables: &Tables, root: &VPath) -> Vec<(VPath, u64)> {
+        tables.by_path.iter().filter(|(p, _)| p.starts_with(root)).map(|(p, &i)| (p.clone(), i)).collect()
+    }
+
+    fn set_path(tables: &mut Tables, ino: u64, old: &VPath, new: VPath) {
+        tables.by_path.insert(new.clone(), ino);
+        if let Some(node) = tables.by_ino.get_mut(&ino) {
+            match node.paths.iter_mut().find(|p| *p == old) {
+                Some(p) => *p = new,
+                None => node.paths.push(new),
             }
         }
     }
@@ -116,46 +176,33 @@ impl Inodes {
     /// `to` is replaced.
     pub fn renamed(&self, from: &VPath, to: &VPath) {
         let mut tables = self.tables.write();
-        Self::detach(&mut tables, to);
-        let moved: Vec<(VPath, u64)> = tables
-            .by_path
-            .iter()
-            .filter(|(p, _)| p.starts_with(from))
-            .map(|(p, &i)| (p.clone(), i))
-            .collect();
+        for (path, _) in Self::entries_under(&tables, to) {
+            Self::unlink_path(&mut tables, &path);
+        }
+        let moved = Self::entries_under(&tables, from);
+        for (old, _) in &moved {
+            tables.by_path.remove(old);
+        }
         for (old, ino) in moved {
-            let rel = old.strip_prefix(from).expect("filtered by prefix");
-            let new = to.join_rel(rel);
-            tables.by_path.remove(&old);
-            // A stale entry under the destination (from an earlier, now replaced tree).
-            Self::detach(&mut tables, &new);
-            tables.by_path.insert(new.clone(), ino);
-            if let Some(node) = tables.by_ino.get_mut(&ino) {
-                node.path = new;
-            }
+            let new = to.join_rel(old.strip_prefix(from).expect("filtered by prefix"));
+            Self::set_path(&mut tables, ino, &old, new);
         }
     }
 
     /// `a` and `b` swapped places (RENAME_EXCHANGE).
     pub fn exchanged(&self, a: &VPath, b: &VPath) {
         let mut tables = self.tables.write();
-        let under = |t: &Tables, root: &VPath| -> Vec<(VPath, u64)> {
-            t.by_path.iter().filter(|(p, _)| p.starts_with(root)).map(|(p, &i)| (p.clone(), i)).collect()
-        };
-        let (under_a, under_b) = (under(&tables, a), under(&tables, b));
+        let (under_a, under_b) = (Self::entries_under(&tables, a), Self::entries_under(&tables, b));
         for (path, _) in under_a.iter().chain(under_b.iter()) {
             tables.by_path.remove(path);
         }
-        let moves = under_a
+        let moves: Vec<(VPath, VPath, u64)> = under_a
             .into_iter()
-            .map(|(p, i)| (b.join_rel(p.strip_prefix(a).unwrap_or("")), i))
-            .chain(under_b.into_iter().map(|(p, i)| (a.join_rel(p.strip_prefix(b).unwrap_or("")), i)))
-            .collect::<Vec<_>>();
-        for (new, ino) in moves {
-            tables.by_path.insert(new.clone(), ino);
-            if let Some(node) = tables.by_ino.get_mut(&ino) {
-                node.path = new;
-            }
+            .map(|(p, i)| (b.join_rel(p.strip_prefix(a).unwrap_or("")), p, i))
+            .chain(under_b.into_iter().map(|(p, i)| (a.join_rel(p.strip_prefix(b).unwrap_or("")), p, i)))
+            .collect();
+        for (new, old, ino) in moves {
+            Self::set_path(&mut tables, ino, &old, new);
         }
     }
 
@@ -173,12 +220,9 @@ impl Inodes {
         let tables = self.tables.read();
         tables
             .by_path
-            .iter()
-            .filter(|(p, _)| !p.is_root())
-            .filter_map(|(p, _)| {
-                let parent = tables.by_path.get(&p.parent())?;
-                Some((*parent, p.name().to_string()))
-            })
+            .keys()
+            .filter(|p| !p.is_root())
+            .filter_map(|p| Some((*tables.by_path.get(&p.parent())?, p.name().to_string())))
             .collect()
     }
 }
@@ -194,33 +238,47 @@ mod tests {
     #[test]
     fn lookups_and_forget() {
         let t = Inodes::new();
-        let a = t.remember(&p("/a"));
-        assert_eq!(t.remember(&p("/a")), a);
+        let a = t.remember(&p("/a"), Some((0, 7)));
+        assert_eq!(t.remember(&p("/a"), Some((0, 7))), a);
         t.forget(a, 1);
         assert_eq!(t.path(a).unwrap(), p("/a"));
         t.forget(a, 1);
         assert!(t.path(a).is_err());
-        assert_ne!(t.remember(&p("/a")), a, "numbers are not reused");
+        assert_ne!(t.remember(&p("/a"), Some((0, 7))), a, "numbers are not reused");
+    }
+
+    #[test]
+    fn hard_links_share_an_inode_and_keep_all_names() {
+        let t = Inodes::new();
+        let a = t.remember(&p("/x/a"), Some((1, 9)));
+        assert_eq!(t.remember(&p("/x/b"), Some((1, 9))), a);
+        assert_eq!(t.paths(a).unwrap(), [p("/x/a"), p("/x/b")]);
+        t.removed(&p("/x/a"));
+        assert_eq!(t.path(a).unwrap(), p("/x/b"));
+        t.removed(&p("/x/b"));
+        assert_eq!(t.path(a).unwrap_err().errno, Errno::ENOENT);
+        // A recycled backend identity does not revive a node whose names are gone.
+        assert_ne!(t.remember(&p("/x/c"), Some((1, 9))), a);
     }
 
     #[test]
     fn rename_moves_descendants_and_detaches_target() {
         let t = Inodes::new();
-        let d = t.remember(&p("/d"));
-        let f = t.remember(&p("/d/f"));
-        let old = t.remember(&p("/e"));
+        let d = t.remember(&p("/d"), None);
+        let f = t.remember(&p("/d/f"), Some((0, 1)));
+        let old = t.remember(&p("/e"), None);
         t.renamed(&p("/d"), &p("/e"));
         assert_eq!(t.path(d).unwrap(), p("/e"));
         assert_eq!(t.path(f).unwrap(), p("/e/f"));
         assert_eq!(t.path(old).unwrap_err().errno, Errno::ENOENT);
-        assert_eq!(t.remember(&p("/e/f")), f);
+        assert_eq!(t.remember(&p("/e/f"), Some((0, 1))), f);
     }
 
     #[test]
     fn exchange_swaps() {
         let t = Inodes::new();
-        let a = t.remember(&p("/a"));
-        let b = t.remember(&p("/b"));
+        let a = t.remember(&p("/a"), Some((0, 1)));
+        let b = t.remember(&p("/b"), Some((0, 2)));
         t.exchanged(&p("/a"), &p("/b"));
         assert_eq!(t.path(a).unwrap(), p("/b"));
         assert_eq!(t.path(b).unwrap(), p("/a"));

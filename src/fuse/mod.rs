@@ -22,6 +22,7 @@ use parking_lot::RwLock;
 use crate::backend::{Attr, Caller, DirEntry, FileKind, SetAttr, TimeSet};
 use crate::engine::{Ctx, Door, Engine, OpenHandle};
 use crate::error::{Errno, FsError, FsResult};
+use crate::policy::Op;
 use crate::vpath::VPath;
 use inodes::Inodes;
 
@@ -31,10 +32,16 @@ struct DirHandle {
     entries: Vec<DirEntry>,
 }
 
+/// An open file and the inode it was opened through.
+struct DoorFile {
+    ino: u64,
+    handle: OpenHandle,
+}
+
 pub struct FuseDoor {
     engine: Arc<Engine>,
     inodes: Arc<Inodes>,
-    files: RwLock<HashMap<u64, Arc<OpenHandle>>>,
+    files: RwLock<HashMap<u64, Arc<DoorFile>>>,
     dirs: RwLock<HashMap<u64, Arc<DirHandle>>>,
     next_handle: AtomicU64,
 }
@@ -104,42 +111,40 @@ impl FuseDoor {
         Ok(dir.join(VPath::check_name(name.as_bytes())?))
     }
 
-    fn file(&self, fh: FileHandle) -> FsResult<Arc<OpenHandle>> {
+    fn file(&self, fh: FileHandle) -> FsResult<Arc<DoorFile>> {
         self.files.read().get(&fh.0).cloned().ok_or_else(|| FsError::errno(Errno::EBADF))
     }
 
-    fn add_file(&self, handle: OpenHandle) -> u64 {
+    fn add_file(&self, ino: u64, handle: OpenHandle) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.write().insert(fh, Arc::new(handle));
+        self.files.write().insert(fh, Arc::new(DoorFile { ino, handle }));
         fh
+    }
+
+    /// Any open handle of an inode (for `fstat` of a file whose names were all removed).
+    fn any_file_of(&self, ino: u64) -> Option<Arc<DoorFile>> {
+        self.files.read().values().find(|f| f.ino == ino).cloned()
+    }
+
+    /// Records a lookup of `path` and returns the inode number the kernel will hold.
+    fn remember(&self, path: &VPath, attr: &Attr) -> u64 {
+        self.inodes.remember(path, self.engine.identity(path, attr))
     }
 
     /// Replies with a new entry the kernel will hold a lookup on.
     fn entry(&self, path: &VPath, attr: &Attr, reply: ReplyEntry) {
-        let ino = self.inodes.remember(path);
-        reply.entry(&self.ttl(path, attr), &fuse_attr(ino, attr), GEN);
+        let ino = self.remember(path, attr);
+        reply.entry(&self.engine.ttl(path), &fuse_attr(ino, attr), GEN);
     }
 
-    /// How long the kernel may trust what it learned. Each name is its own inode here, so a
-    /// file with several hard links must not be cached: a write through one name has to show
-    /// through the others at once.
-    fn ttl(&self, path: &VPath, attr: &Attr) -> Duration {
-        if attr.nlink > 1 && attr.kind != FileKind::Dir {
-            Duration::ZERO
-        } else {
-            self.engine.ttl(path)
+    /// The preferred path of an inode, after the gate allowed `op` under its other names
+    /// (hard links) as well.
+    fn node_path(&self, req: &Request, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
+        let mut paths = self.inodes.paths(ino.0)?;
+        if paths.len() > 1 {
+            self.engine.check_aliases(&ctx(req), operation, op, &paths[1..])?;
         }
-    }
-
-    /// Open flags for a file: keep the page cache across opens unless other names share it.
-    fn open_flags(attr_nlink: u32) -> FopenFlags {
-        if attr_nlink > 1 {
-            FopenFlags::empty()
-        } else {
-            // The kernel drops the cache when it sees the file change size or mtime
-            // (FUSE_AUTO_INVAL_DATA).
-            FopenFlags::FOPEN_KEEP_CACHE
-        }
+        Ok(paths.swap_remove(0))
     }
 }
 
@@ -176,12 +181,21 @@ impl Filesystem for FuseDoor {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let result = match fh.map(|fh| self.file(fh)) {
-            Some(Ok(handle)) => handle.file.getattr().map(|a| (a, handle.path.clone())),
-            _ => self.inodes.path(ino.0).and_then(|p| Ok((self.engine.getattr(&ctx(req), &p)?, p))),
+        let open = fh.and_then(|fh| self.file(fh).ok());
+        let result = match open {
+            Some(f) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
+            None => match self.node_path(req, ino, "getattr", Op::Read) {
+                Ok(p) => self.engine.getattr(&ctx(req), &p).map(|a| (a, p)),
+                // Every name was removed, but the file is still open (fstat after unlink).
+                Err(e) if e.is(Errno::ENOENT) => match self.any_file_of(ino.0) {
+                    Some(f) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
+                    None => Err(e),
+                },
+                Err(e) => Err(e),
+            },
         };
         match result {
-            Ok((attr, path)) => reply.attr(&self.ttl(&path, &attr), &fuse_attr(ino.0, &attr)),
+            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -212,20 +226,23 @@ impl Filesystem for FuseDoor {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        let handle = fh.and_then(|fh| self.file(fh).ok());
-        let result = match &handle {
-            Some(h) => Ok(h.path.clone()),
-            None => self.inodes.path(ino.0),
+        let open = fh.and_then(|fh| self.file(fh).ok());
+        let result = match &open {
+            Some(f) => Ok(f.handle.path.clone()),
+            None => self.node_path(req, ino, "setattr", Op::Write),
         }
-        .and_then(|p| Ok((self.engine.setattr(&ctx(req), &p, &changes, handle.as_deref())?, p)));
+        .and_then(|p| {
+            Ok((self.engine.setattr(&ctx(req), &p, &changes, open.as_ref().map(|f| &f.handle))?, p))
+        });
         match result {
-            Ok((attr, path)) => reply.attr(&self.ttl(&path, &attr), &fuse_attr(ino.0, &attr)),
+            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.inodes.path(ino.0).and_then(|p| self.engine.readlink(&ctx(req), &p)) {
+        match self.node_path(req, ino, "readlink", Op::Read).and_then(|p| self.engine.readlink(&ctx(req), &p))
+        {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(&e)),
         }
@@ -316,7 +333,7 @@ impl Filesystem for FuseDoor {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let result = self.inodes.path(ino.0).and_then(|existing| {
+        let result = self.node_path(req, ino, "link", Op::Write).and_then(|existing| {
             let new_path = self.child(newparent, newname)?;
             Ok((self.engine.link(&ctx(req), &existing, &new_path)?, new_path))
         });
@@ -327,10 +344,12 @@ impl Filesystem for FuseDoor {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.inodes.path(ino.0).and_then(|p| self.engine.open(&ctx(req), &p, flags.0)) {
+        let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
+        match self.node_path(req, ino, "open", op).and_then(|p| self.engine.open(&ctx(req), &p, flags.0)) {
+            // Keep the page cache across opens; the kernel drops it when it sees the file
+            // change size or mtime (FUSE_AUTO_INVAL_DATA).
             Ok(handle) => {
-                let nlink = handle.file.getattr().map(|a| a.nlink).unwrap_or(1);
-                reply.opened(FileHandle(self.add_file(handle)), Self::open_flags(nlink))
+                reply.opened(FileHandle(self.add_file(ino.0, handle)), FopenFlags::FOPEN_KEEP_CACHE)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -347,7 +366,7 @@ impl Filesystem for FuseDoor {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.file(fh).and_then(|h| self.engine.read(&h, offset, size)) {
+        match self.file(fh).and_then(|f| self.engine.read(&f.handle, offset, size)) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -365,7 +384,7 @@ impl Filesystem for FuseDoor {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.file(fh).and_then(|h| self.engine.write(&h, offset, data)) {
+        match self.file(fh).and_then(|f| self.engine.write(&f.handle, offset, data)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -379,7 +398,7 @@ impl Filesystem for FuseDoor {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.file(fh).and_then(|h| self.engine.flush(&h)) {
+        match self.file(fh).and_then(|f| self.engine.flush(&f.handle)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -399,7 +418,7 @@ impl Filesystem for FuseDoor {
         // Dropping the last reference closes the backend file; flush first so a backend that
         // buffers reports its error here rather than losing the data silently.
         let result = match handle {
-            Some(h) => self.engine.flush(&h),
+            Some(f) => self.engine.flush(&f.handle),
             None => Ok(()),
         };
         match result {
@@ -409,7 +428,7 @@ impl Filesystem for FuseDoor {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        match self.file(fh).and_then(|h| self.engine.fsync(&h, datasync)) {
+        match self.file(fh).and_then(|f| self.engine.fsync(&f.handle, datasync)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -486,12 +505,13 @@ impl Filesystem for FuseDoor {
         for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
             let path = dir.path.join(&entry.name);
             let (child, ttl, attr) = match self.engine.lookup(&caller, &path) {
-                Ok(attr) => (self.inodes.remember(&path), self.ttl(&path, &attr), attr),
+                Ok(attr) => (self.remember(&path, &attr), self.engine.ttl(&path), attr),
                 // Listed but not readable (a deny rule with `hide = false`): the name is shown
                 // with placeholder attributes the kernel may not keep, so a stat asks again
                 // and gets EACCES.
                 Err(e) if e.is(Errno::EACCES) => {
-                    (self.inodes.remember(&path), Duration::ZERO, placeholder_attr(entry.kind))
+                    let attr = placeholder_attr(entry.kind);
+                    (self.inodes.remember(&path, None), Duration::ZERO, attr)
                 }
                 // Vanished, or hidden, since opendir: skipped.
                 Err(_) => continue,
@@ -540,7 +560,7 @@ impl Filesystem for FuseDoor {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let result = self.inodes.path(ino.0).and_then(|p| {
+        let result = self.node_path(req, ino, "setxattr", Op::Write).and_then(|p| {
             let name = name.to_str().ok_or_else(|| FsError::errno(Errno::EINVAL))?;
             self.engine.setxattr(&ctx(req), &p, name, value, flags)
         });
@@ -551,7 +571,7 @@ impl Filesystem for FuseDoor {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let result = self.inodes.path(ino.0).and_then(|p| {
+        let result = self.node_path(req, ino, "getxattr", Op::Read).and_then(|p| {
             let name = name.to_str().ok_or_else(|| FsError::errno(Errno::ENODATA))?;
             self.engine.getxattr(&ctx(req), &p, name)
         });
@@ -559,12 +579,14 @@ impl Filesystem for FuseDoor {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let result = self.inodes.path(ino.0).and_then(|p| self.engine.listxattr(&ctx(req), &p));
+        let result = self
+            .node_path(req, ino, "listxattr", Op::Read)
+            .and_then(|p| self.engine.listxattr(&ctx(req), &p));
         reply_xattr(result, size, reply)
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.inodes.path(ino.0).and_then(|p| {
+        let result = self.node_path(req, ino, "removexattr", Op::Write).and_then(|p| {
             let name = name.to_str().ok_or_else(|| FsError::errno(Errno::ENODATA))?;
             self.engine.removexattr(&ctx(req), &p, name)
         });
@@ -593,8 +615,8 @@ impl Filesystem for FuseDoor {
             self.child(parent, name).and_then(|p| Ok((self.engine.create(&ctx(req), &p, mode, flags)?, p)));
         match result {
             Ok(((attr, handle), path)) => {
-                let ino = self.inodes.remember(&path);
-                let fh = self.add_file(handle);
+                let ino = self.remember(&path, &attr);
+                let fh = self.add_file(ino, handle);
                 reply.created(
                     &self.engine.ttl(&path),
                     &fuse_attr(ino, &attr),
@@ -617,7 +639,7 @@ impl Filesystem for FuseDoor {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.file(fh).and_then(|h| self.engine.fallocate(&h, offset, length, mode)) {
+        match self.file(fh).and_then(|f| self.engine.fallocate(&f.handle, offset, length, mode)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }

@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod conformance;
 mod file_ops;
 mod lifecycle;
 mod persistence;
