@@ -1,6 +1,5 @@
 //! Test harness: a real daemon on a real mount, unmounted even when a test panics.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -70,10 +69,6 @@ impl Mount {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
     }
 
     /// Sends `signal` and waits for the daemon to exit.
@@ -197,17 +192,3 @@ impl Fixture {
 
 /// The routes every file-semantics test runs against.
 pub const ROUTES: [&str; 3] = ["/host", "/mem", "/db"];
-
-/// Reads lines from a file until one satisfies `pred` (for logs).
-pub fn wait_for_line(path: &Path, pred: impl Fn(&str) -> bool, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if let Ok(f) = std::fs::File::open(path) {
-            if BufReader::new(f).lines().map_while(Result::ok).any(|l| pred(&l)) {
-                return true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}

@@ -49,10 +49,33 @@ fn raise_override_caps() {
     }
 }
 
+thread_local! {
+    static OWN_UMASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The kernel already applied the caller's umask to the mode it sends; the daemon's own umask
+/// must not strip bits again. The umask lives in the process's shared `fs_struct`, so each
+/// thread that creates nodes first takes a private copy (`unshare(CLONE_FS)`) and clears it
+/// there, leaving the rest of the daemon (its databases, its sockets) with the normal umask.
+fn clear_thread_umask() {
+    OWN_UMASK.with(|done| {
+        if !done.get() {
+            // SAFETY: unshare(CLONE_FS) affects only the calling thread's fs context.
+            unsafe {
+                if libc::unshare(libc::CLONE_FS) == 0 {
+                    libc::umask(0);
+                }
+            }
+            done.set(true);
+        }
+    });
+}
+
 impl AsCaller {
     /// Switches this thread's filesystem ids to the caller's until the guard drops.
     /// A daemon that is not root (or a caller that is) needs no switch.
     pub fn enter(caller: &Caller) -> AsCaller {
+        clear_thread_umask();
         let me = unsafe { libc::geteuid() };
         if me != 0 || (caller.uid == 0 && caller.gid == 0) {
             return AsCaller { switched: false };
