@@ -4,6 +4,9 @@
 pub mod overlap;
 pub mod rules;
 
+#[cfg(test)]
+mod model_tests;
+
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;

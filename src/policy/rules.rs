@@ -110,6 +110,9 @@ pub struct RuleSet {
     pattern_rule: Vec<usize>,
     /// Each pattern on its own, for the subtree-overlap test.
     matchers: Vec<(String, GlobMatcher)>,
+    /// Whether a pattern names a directory itself when it matches `dir/`: only patterns
+    /// ending in `/**` or `/` do (`/a/*` matching `/a/` through an empty `*` does not).
+    covers_dir: Vec<bool>,
     has_rules_for: [bool; 2],
 }
 
@@ -133,6 +136,7 @@ impl RuleSet {
         let mut builder = GlobSetBuilder::new();
         let mut pattern_rule = Vec::new();
         let mut matchers = Vec::new();
+        let mut covers_dir = Vec::new();
         let mut has_rules_for = [false; 2];
         for (index, rule) in rules.iter().enumerate() {
             for op in &rule.operations {
@@ -141,12 +145,13 @@ impl RuleSet {
             for pattern in &rule.paths {
                 let glob = compile_glob(pattern).map_err(|e| format!("{pattern:?}: {e}"))?;
                 matchers.push((pattern.clone(), glob.compile_matcher()));
+                covers_dir.push(pattern.ends_with("/**") || pattern.ends_with('/'));
                 builder.add(glob);
                 pattern_rule.push(index);
             }
         }
         let set = builder.build().map_err(|e| e.to_string())?;
-        Ok(RuleSet { rules, set, pattern_rule, matchers, has_rules_for })
+        Ok(RuleSet { rules, set, pattern_rule, matchers, covers_dir, has_rules_for })
     }
 
     pub fn empty() -> RuleSet {
@@ -170,10 +175,10 @@ impl RuleSet {
         if !self.has_rules_for[op as usize] {
             return Verdict::DEFAULT_ALLOW;
         }
-        let mut first = self.first_match(op, path.as_str());
+        let mut first = self.first_match(op, path.as_str(), false);
         if is_dir && !path.is_root() {
             let with_slash = format!("{}/", path.as_str());
-            if let Some(other) = self.first_match(op, &with_slash) {
+            if let Some(other) = self.first_match(op, &with_slash, true) {
                 first = Some(first.map_or(other, |f| f.min(other)));
             }
         }
@@ -186,14 +191,18 @@ impl RuleSet {
         }
     }
 
-    fn first_match(&self, op: Op, candidate: &str) -> Option<usize> {
+    fn first_match(&self, op: Op, candidate: &str, as_dir: bool) -> Option<usize> {
         thread_local! {
             static HITS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
         }
         HITS.with(|hits| {
             let mut hits = hits.borrow_mut();
             self.set.matches_into(candidate, &mut hits);
-            hits.iter().map(|&p| self.pattern_rule[p]).filter(|&r| self.rules[r].applies_to(op)).min()
+            hits.iter()
+                .filter(|&&p| !as_dir || self.covers_dir[p])
+                .map(|&p| self.pattern_rule[p])
+                .filter(|&r| self.rules[r].applies_to(op))
+                .min()
         })
     }
 
@@ -269,6 +278,10 @@ mod tests {
         assert!(denied("/a/b/.env", false));
         assert!(!denied("/a/b/.envrc", false));
         assert!(denied("/x/b/fz7", false));
+        // `*` may match an empty name, but `/w/*` names the children of `/w`, not `/w` itself.
+        let children = RuleSet::new(vec![rule(&[Op::Read], &["/w/*"], Mode::Deny)]).unwrap();
+        assert_eq!(children.decide(Op::Read, &p("/w"), true).mode, Mode::Allow);
+        assert_eq!(children.decide(Op::Read, &p("/w/a"), true).mode, Mode::Deny);
         assert!(!denied("/x/c/fz7", false));
     }
 

@@ -116,3 +116,37 @@ fn missing_dev_fuse_is_reported_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/dev/fuse is missing"), "{err}");
 }
+
+#[test]
+fn sighup_reloads_rules_and_the_kernel_forgets_cached_entries() {
+    let s = scratch();
+    let root = s.path().join("host-root");
+    fs::create_dir_all(&root).unwrap();
+    let cfg = config(s.path(), &root, "");
+    let m = Mount::start(&cfg, &s.path().join("mnt"));
+    fs::create_dir(m.path("/mem")).unwrap();
+    fs::write(m.path("/mem/secret.txt"), "s").unwrap();
+    fs::write(m.path("/db/secret.txt"), "s").unwrap();
+    // Cached now: the memory and sqlite routes let the kernel keep entries for an hour.
+    assert_eq!(fs::read_to_string(m.path("/mem/secret.txt")).unwrap(), "s");
+    let rules =
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/**/secret.txt\"]\nmode = \"deny\"\n";
+    let text = fs::read_to_string(&cfg).unwrap() + rules;
+    fs::write(&cfg, text).unwrap();
+    unsafe { libc::kill(m.child.as_ref().unwrap().id() as i32, libc::SIGHUP) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while m.path("/mem/secret.txt").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!m.path("/mem/secret.txt").exists(), "the cached entry still answers");
+    assert!(!m.path("/db/secret.txt").exists());
+    let names: Vec<_> = fs::read_dir(m.path("/mem")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(names.is_empty(), "{names:?}");
+    // A config that fails validation keeps the rules in force.
+    fs::write(&cfg, "[[rules]]\nmode = 1\n").unwrap();
+    unsafe { libc::kill(m.child.as_ref().unwrap().id() as i32, libc::SIGHUP) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!m.path("/mem/secret.txt").exists());
+    assert!(m.log_text().contains("reload failed, keeping the current rules"), "{}", m.log_text());
+    m.stop();
+}

@@ -1,0 +1,106 @@
+//! A model test of the gate: random rules and paths, decided by the compiled rule set and by a
+//! plain reference matcher written from the documented semantics, must agree.
+
+use proptest::prelude::*;
+
+use super::rules::{Mode, Op, Rule, RuleSet};
+use crate::vpath::VPath;
+
+/// Does one pattern component match one path component? `*` any run (dot-files included),
+/// `?` one character, `{a,b}` alternatives.
+fn component_matches(pattern: &str, name: &str) -> bool {
+    if let Some(open) = pattern.find('{') {
+        let close = pattern[open..].find('}').map(|c| c + open).expect("balanced");
+        let (head, tail) = (&pattern[..open], &pattern[close + 1..]);
+        return pattern[open + 1..close]
+            .split(',')
+            .any(|alt| component_matches(&format!("{head}{alt}{tail}"), name));
+    }
+    fn go(p: &[char], n: &[char]) -> bool {
+        match p.first() {
+            None => n.is_empty(),
+            Some('*') => (0..=n.len()).any(|i| go(&p[1..], &n[i..])),
+            Some('?') => !n.is_empty() && go(&p[1..], &n[1..]),
+            Some(c) => n.first() == Some(c) && go(&p[1..], &n[1..]),
+        }
+    }
+    go(&pattern.chars().collect::<Vec<_>>(), &name.chars().collect::<Vec<_>>())
+}
+
+/// `**` spans zero or more components, except at the end, where it needs at least one (the
+/// empty one after a trailing slash counts): `/a/**` matches `/a/` and `/a/x`, not `/a`.
+fn path_matches(pattern: &[&str], path: &[&str]) -> bool {
+    match pattern.first() {
+        None => path.is_empty(),
+        Some(&"**") if pattern.len() == 1 => !path.is_empty(),
+        Some(&"**") => (0..=path.len()).any(|i| path_matches(&pattern[1..], &path[i..])),
+        Some(p) => {
+            !path.is_empty() && component_matches(p, path[0]) && path_matches(&pattern[1..], &path[1..])
+        }
+    }
+}
+
+fn reference(rules: &[Rule], op: Op, path: &str, is_dir: bool) -> Option<usize> {
+    let slashed = format!("{path}/");
+    let plain: Vec<&str> = path.split('/').collect();
+    let slashed: Vec<&str> = slashed.split('/').collect();
+    rules.iter().position(|rule| {
+        rule.applies_to(op)
+            && rule.paths.iter().any(|pattern| {
+                let pc: Vec<&str> = pattern.split('/').collect();
+                path_matches(&pc, &plain)
+                    || (is_dir && path != "/" && pattern.ends_with("/**") && path_matches(&pc, &slashed))
+            })
+    })
+}
+
+fn component() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("a".to_string()),
+        Just("b".to_string()),
+        Just(".env".to_string()),
+        Just("ab".to_string()),
+    ]
+}
+
+fn pattern_component() -> impl Strategy<Value = String> {
+    prop_oneof![
+        component(),
+        Just("*".to_string()),
+        Just("**".to_string()),
+        Just("?".to_string()),
+        Just("a*".to_string()),
+        Just(".*".to_string()),
+        Just("{a,b}".to_string()),
+    ]
+}
+
+fn pattern() -> impl Strategy<Value = String> {
+    prop::collection::vec(pattern_component(), 1..4).prop_map(|c| format!("/{}", c.join("/")))
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    (
+        prop::sample::subsequence(vec![Op::Read, Op::Write], 1..=2),
+        prop::collection::vec(pattern(), 1..3),
+        prop_oneof![Just(Mode::Allow), Just(Mode::Deny), Just(Mode::Interrupt)],
+    )
+        .prop_map(|(operations, paths, mode)| Rule { operations, paths, mode, hide: true })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn compiled_rules_agree_with_the_reference(
+        rules in prop::collection::vec(rule(), 0..6),
+        path in prop::collection::vec(component(), 0..4),
+        is_dir in any::<bool>(),
+        write in any::<bool>(),
+    ) {
+        let set = RuleSet::new(rules.clone()).unwrap();
+        let path = format!("/{}", path.join("/"));
+        let op = if write { Op::Write } else { Op::Read };
+        let verdict = set.decide(op, &VPath::parse(&path).unwrap(), is_dir);
+        prop_assert_eq!(verdict.rule, reference(&rules, op, &path, is_dir), "{} {:?}", path, rules);
+    }
+}
