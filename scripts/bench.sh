@@ -66,7 +66,7 @@ time_it() {
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-w_create() { mkdir c && cd c && for i in $(seq 1 10000); do head -c 1024 /dev/zero > f$i; done; }
+w_create() { mkdir c && cd c && for i in $(seq 1 10000); do printf '%1024s' '' > f$i; done; }
 w_stat() { find c -type f -exec stat -c %s {} + >/dev/null; }
 w_lslr() { ls -lR c >/dev/null; }
 w_delete() { rm -rf c; }

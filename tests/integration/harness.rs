@@ -36,21 +36,25 @@ impl Mount {
     }
 
     pub fn try_start(config: &Path, dir: &Path) -> Result<Mount, String> {
-        std::fs::create_dir_all(dir).unwrap();
+        // A stale mount left by a killed daemon answers ENOTCONN here; the daemon clears it.
+        let _ = std::fs::create_dir_all(dir);
+        let parent = dir.parent().expect("a mountpoint has a parent").canonicalize().unwrap();
+        let dir = parent.join(dir.file_name().expect("a mountpoint has a name"));
         let log = dir.with_extension("log");
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(BIN)
             .args(["mount", "--config"])
             .arg(config)
-            .arg(dir)
+            .arg(&dir)
             .env("RUST_LOG", "warn")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
             .expect("spawn agentvfs");
-        let mut mount = Mount { dir: dir.canonicalize().unwrap(), child: Some(child), log };
+        let mut mount = Mount { dir, child: Some(child), log };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !is_mounted(&mount.dir) {
+        // The daemon says so once the mount is live (a stale mount is listed in mountinfo too).
+        while !(is_mounted(&mount.dir) && mount.log_text().contains("agentvfs: mounted at")) {
             if let Some(status) = mount.child.as_mut().unwrap().try_wait().unwrap() {
                 mount.child = None;
                 return Err(format!("agentvfs exited ({status}) before mounting:\n{}", mount.log_text()));

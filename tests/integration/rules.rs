@@ -75,7 +75,7 @@ fn setup() -> Setup {
     );
     fs::create_dir_all(root.join("closed")).unwrap();
     fs::write(root.join("closed/c"), "c").unwrap();
-    let cfg = config(scratch.path(), &root, &&rules);
+    let cfg = config(scratch.path(), &root, &rules);
     let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
     Setup { _scratch: scratch, mount, cfg }
 }
