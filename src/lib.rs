@@ -8,6 +8,7 @@ pub mod audit;
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod engine;
 pub mod error;

@@ -1,0 +1,7 @@
+//! The control door: a Unix socket speaking JSON-RPC 2.0 (one object per line) with
+//! MCP-compatible methods, serving the agent tool API and the operator methods. Like the FUSE
+//! door, it reaches storage only through the engine.
+
+pub mod session;
+pub mod tools;
+pub mod vfs;

@@ -1,0 +1,204 @@
+//! The agent tools (one file each) and what they share: the result type, the registry that
+//! lists them in a fixed order, and the dispatcher.
+
+use serde_json::{json, Value};
+
+use crate::control::session::Session;
+use crate::control::vfs::ToolFs;
+
+/// The closed set of machine-readable error codes (`structuredContent.error_code`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    NotFound,
+    PermissionDenied,
+    InterruptRejected,
+    InterruptTimeout,
+    NotObserved,
+    StaleVersion,
+    AmbiguousEdit,
+    EditNotFound,
+    NotText,
+    IsDirectory,
+    NotDirectory,
+    InvalidPath,
+    InvalidArgument,
+    Exists,
+    Busy,
+    Timeout,
+    TooLarge,
+    Unsupported,
+    Io,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::NotFound => "FS_NOT_FOUND",
+            ErrorCode::PermissionDenied => "FS_PERMISSION_DENIED",
+            ErrorCode::InterruptRejected => "FS_INTERRUPT_REJECTED",
+            ErrorCode::InterruptTimeout => "FS_INTERRUPT_TIMEOUT",
+            ErrorCode::NotObserved => "FS_NOT_OBSERVED",
+            ErrorCode::StaleVersion => "FS_STALE_VERSION",
+            ErrorCode::AmbiguousEdit => "FS_AMBIGUOUS_EDIT",
+            ErrorCode::EditNotFound => "FS_EDIT_NOT_FOUND",
+            ErrorCode::NotText => "FS_NOT_TEXT",
+            ErrorCode::IsDirectory => "FS_IS_DIRECTORY",
+            ErrorCode::NotDirectory => "FS_NOT_DIRECTORY",
+            ErrorCode::InvalidPath => "FS_INVALID_PATH",
+            ErrorCode::InvalidArgument => "FS_INVALID_ARGUMENT",
+            ErrorCode::Exists => "FS_EXISTS",
+            ErrorCode::Busy => "FS_BUSY",
+            ErrorCode::Timeout => "FS_TIMEOUT",
+            ErrorCode::TooLarge => "FS_TOO_LARGE",
+            ErrorCode::Unsupported => "FS_UNSUPPORTED",
+            ErrorCode::Io => "FS_IO",
+        }
+    }
+
+    /// The code for an errno from the engine.
+    pub fn from_errno(errno: crate::error::Errno) -> ErrorCode {
+        use crate::error::Errno::*;
+        match errno {
+            ENOENT => ErrorCode::NotFound,
+            EACCES | EPERM => ErrorCode::PermissionDenied,
+            EISDIR => ErrorCode::IsDirectory,
+            ENOTDIR => ErrorCode::NotDirectory,
+            EEXIST => ErrorCode::Exists,
+            EBUSY | ENOTEMPTY => ErrorCode::Busy,
+            EINVAL | ENAMETOOLONG | ELOOP | EXDEV => ErrorCode::InvalidPath,
+            ENOSPC | EFBIG => ErrorCode::TooLarge,
+            EOPNOTSUPP | ENOSYS => ErrorCode::Unsupported,
+            ETIMEDOUT => ErrorCode::Timeout,
+            _ => ErrorCode::Io,
+        }
+    }
+}
+
+/// One content block of a result.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Block {
+    Text(String),
+    /// Base64 data and its MIME type (MCP image content).
+    Image { data: String, mime_type: String },
+}
+
+/// What a tool returns: MCP `CallToolResult` parts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolOutput {
+    pub content: Vec<Block>,
+    pub is_error: bool,
+    /// Machine-readable fields; `error_code` is added for errors.
+    pub structured: serde_json::Map<String, Value>,
+}
+
+impl ToolOutput {
+    pub fn text(text: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: vec![Block::Text(text.into())], is_error: false, structured: Default::default() }
+    }
+
+    pub fn error(code: ErrorCode, text: impl Into<String>) -> ToolOutput {
+        let mut structured = serde_json::Map::new();
+        structured.insert("error_code".into(), json!(code.as_str()));
+        ToolOutput { content: vec![Block::Text(text.into())], is_error: true, structured }
+    }
+
+    pub fn with(mut self, key: &str, value: Value) -> ToolOutput {
+        self.structured.insert(key.to_string(), value);
+        self
+    }
+
+    /// The text of the result (all text blocks joined by newlines).
+    pub fn joined_text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t.as_str()),
+                Block::Image { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The MCP `CallToolResult` object.
+    pub fn to_mcp(&self) -> Value {
+        let content: Vec<Value> = self
+            .content
+            .iter()
+            .map(|b| match b {
+                Block::Text(t) => json!({"type": "text", "text": t}),
+                Block::Image { data, mime_type } => json!({"type": "image", "data": data, "mimeType": mime_type}),
+            })
+            .collect();
+        json!({"content": content, "isError": self.is_error, "structuredContent": Value::Object(self.structured.clone())})
+    }
+}
+
+/// Everything a tool call may use.
+pub struct ToolEnv<'e> {
+    pub fs: ToolFs<'e>,
+    pub session: &'e Session,
+}
+
+/// Which optional tools are listed, so descriptions never mention a tool that is not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listed {
+    pub execute: bool,
+}
+
+/// One tool: what `tools/list` shows and the function `tools/call` runs.
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: fn(&Listed) -> String,
+    /// JSON Schema of the arguments.
+    pub input_schema: fn() -> Value,
+    /// MCP annotations.
+    pub read_only: bool,
+    pub destructive: bool,
+    pub call: fn(&ToolEnv, &Value) -> ToolOutput,
+}
+
+/// Argument access with clear errors for missing or mistyped arguments.
+pub mod args {
+    use serde_json::Value;
+
+    use super::{ErrorCode, ToolOutput};
+
+    fn bad(name: &str, want: &str, got: Option<&Value>) -> ToolOutput {
+        let got = match got {
+            None | Some(Value::Null) => "nothing".to_string(),
+            Some(v) => format!("{v}"),
+        };
+        ToolOutput::error(ErrorCode::InvalidArgument, format!("Error: argument `{name}` must be {want}, got {got}"))
+    }
+
+    pub fn string(args: &Value, name: &str) -> Result<String, ToolOutput> {
+        match args.get(name) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            other => Err(bad(name, "a string", other)),
+        }
+    }
+
+    pub fn opt_string(args: &Value, name: &str) -> Result<Option<String>, ToolOutput> {
+        match args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            other => Err(bad(name, "a string", other)),
+        }
+    }
+
+    pub fn opt_int(args: &Value, name: &str) -> Result<Option<i64>, ToolOutput> {
+        match args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) if v.as_i64().is_some() => Ok(v.as_i64()),
+            other => Err(bad(name, "an integer", other)),
+        }
+    }
+
+    pub fn opt_bool(args: &Value, name: &str) -> Result<Option<bool>, ToolOutput> {
+        match args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            other => Err(bad(name, "a boolean", other)),
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The tool door's view of the tree: Deep Agents' path validation, symlinks resolved inside
+//! the virtual tree, and whole-file operations (read, atomic write, recursive delete, walk),
+//! all through the engine and so through the gate.
+
+use crate::backend::{Attr, FileKind};
+use crate::engine::{Ctx, Door, Engine};
+use crate::error::{Errno, FsError, FsResult};
+use crate::policy::{Op, Verdict};
+use crate::vpath::VPath;
+
+/// How many symlinks one resolution may follow before it is a loop.
+const MAX_SYMLINKS: usize = 40;
+
+/// Validates a tool's path argument the way Deep Agents' `validate_path` does, except that
+/// `""`, `"."` and `"./"` mean `/`. The error is the text after `Error: `.
+pub fn validate_path(input: &str) -> Result<VPath, String> {
+    let slashed = input.replace('\\', "/");
+    if slashed.split('/').any(|c| c == "..") || input.starts_with('~') {
+        return Err(format!("Path traversal not allowed: {input}"));
+    }
+    let bytes = input.as_bytes();
+    if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+        return Err(format!(
+            "Windows absolute paths are not supported: {input}. Please use virtual paths starting with / (e.g., /workspace/file.txt)"
+        ));
+    }
+    VPath::parse(&slashed).map_err(|_| format!("Invalid path: {input}"))
+}
+
+/// The tool door's file system: one caller (a control session) on one engine.
+pub struct ToolFs<'e> {
+    pub engine: &'e Engine,
+    pub ctx: Ctx,
+}
+
+/// A path after symlinks were followed: where it leads, and whether it went through a link.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
+    pub path: VPath,
+    /// The node there, or `None` when the last component does not exist.
+    pub attr: Option<Attr>,
+    pub through_symlink: bool,
+}
+
+impl<'e> ToolFs<'e> {
+    pub fn new(engine: &'e Engine) -> ToolFs<'e> {
+        ToolFs { engine, ctx: Ctx { door: Door::Tool, caller: crate::backend::Caller::daemon() } }
+    }
+
+    /// The gate's verdict for `op` on `path`, without touching storage (the pre-check).
+    pub fn decide(&self, op: Op, path: &VPath, is_dir: bool) -> Verdict {
+        self.engine.gate.decide(op, path, is_dir)
+    }
+
+    /// Follows `path` component by component through the engine: every ancestor must be
+    /// visible (a hidden one ends the walk with ENOENT), symlinks are followed inside the
+    /// virtual tree (an absolute target is a virtual path; a relative one may not climb above
+    /// `/`), and the last component is followed too when `follow_last`.
+    pub fn resolve(&self, path: &VPath, follow_last: bool) -> FsResult<Resolved> {
+        let mut pending: Vec<String> = path.components().map(str::to_string).collect();
+        pending.reverse();
+        let mut current = VPath::root();
+        let mut attr = Some(self.engine.getattr(&self.ctx, &current)?);
+        let mut through_symlink = false;
+        let mut links = 0;
+        while let Some(name) = pending.pop() {
+            let next = current.join(&name);
+            let found = match self.engine.lookup(&self.ctx, &next) {
+                Ok(a) => a,
+                Err(e) if e.is(Errno::ENOENT) && pending.is_empty() => {
+                    return Ok(Resolved { path: next, attr: None, through_symlink });
+                }
+                Err(e) => return Err(e),
+            };
+            if found.kind == FileKind::Symlink && (follow_last || !pending.is_empty()) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(FsError::new(Errno::ELOOP, format!("too many symlinks resolving {path}")));
+                }
+                let target = self.engine.readlink(&self.ctx, &next)?;
+                let target = String::from_utf8(target)
+                    .map_err(|_| FsError::new(Errno::EINVAL, format!("{next}: link target is not UTF-8")))?;
+                let joined = if target.starts_with('/') { target } else { format!("{current}/{target}") };
+                let base = VPath::parse(&joined)
+                    .map_err(|_| FsError::new(Errno::EXDEV, format!("{next} points outside the tree")))?;
+                for component in base.components().collect::<Vec<_>>().into_iter().rev() {
+                    pending.push(component.to_string());
+                }
+                current = VPath::root();
+                through_symlink = true;
+                continue;
+            }
+            current = next;
+            attr = Some(found);
+        }
+        Ok(Resolved { path: current, attr, through_symlink })
+    }
+
+    /// A directory's visible entries with their attributes, sorted by name. Entries that
+    /// vanish or cannot be read meanwhile are left out.
+    pub fn list(&self, dir: &VPath) -> FsResult<Vec<(String, Attr)>> {
+        let mut entries: Vec<(String, Attr)> = self
+            .engine
+            .readdir(&self.ctx, dir)?
+            .into_iter()
+            .filter_map(|e| {
+                let attr = self.engine.lookup(&self.ctx, &dir.join(&e.name)).ok()?;
+                Some((e.name, attr))
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(entries)
+    }
+
+    /// The whole content of a file.
+    pub fn read(&self, path: &VPath) -> FsResult<Vec<u8>> {
+        let handle = self.engine.open(&self.ctx, path, libc::O_RDONLY)?;
+        let mut data = Vec::new();
+        loop {
+            let chunk = self.engine.read(&handle, data.len() as u64, 1 << 20)?;
+            if chunk.is_empty() {
+                break;
+            }
+            data.extend_from_slice(&chunk);
+        }
+        Ok(data)
+    }
+
+    /// Replaces (or creates) `path` with `data` atomically: a temporary file beside it,
+    /// written and fsynced, then renamed over the target. Missing parent directories are
+    /// created. Returns the attributes of the new file.
+    pub fn write_atomic(&self, path: &VPath, data: &[u8], mode: u32) -> FsResult<Attr> {
+        self.make_parents(&path.parent())?;
+        let tmp = path.parent().join(&format!(".{}.agentvfs-{}.tmp", path.name(), std::process::id()));
+        let (_, handle) = self.engine.create(&self.ctx, &tmp, mode, libc::O_WRONLY)?;
+        let written = (|| {
+            let mut offset = 0usize;
+            while offset < data.len() {
+                let end = (offset + (1 << 20)).min(data.len());
+                offset += self.engine.write(&handle, offset as u64, &data[offset..end])? as usize;
+            }
+            self.engine.fsync(&handle, false)?;
+            self.engine.flush(&handle)
+        })();
+        drop(handle);
+        if let Err(e) = written.and_then(|_| self.engine.rename(&self.ctx, &tmp, path, 0)) {
+            let _ = self.engine.unlink(&self.ctx, &tmp);
+            return Err(e);
+        }
+        self.engine.lookup(&self.ctx, path)
+    }
+
+    fn make_parents(&self, dir: &VPath) -> FsResult<()> {
+        match self.engine.lookup(&self.ctx, dir) {
+            Ok(a) if a.kind == FileKind::Dir => Ok(()),
+            Ok(_) => Err(FsError::new(Errno::ENOTDIR, format!("{dir} is not a directory"))),
+            Err(e) if e.is(Errno::ENOENT) && !dir.is_root() => {
+                self.make_parents(&dir.parent())?;
+                match self.engine.mkdir(&self.ctx, dir, 0o755) {
+                    Err(e) if !e.is(Errno::EEXIST) => Err(e),
+                    _ => Ok(()),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes `path` and everything beneath it, each step through the gate.
+    pub fn remove_tree(&self, path: &VPath) -> FsResult<()> {
+        let attr = self.engine.lookup(&self.ctx, path)?;
+        if attr.kind == FileKind::Dir {
+            for entry in self.engine.readdir(&self.ctx, path)? {
+                self.remove_tree(&path.join(&entry.name))?;
+            }
+            self.engine.rmdir(&self.ctx, path)
+        } else {
+            self.engine.unlink(&self.ctx, path)
+        }
+    }
+
+    /// Visits every visible entry beneath `root` (depth first, names sorted), calling
+    /// `visit(path, attr)`; returning `false` from it stops the walk. Directories that cannot
+    /// be read are reported through `unreadable`.
+    pub fn walk(
+        &self,
+        root: &VPath,
+        visit: &mut dyn FnMut(&VPath, &Attr) -> bool,
+        unreadable: &mut dyn FnMut(&VPath, &FsError),
+    ) -> bool {
+        let entries = match self.list(root) {
+            Ok(entries) => entries,
+            Err(e) => {
+                unreadable(root, &e);
+                return true;
+            }
+        };
+        for (name, attr) in entries {
+            let path = root.join(&name);
+            if !visit(&path, &attr) {
+                return false;
+            }
+            if attr.kind == FileKind::Dir && !self.walk(&path, visit, unreadable) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_follows_deep_agents() {
+        assert_eq!(validate_path("a/b").unwrap().as_str(), "/a/b");
+        assert_eq!(validate_path("").unwrap().as_str(), "/");
+        assert_eq!(validate_path("./").unwrap().as_str(), "/");
+        assert_eq!(validate_path("\\a\\b").unwrap().as_str(), "/a/b");
+        assert_eq!(validate_path("/foo..bar").unwrap().as_str(), "/foo..bar");
+        assert_eq!(validate_path("/a/../b").unwrap_err(), "Path traversal not allowed: /a/../b");
+        assert_eq!(validate_path("~/x").unwrap_err(), "Path traversal not allowed: ~/x");
+        assert!(validate_path("C:\\x").unwrap_err().starts_with("Windows absolute paths are not supported: C:\\x."));
+    }
+}
