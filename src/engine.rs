@@ -234,7 +234,7 @@ impl Engine {
     /// Refuses moving the directory at `from` to `to` when any entry beneath it would be
     /// judged differently there. Cheap when no deny or interrupt rule reaches either subtree.
     fn check_carried(&self, ctx: &Ctx, source: &Permit, from: &VPath, to: &VPath) -> FsResult<()> {
-        if !self.gate.subtree_is_guarded(from) && !self.gate.subtree_is_guarded(to) {
+        if !self.gate.rename_may_change_verdicts(from, to) {
             return Ok(());
         }
         let entries = self.router.walk(source, RENAME_WALK_LIMIT)?;

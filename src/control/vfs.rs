@@ -220,6 +220,8 @@ mod tests {
         assert_eq!(validate_path("/foo..bar").unwrap().as_str(), "/foo..bar");
         assert_eq!(validate_path("/a/../b").unwrap_err(), "Path traversal not allowed: /a/../b");
         assert_eq!(validate_path("~/x").unwrap_err(), "Path traversal not allowed: ~/x");
-        assert!(validate_path("C:\\x").unwrap_err().starts_with("Windows absolute paths are not supported: C:\\x."));
+        assert!(validate_path("C:\\x")
+            .unwrap_err()
+            .starts_with("Windows absolute paths are not supported: C:\\x."));
     }
 }

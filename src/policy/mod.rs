@@ -91,13 +91,9 @@ impl Gate {
         !(v.mode == Mode::Deny && v.hide)
     }
 
-    /// Whether any deny or interrupt rule could match something in the subtree at `dir`.
-    pub fn subtree_is_guarded(&self, dir: &VPath) -> bool {
-        !self
-            .rules
-            .load()
-            .overlapping_patterns(dir, &[Op::Read, Op::Write], &[Mode::Deny, Mode::Interrupt])
-            .is_empty()
+    /// Whether moving the directory `from` to `to` could change a decision beneath it.
+    pub fn rename_may_change_verdicts(&self, from: &VPath, to: &VPath) -> bool {
+        self.rules.load().rename_may_change_verdicts(from, to)
     }
 }
 

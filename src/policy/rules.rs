@@ -206,6 +206,45 @@ impl RuleSet {
         })
     }
 
+    /// Whether moving the directory `from` to `to` could change how any rule judges an entry
+    /// beneath it (so the engine must compare entry by entry). A deny or interrupt pattern
+    /// that reaches neither subtree cannot. Nor can a pattern of the form `/**/NAME` or
+    /// `/**/NAME/**` (NAME one component) that matches neither directory itself: whether it
+    /// matches an entry depends only on the part of the path that moves along, provided no
+    /// earlier rule reaches either subtree (first match wins). This keeps `mv` of big trees
+    /// cheap under the usual "deny every .env" rules.
+    pub fn rename_may_change_verdicts(&self, from: &VPath, to: &VPath) -> bool {
+        let reaches = |p: usize| {
+            let (pattern, matcher) = &self.matchers[p];
+            super::overlap::subtree_overlaps(pattern, matcher, from)
+                || super::overlap::subtree_overlaps(pattern, matcher, to)
+        };
+        let mut earliest_reaching_rule = usize::MAX;
+        for p in 0..self.matchers.len() {
+            let rule_index = self.pattern_rule[p];
+            let rule = &self.rules[rule_index];
+            if !reaches(p) {
+                continue;
+            }
+            if rule.mode == Mode::Allow {
+                earliest_reaching_rule = earliest_reaching_rule.min(rule_index);
+                continue;
+            }
+            let (pattern, matcher) = &self.matchers[p];
+            let position_free = pattern
+                .strip_prefix("/**/")
+                .map(|rest| rest.strip_suffix("/**").unwrap_or(rest))
+                .is_some_and(|name| !name.is_empty() && !name.contains('/') && !name.contains("**"));
+            let touches_ends =
+                [from, to].iter().any(|d| matcher.is_match(d.as_str()) || matcher.is_match(format!("{d}/")));
+            if position_free && !touches_ends && earliest_reaching_rule > rule_index {
+                continue;
+            }
+            return true;
+        }
+        false
+    }
+
     /// Patterns of rules with one of `modes` (for any of `ops`) that could match something in
     /// the subtree at `dir` (see [`super::overlap`]).
     pub fn overlapping_patterns(&self, dir: &VPath, ops: &[Op], modes: &[Mode]) -> Vec<&str> {
@@ -283,6 +322,24 @@ mod tests {
         assert_eq!(children.decide(Op::Read, &p("/w"), true).mode, Mode::Allow);
         assert_eq!(children.decide(Op::Read, &p("/w/a"), true).mode, Mode::Deny);
         assert!(!denied("/x/c/fz7", false));
+    }
+
+    #[test]
+    fn renames_under_position_free_rules_need_no_walk() {
+        let env = RuleSet::new(vec![rule(&[Op::Read, Op::Write], &["/**/.env", "/**/.ssh/**"], Mode::Deny)])
+            .unwrap();
+        assert!(!env.rename_may_change_verdicts(&p("/w/a"), &p("/w/b")));
+        assert!(env.rename_may_change_verdicts(&p("/w/.ssh"), &p("/w/b")), "the moved directory is covered");
+        let anchored = RuleSet::new(vec![rule(&[Op::Read], &["/w/a/secret/**"], Mode::Deny)]).unwrap();
+        assert!(anchored.rename_may_change_verdicts(&p("/w/a"), &p("/w/b")));
+        assert!(!anchored.rename_may_change_verdicts(&p("/x/a"), &p("/x/b")));
+        // An earlier allow that reaches the subtree makes the outcome depend on the place.
+        let allow_first = RuleSet::new(vec![
+            rule(&[Op::Read], &["/b/**"], Mode::Allow),
+            rule(&[Op::Read], &["/**/.env"], Mode::Deny),
+        ])
+        .unwrap();
+        assert!(allow_first.rename_may_change_verdicts(&p("/a/d"), &p("/b/d")));
     }
 
     #[test]

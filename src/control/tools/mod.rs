@@ -79,7 +79,10 @@ impl ErrorCode {
 pub enum Block {
     Text(String),
     /// Base64 data and its MIME type (MCP image content).
-    Image { data: String, mime_type: String },
+    Image {
+        data: String,
+        mime_type: String,
+    },
 }
 
 /// What a tool returns: MCP `CallToolResult` parts.
@@ -93,7 +96,11 @@ pub struct ToolOutput {
 
 impl ToolOutput {
     pub fn text(text: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: vec![Block::Text(text.into())], is_error: false, structured: Default::default() }
+        ToolOutput {
+            content: vec![Block::Text(text.into())],
+            is_error: false,
+            structured: Default::default(),
+        }
     }
 
     pub fn error(code: ErrorCode, text: impl Into<String>) -> ToolOutput {
@@ -126,7 +133,9 @@ impl ToolOutput {
             .iter()
             .map(|b| match b {
                 Block::Text(t) => json!({"type": "text", "text": t}),
-                Block::Image { data, mime_type } => json!({"type": "image", "data": data, "mimeType": mime_type}),
+                Block::Image { data, mime_type } => {
+                    json!({"type": "image", "data": data, "mimeType": mime_type})
+                }
             })
             .collect();
         json!({"content": content, "isError": self.is_error, "structuredContent": Value::Object(self.structured.clone())})
@@ -168,7 +177,10 @@ pub mod args {
             None | Some(Value::Null) => "nothing".to_string(),
             Some(v) => format!("{v}"),
         };
-        ToolOutput::error(ErrorCode::InvalidArgument, format!("Error: argument `{name}` must be {want}, got {got}"))
+        ToolOutput::error(
+            ErrorCode::InvalidArgument,
+            format!("Error: argument `{name}` must be {want}, got {got}"),
+        )
     }
 
     pub fn string(args: &Value, name: &str) -> Result<String, ToolOutput> {
