@@ -157,6 +157,10 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     })?;
     let mut unmounter = session.unmount_callable();
     let notifier = session.notifier();
+    engine.set_observer(Arc::new(crate::fuse::invalidate::KernelInvalidator {
+        inodes: inodes.clone(),
+        notifier: session.notifier(),
+    }));
 
     println!("agentvfs: mounted at {}", mountpoint.display());
     for route in engine.router.routes() {

@@ -47,10 +47,17 @@ pub struct OpenHandle {
 /// than judged entry by entry.
 const RENAME_WALK_LIMIT: usize = 100_000;
 
+/// Told about every change made through a door other than the FUSE one, so the kernel's
+/// caches of the mount can be invalidated (the kernel already knows about its own requests).
+pub trait ChangeObserver: Send + Sync {
+    fn changed(&self, path: &VPath);
+}
+
 pub struct Engine {
     pub gate: Gate,
     pub router: Router,
     pub audit: Arc<Audit>,
+    observer: std::sync::OnceLock<Arc<dyn ChangeObserver>>,
 }
 
 fn wants_read(flags: i32) -> bool {
@@ -63,7 +70,20 @@ fn wants_write(flags: i32) -> bool {
 
 impl Engine {
     pub fn new(gate: Gate, router: Router, audit: Arc<Audit>) -> Engine {
-        Engine { gate, router, audit }
+        Engine { gate, router, audit, observer: std::sync::OnceLock::new() }
+    }
+
+    /// Installs the observer of changes made behind the kernel's back (once).
+    pub fn set_observer(&self, observer: Arc<dyn ChangeObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    fn note_change(&self, ctx: &Ctx, path: &VPath) {
+        if ctx.door != Door::Fuse {
+            if let Some(observer) = self.observer.get() {
+                observer.changed(path);
+            }
+        }
     }
 
     /// Turns a refusal into the caller's error, and records it.
@@ -164,22 +184,35 @@ impl Engine {
             self.check(ctx, "create", Op::Read, path, false)?;
         }
         let (attr, file) = self.router.create(&permit, mode, flags, &ctx.caller)?;
+        self.note_change(ctx, path);
         Ok((attr, OpenHandle { path: path.clone(), file }))
     }
 
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {
         let permit = self.check_new(ctx, "mknod", path, false)?;
-        self.router.mknod(&permit, mode, rdev, &ctx.caller)
+        let result = self.router.mknod(&permit, mode, rdev, &ctx.caller);
+        if result.is_ok() {
+            self.note_change(ctx, path);
+        }
+        result
     }
 
     pub fn mkdir(&self, ctx: &Ctx, path: &VPath, mode: u32) -> FsResult<Attr> {
         let permit = self.check_new(ctx, "mkdir", path, true)?;
-        self.router.mkdir(&permit, mode, &ctx.caller)
+        let result = self.router.mkdir(&permit, mode, &ctx.caller);
+        if result.is_ok() {
+            self.note_change(ctx, path);
+        }
+        result
     }
 
     pub fn symlink(&self, ctx: &Ctx, path: &VPath, target: &[u8]) -> FsResult<Attr> {
         let permit = self.check_new(ctx, "symlink", path, false)?;
-        self.router.symlink(&permit, target, &ctx.caller)
+        let result = self.router.symlink(&permit, target, &ctx.caller);
+        if result.is_ok() {
+            self.note_change(ctx, path);
+        }
+        result
     }
 
     /// A new name for an existing file. The file itself must be writable under the rules:
@@ -187,7 +220,10 @@ impl Engine {
     pub fn link(&self, ctx: &Ctx, existing: &VPath, new_path: &VPath) -> FsResult<Attr> {
         let from = self.check(ctx, "link", Op::Write, existing, false)?;
         let to = self.check_new(ctx, "link", new_path, false)?;
-        self.router.link(&from, &to)
+        let attr = self.router.link(&from, &to)?;
+        self.note_change(ctx, existing);
+        self.note_change(ctx, new_path);
+        Ok(attr)
     }
 
     pub fn readlink(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<u8>> {
@@ -197,12 +233,20 @@ impl Engine {
 
     pub fn unlink(&self, ctx: &Ctx, path: &VPath) -> FsResult<()> {
         let permit = self.check(ctx, "unlink", Op::Write, path, false)?;
-        self.router.unlink(&permit)
+        let result = self.router.unlink(&permit);
+        if result.is_ok() {
+            self.note_change(ctx, path);
+        }
+        result
     }
 
     pub fn rmdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<()> {
         let permit = self.check(ctx, "rmdir", Op::Write, path, true)?;
-        self.router.rmdir(&permit)
+        let result = self.router.rmdir(&permit);
+        if result.is_ok() {
+            self.note_change(ctx, path);
+        }
+        result
     }
 
     /// Renames (and exchanges) are judged on both paths, and a directory is judged on
@@ -228,7 +272,10 @@ impl Engine {
         if exchange && to_is_dir {
             self.check_carried(ctx, &to_permit, to, from)?;
         }
-        self.router.rename(&from_permit, &to_permit, flags)
+        self.router.rename(&from_permit, &to_permit, flags)?;
+        self.note_change(ctx, from);
+        self.note_change(ctx, to);
+        Ok(())
     }
 
     /// Refuses moving the directory at `from` to `to` when any entry beneath it would be
@@ -265,10 +312,12 @@ impl Engine {
         handle: Option<&OpenHandle>,
     ) -> FsResult<Attr> {
         let permit = self.check_node(ctx, "setattr", Op::Write, path)?;
-        match handle {
-            Some(h) => h.file.setattr(changes),
-            None => self.router.setattr(&permit, changes),
-        }
+        let attr = match handle {
+            Some(h) => h.file.setattr(changes)?,
+            None => self.router.setattr(&permit, changes)?,
+        };
+        self.note_change(ctx, path);
+        Ok(attr)
     }
 
     pub fn statfs(&self, path: &VPath) -> FsResult<StatFs> {
@@ -287,12 +336,16 @@ impl Engine {
 
     pub fn setxattr(&self, ctx: &Ctx, path: &VPath, name: &str, value: &[u8], flags: i32) -> FsResult<()> {
         let permit = self.check_node(ctx, "setxattr", Op::Write, path)?;
-        self.router.setxattr(&permit, name, value, flags)
+        self.router.setxattr(&permit, name, value, flags)?;
+        self.note_change(ctx, path);
+        Ok(())
     }
 
     pub fn removexattr(&self, ctx: &Ctx, path: &VPath, name: &str) -> FsResult<()> {
         let permit = self.check_node(ctx, "removexattr", Op::Write, path)?;
-        self.router.removexattr(&permit, name)
+        self.router.removexattr(&permit, name)?;
+        self.note_change(ctx, path);
+        Ok(())
     }
 
     // Data operations act on a handle whose open was already decided.

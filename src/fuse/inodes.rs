@@ -206,6 +206,11 @@ impl Inodes {
         }
     }
 
+    /// The inode the kernel knows `path` by, if any.
+    pub fn ino_of(&self, path: &VPath) -> Option<u64> {
+        self.tables.read().by_path.get(path).copied()
+    }
+
     pub fn len(&self) -> usize {
         self.tables.read().by_ino.len()
     }

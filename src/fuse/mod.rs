@@ -2,6 +2,7 @@
 //! paths and sends the replies. No logic lives here beyond that translation.
 
 pub mod inodes;
+pub mod invalidate;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;

@@ -1,0 +1,32 @@
+//! Keeping the kernel's caches of the mount honest when something changes behind its back
+//! (a tool call, a rule reload): the affected names and inodes are invalidated through
+//! fuser's `Notifier`.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use fuser::{INodeNo, Notifier};
+
+use crate::engine::ChangeObserver;
+use crate::fuse::inodes::Inodes;
+use crate::vpath::VPath;
+
+pub struct KernelInvalidator {
+    pub inodes: Arc<Inodes>,
+    pub notifier: Notifier,
+}
+
+impl ChangeObserver for KernelInvalidator {
+    fn changed(&self, path: &VPath) {
+        // The name (it may now point elsewhere, or nowhere) and the node's data and
+        // attributes. Errors only mean the kernel had nothing cached.
+        if let Some(parent) = self.inodes.ino_of(&path.parent()) {
+            if !path.is_root() {
+                let _ = self.notifier.inval_entry(INodeNo(parent), OsStr::new(path.name()));
+            }
+        }
+        if let Some(ino) = self.inodes.ino_of(path) {
+            let _ = self.notifier.inval_inode(INodeNo(ino), 0, -1);
+        }
+    }
+}
