@@ -18,3 +18,16 @@ fi
 if ! command -v pjdfstest >/dev/null 2>&1 && [[ ! -x "$HOME/.cargo/bin/pjdfstest" ]]; then
   cargo install pjdfstest --version 0.2.2 --locked
 fi
+
+# Deep Agents 0.7.32's own file tools are the reference the tool texts are compared with
+# (tests/reference/); without them that comparison is skipped.
+if ! python3 -c 'import importlib.metadata as m; assert m.version("deepagents") == "0.7.32"' 2>/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q python3 python3-pip
+  fi
+  # Debian marks its Python as externally managed; the reference needs no isolation.
+  python3 -m pip install -q deepagents==0.7.32 \
+    || python3 -m pip install -q --break-system-packages deepagents==0.7.32
+fi

@@ -8,4 +8,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 bash scripts/setup.sh
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
+# The Deep Agents reference comparison must run here, not skip.
+export AGENTVFS_REQUIRE_REFERENCE=1
 cargo test --all-targets

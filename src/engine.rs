@@ -148,9 +148,13 @@ impl Engine {
         Ok(attr)
     }
 
+    /// The root's own attributes are never refused: a mount whose root cannot be stat'ed is
+    /// unusable, and its existence is no secret. Listing it is judged as usual.
     pub fn getattr(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
         let attr = self.router.getattr(&self.gate.probe(path))?;
-        self.check(ctx, "getattr", Op::Read, path, attr.kind == FileKind::Dir)?;
+        if !path.is_root() {
+            self.check(ctx, "getattr", Op::Read, path, attr.kind == FileKind::Dir)?;
+        }
         Ok(attr)
     }
 

@@ -60,7 +60,7 @@ impl<'e> ToolFs<'e> {
         let mut pending: Vec<String> = path.components().map(str::to_string).collect();
         pending.reverse();
         let mut current = VPath::root();
-        let mut attr = Some(self.engine.getattr(&self.ctx, &current)?);
+        let mut attr = None;
         let mut through_symlink = false;
         let mut links = 0;
         while let Some(name) = pending.pop() {
@@ -92,6 +92,11 @@ impl<'e> ToolFs<'e> {
             }
             current = next;
             attr = Some(found);
+        }
+        // `/` is judged only when the walk ends there: with `[allow read /pub/**, deny read /**]`
+        // the path `/pub/a` must stay reachable, each component being judged by its own lookup.
+        if current.is_root() {
+            attr = Some(self.engine.getattr(&self.ctx, &current)?);
         }
         Ok(Resolved { path: current, attr, through_symlink })
     }

@@ -1,6 +1,13 @@
 //! The agent tools (one file each) and what they share: the result type, the registry that
 //! lists them in a fixed order, and the dispatcher.
 
+pub mod common;
+pub mod delete;
+pub mod edit_file;
+pub mod ls;
+pub mod read_file;
+pub mod write_file;
+
 use serde_json::{json, Value};
 
 use crate::control::session::Session;
