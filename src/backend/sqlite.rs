@@ -1,9 +1,310 @@
-//! Placeholder until the sqlite backend lands (memory-backed so the mount can be tried).
-use crate::backend::memory::MemoryBackend;
+//! A persistent backend: the trees of several namespaces in one SQLite file.
+//!
+//! Layout and versioning are in `schema`, row helpers in `store`, the path operations of
+//! [`Backend`](crate::backend::Backend) in `ops`, open files with their write buffers in `file`,
+//! and the background checkpoint thread in `checkpoint`.
+//!
+//! Durability: metadata operations are one write transaction each, committed before they
+//! return. File data is buffered per inode and committed at flush, fsync, close, or when the
+//! buffer grows large. The database runs in WAL mode with `synchronous=NORMAL`, so a commit is in
+//! the WAL file (the OS page cache) when it returns and survives `kill -9`; `fsync` additionally
+//! fdatasyncs the WAL, which makes everything committed so far survive power loss (what was
+//! checkpointed out of the WAL has been synced to the database file by the checkpoint).
+//!
+//! Reads use the write connection when it is free (its page cache and dentry cache are
+//! current), otherwise a pooled read connection; WAL readers and the writer never block each
+//! other. Checkpoints run on a thread of their own.
+//!
+//! Several backends may open one file (one namespace each); each has its own connections. Two
+//! backends on the same namespace at once are not supported: each would take the other's open
+//! unlinked files for crash orphans.
+//!
+//! Locks, always taken in this order: an inode's state → the write connection → the inode
+//! registry or the inode-number reservation. The registry, the reservation and the reader pool
+//! are leaves: nothing is awaited while holding them.
+
+mod checkpoint;
+mod file;
+mod ops;
+mod schema;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, TransactionBehavior};
+
 use crate::error::FsResult;
-pub struct SqliteBackend;
+use checkpoint::Checkpointer;
+use file::InodeState;
+use store::{Ctx, Dentries};
+
+/// How many idle reader connections are kept for reuse.
+const MAX_IDLE_READERS: usize = 8;
+
+/// A route's storage in a SQLite file, one namespace of it.
+pub struct SqliteBackend {
+    inner: Arc<Inner>,
+}
+
+type StateRef = Arc<Mutex<InodeState>>;
+
+/// How many inode numbers a backend reserves at a time.
+const INO_BLOCK: u64 = 1024;
+
+#[derive(Default)]
+struct Registry {
+    /// Per-inode state (open handles, write buffer) of inodes that are open or in use by an
+    /// operation; entries go away when idle.
+    states: HashMap<u64, StateRef>,
+    /// Inodes whose last name went while they were in use: their last close deletes them.
+    nameless: HashSet<u64>,
+}
+
+/// The write connection and what may only be used with it.
+struct Db {
+    conn: Connection,
+    dentries: RefCell<Dentries>,
+}
+
+struct Inner {
+    /// First field, so it stops before the connections close.
+    checkpointer: Checkpointer,
+    path: PathBuf,
+    namespace: String,
+    ns: i64,
+    root: u64,
+    /// The only connection that writes (each write is one IMMEDIATE transaction); it also
+    /// serves reads while no write needs it.
+    conn: Mutex<Db>,
+    /// Idle read connections, for reads while the writer is busy.
+    readers: Mutex<Vec<Connection>>,
+    /// Inode numbers reserved in the database and not yet used: `(next, end)`. Only touched
+    /// with `conn` held.
+    inos: Mutex<(u64, u64)>,
+    registry: Mutex<Registry>,
+    /// Bytes buffered across all inodes, to bound memory when many files are written at once.
+    dirty_total: AtomicUsize,
+    /// Whether the database's directory entry and file have been fsynced since opening.
+    dir_synced: AtomicBool,
+}
+
 impl SqliteBackend {
-    pub fn open(_path: &std::path::Path, _ns: &str) -> FsResult<MemoryBackend> {
-        Ok(MemoryBackend::new(None))
+    /// Opens (creating if missing) the database at `path` and the tree of `namespace` in it.
+    /// Parent directories are not created. Orphans of this namespace left by a crash (nodes
+    /// unlinked while open) are removed.
+    pub fn open(path: &Path, namespace: &str) -> FsResult<SqliteBackend> {
+        let mut conn = schema::open_writer(path)?;
+        let (ns, root) = schema::namespace(&mut conn, namespace, path)?;
+        Ok(SqliteBackend {
+            inner: Arc::new(Inner {
+                checkpointer: Checkpointer::start(path)?,
+                path: path.to_path_buf(),
+                namespace: namespace.to_string(),
+                ns,
+                root,
+                conn: Mutex::new(Db { conn, dentries: RefCell::default() }),
+                readers: Mutex::new(Vec::new()),
+                inos: Mutex::new((0, 0)),
+                registry: Mutex::new(Registry::default()),
+                dirty_total: AtomicUsize::new(0),
+                dir_synced: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+impl Inner {
+    /// Runs `f` in one IMMEDIATE write transaction and commits it; an error rolls back.
+    fn write_tx<T>(&self, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+        let mut db = self.conn.lock();
+        let Db { conn, dentries } = &mut *db;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&Ctx { conn: &tx, dentries: Some(dentries) })?;
+        tx.commit()?;
+        self.checkpointer.committed();
+        Ok(value)
+    }
+
+    /// Runs `f` on a reading connection; `in_tx` wraps it in one read transaction, so that a
+    /// path walk sees a single snapshot.
+    fn read_with<T>(&self, in_tx: bool, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+        let run = |conn: &mut Connection, dentries: Option<&RefCell<Dentries>>| {
+            if !in_tx {
+                return f(&Ctx { conn, dentries });
+            }
+            let tx = conn.transaction()?;
+            let value = f(&Ctx { conn: &tx, dentries })?;
+            tx.commit()?;
+            Ok(value)
+        };
+        // An idle writer is the fastest reader: its page cache is always current (a separate
+        // connection must re-read every page the writer changed since its last use) and it
+        // has the dentry cache. `try_lock` never waits, so this cannot upset the lock order.
+        if let Some(mut db) = self.conn.try_lock() {
+            let Db { conn, dentries } = &mut *db;
+            return run(conn, Some(dentries));
+        }
+        let pooled = self.readers.lock().pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => schema::open_reader(&self.path)?,
+        };
+        let result = run(&mut conn, None);
+        let mut pool = self.readers.lock();
+        if pool.len() < MAX_IDLE_READERS {
+            pool.push(conn);
+        }
+        result
+    }
+
+    /// Runs `f` on a reading connection without a transaction (one statement, one snapshot).
+    fn with_reader<T>(&self, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.read_with(false, f)
+    }
+
+    /// Runs `f` in one read transaction.
+    fn read_tx<T>(&self, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.read_with(true, f)
+    }
+
+    /// The state of `ino` if some handle or operation holds it.
+    fn state_get(&self, ino: u64) -> Option<StateGuard<'_>> {
+        let state = self.registry.lock().states.get(&ino).cloned()?;
+        Some(StateGuard { inner: self, ino, state: Some(state) })
+    }
+
+    fn state_get_or_create(&self, ino: u64) -> StateGuard<'_> {
+        let state = self.registry.lock().states.entry(ino).or_default().clone();
+        StateGuard { inner: self, ino, state: Some(state) }
+    }
+
+    /// Drops one reference to a state and forgets the state when nobody else holds it and it
+    /// has nothing buffered. New references are only made under the registry lock, so a strong
+    /// count of one (the registry's) cannot grow meanwhile, and `try_lock` cannot block.
+    fn state_release(&self, ino: u64, state: StateRef) {
+        drop(state);
+        let mut registry = self.registry.lock();
+        let idle = match registry.states.get(&ino) {
+            Some(s) if Arc::strong_count(s) == 1 => s.try_lock().is_some_and(|st| st.is_idle()),
+            _ => false,
+        };
+        if idle {
+            registry.states.remove(&ino);
+        }
+    }
+
+    /// Inside a transaction that took the last name from `ino`: deletes its rows now if nothing
+    /// holds the inode, or returns true when that must wait (see [`Inner::reap`]). Called with the
+    /// write connection held, so an `open` that registers later finds the rows already gone.
+    fn drop_or_defer(&self, tx: &Connection, ino: u64) -> FsResult<bool> {
+        {
+            let mut registry = self.registry.lock();
+            if registry.states.contains_key(&ino) {
+                // Should this transaction roll back, the reap finds a name and keeps the rows.
+                registry.nameless.insert(ino);
+                return Ok(true);
+            }
+        }
+        store::delete_rows(tx, ino)?;
+        Ok(false)
+    }
+
+    /// Whether an unlink or rename has left `ino` without a name while it was in use.
+    fn is_nameless(&self, ino: u64) -> bool {
+        self.registry.lock().nameless.contains(&ino)
+    }
+
+    /// A new inode number. Called with the write connection held (`conn`) and no transaction
+    /// open: a reservation is its own small transaction, so a rolled-back create cannot hand
+    /// out a number twice.
+    fn alloc_ino(&self, conn: &Connection) -> FsResult<u64> {
+        let mut inos = self.inos.lock();
+        if inos.0 == inos.1 {
+            let end = schema::reserve_inos(conn, INO_BLOCK)?;
+            *inos = (end - INO_BLOCK, end);
+        }
+        inos.0 += 1;
+        Ok(inos.0 - 1)
+    }
+
+    /// Deletes a nameless inode's rows unless it is still open (its last close does it then).
+    fn reap(&self, ino: u64) -> FsResult<()> {
+        let guard = self.state_get_or_create(ino);
+        let mut st = guard.lock();
+        if st.handles > 0 {
+            return Ok(());
+        }
+        self.reap_locked(ino, &mut st)
+    }
+
+    fn reap_locked(&self, ino: u64, st: &mut InodeState) -> FsResult<()> {
+        self.write_tx(|tx| {
+            if store::node(tx, ino)?.is_some_and(|n| n.nlink == 0) {
+                store::delete_rows(tx, ino)?;
+            }
+            Ok(())
+        })?;
+        self.registry.lock().nameless.remove(&ino);
+        st.discard(&self.dirty_total);
+        Ok(())
+    }
+
+    /// Makes everything committed so far survive power loss: the commits are in the WAL (or,
+    /// once checkpointed, in the database file, which SQLite syncs after a checkpoint), so
+    /// syncing the WAL suffices; the first time, the file and its directory entry are synced too.
+    fn sync_durable(&self) -> FsResult<()> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        match File::open(&wal) {
+            Ok(f) => f.sync_data()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        if !self.dir_synced.load(std::sync::atomic::Ordering::Acquire) {
+            File::open(&self.path)?.sync_all()?;
+            let dir = match self.path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            File::open(dir)?.sync_all()?;
+            self.dir_synced.store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+/// A counted reference to an inode's state; dropping it lets the registry forget idle states.
+struct StateGuard<'a> {
+    inner: &'a Inner,
+    ino: u64,
+    state: Option<StateRef>,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = Mutex<InodeState>;
+    fn deref(&self) -> &Self::Target {
+        self.state.as_ref().expect("state present until drop")
+    }
+}
+
+impl StateGuard<'_> {
+    fn arc(&self) -> StateRef {
+        self.state.clone().expect("state present until drop")
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            self.inner.state_release(self.ino, state);
+        }
     }
 }

@@ -22,6 +22,7 @@ fn sqlite_tree_survives_remount() {
         symlink("a.md", m.path("/db/notes/link")).unwrap();
         fs::hard_link(m.path("/db/notes/a.md"), m.path("/db/notes/hard")).unwrap();
         fs::set_permissions(m.path("/db/notes/a.md"), fs::Permissions::from_mode(0o600)).unwrap();
+        fs::create_dir(m.path("/mem")).unwrap();
         fs::write(m.path("/mem/scratch"), "gone after restart").unwrap();
         m.stop();
     }

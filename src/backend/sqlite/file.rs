@@ -1,0 +1,504 @@
+//! File data: the per-inode write buffer shared by all handles of an inode, chunked reads and
+//! writes, truncation, and the [`OpenFile`] implementation.
+//!
+//! Content is stored in rows of up to `CHUNK_SIZE` bytes, `chunks(id = ino << CHUNK_BITS | idx,
+//! data)`. A chunk may be shorter than `CHUNK_SIZE` or missing altogether: bytes below the file
+//! size that no chunk holds read as zeros (sparse files). Invariant: no chunk holds bytes at or
+//! past the file size, so growing a file never exposes old data.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rusqlite::{params, Connection};
+
+use super::schema::CHUNK_BITS;
+use super::store::{self, chunk_key, Node};
+use super::{Inner, StateRef};
+use crate::backend::{Attr, FileKind, OpenFile, SetAttr, TimeSet};
+use crate::error::{Errno, FsError, FsResult};
+
+/// Size of one content row. A 4 KiB write into a large file rewrites one chunk (two if it
+/// straddles a boundary) at its commit.
+pub(super) const CHUNK_SIZE: u64 = 64 * 1024;
+/// Buffered bytes of one inode past which the next write commits them first.
+const INODE_FLUSH_BYTES: usize = 8 << 20;
+/// Buffered bytes of all inodes past which a write commits its own inode's buffer first.
+const TOTAL_FLUSH_BYTES: usize = 256 << 20;
+
+const FALLOC_FL_KEEP_SIZE: i32 = 1;
+const MAX_FILE_SIZE: u64 = CHUNK_SIZE << CHUNK_BITS;
+
+/// What is known and buffered about one inode while it is open or in use. Guarded by a mutex;
+/// every change of a file's size or content happens under it.
+#[derive(Default)]
+pub(super) struct InodeState {
+    /// Open handles ([`SqliteFile`]s) of the inode.
+    pub handles: usize,
+    /// The logical size, once loaded. While the state exists it is authoritative: every size
+    /// change goes through the state.
+    size: Option<u64>,
+    /// Chunks written since the last commit, each holding its whole current content.
+    dirty: BTreeMap<u64, Vec<u8>>,
+    dirty_bytes: usize,
+    /// Size and data times (and any `dirty` chunk) wait to be committed.
+    pending: bool,
+    /// mtime (and ctime) of the buffered writes.
+    data_time: i64,
+    /// The last chunk read from the database, for runs of small reads.
+    cache: Option<(u64, Vec<u8>)>,
+}
+
+impl InodeState {
+    /// The state of a file just created and opened.
+    pub fn new_open() -> InodeState {
+        InodeState { handles: 1, size: Some(0), ..InodeState::default() }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.handles == 0 && !self.pending
+    }
+
+    fn clear_pending(&mut self, total: &AtomicUsize) {
+        total.fetch_sub(self.dirty_bytes, Ordering::Relaxed);
+        self.dirty.clear();
+        self.dirty_bytes = 0;
+        self.pending = false;
+    }
+
+    /// After a committed `setattr_in`: the buffer is in the database, the size is the node's.
+    pub fn setattr_done(&mut self, total: &AtomicUsize, node: &Node, changes: &SetAttr) {
+        self.clear_pending(total);
+        if changes.size.is_some() {
+            self.cache = None;
+        }
+        self.size = Some(node.size);
+    }
+
+    /// Forgets everything: the inode's rows are gone.
+    pub fn discard(&mut self, total: &AtomicUsize) {
+        self.clear_pending(total);
+        self.size = None;
+        self.cache = None;
+    }
+
+    /// `n` with the buffered size and times applied.
+    fn overlay(&self, mut n: Node) -> Attr {
+        if self.pending {
+            n.size = self.size.unwrap_or(n.size);
+            n.mtime = self.data_time;
+            n.ctime = n.ctime.max(self.data_time);
+        }
+        n.attr()
+    }
+}
+
+/// Copies the part of chunk `idx` (holding `data`) that falls in `[offset, offset+out.len())`.
+fn copy_chunk(idx: u64, data: &[u8], offset: u64, out: &mut [u8]) {
+    let start = idx * CHUNK_SIZE;
+    let from = start.max(offset);
+    let to = (start + data.len() as u64).min(offset + out.len() as u64);
+    if from < to {
+        out[(from - offset) as usize..(to - offset) as usize]
+            .copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
+    }
+}
+
+impl Inner {
+    fn size_locked(&self, ino: u64, st: &mut InodeState) -> FsResult<u64> {
+        if let Some(size) = st.size {
+            return Ok(size);
+        }
+        let size = self.with_reader(|c| store::must_node(c, ino))?.size;
+        st.size = Some(size);
+        Ok(size)
+    }
+
+    /// Calls `f` with each stored chunk of `ino` from `first` to `last`, borrowing the data
+    /// from SQLite rather than copying it out.
+    fn visit_chunks(&self, ino: u64, first: u64, last: u64, mut f: impl FnMut(u64, &[u8])) -> FsResult<()> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT id, data FROM chunks WHERE id BETWEEN ?1 AND ?2")?;
+            let mut rows = stmt.query([chunk_key(ino, first), chunk_key(ino, last)])?;
+            let index_mask = (1u64 << CHUNK_BITS) - 1;
+            while let Some(row) = rows.next()? {
+                let idx = row.get::<_, i64>(0)? as u64 & index_mask;
+                f(idx, row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?);
+            }
+            Ok(())
+        })
+    }
+
+    /// The stored content of one chunk, trimmed to `valid` bytes (what lies below the size).
+    fn stored_chunk(&self, ino: u64, idx: u64, valid: usize, st: &InodeState) -> FsResult<Vec<u8>> {
+        let mut data = match &st.cache {
+            Some((i, d)) if *i == idx => d.clone(),
+            _ => {
+                let mut data = Vec::new();
+                self.visit_chunks(ino, idx, idx, |_, d| data = d[..d.len().min(valid)].to_vec())?;
+                data
+            }
+        };
+        data.truncate(valid);
+        Ok(data)
+    }
+
+    pub(super) fn attr_locked(&self, ino: u64, st: &InodeState) -> FsResult<Attr> {
+        let n = self.with_reader(|c| store::must_node(c, ino))?;
+        Ok(st.overlay(n))
+    }
+
+    /// The attributes of a node just read, with buffered writes applied if it has any.
+    pub(super) fn attr_of(&self, n: Node) -> FsResult<Attr> {
+        match self.state_get(n.ino) {
+            // Re-read under the lock: a commit may have happened since `n` was read.
+            Some(guard) => self.attr_locked(n.ino, &guard.lock()),
+            None => Ok(n.attr()),
+        }
+    }
+
+    fn read_locked(&self, ino: u64, st: &mut InodeState, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let file_size = self.size_locked(ino, st)?;
+        if offset >= file_size || size == 0 {
+            return Ok(Vec::new());
+        }
+        let end = file_size.min(offset.saturating_add(size as u64));
+        let mut out = vec![0u8; (end - offset) as usize];
+        let (first, last) = (offset / CHUNK_SIZE, (end - 1) / CHUNK_SIZE);
+        let mut needed = Vec::new();
+        for idx in first..=last {
+            match (st.dirty.get(&idx), &st.cache) {
+                (Some(d), _) => copy_chunk(idx, d, offset, &mut out),
+                (None, Some((i, d))) if *i == idx => copy_chunk(idx, d, offset, &mut out),
+                _ => needed.push(idx),
+            }
+        }
+        if let (Some(&a), Some(&b)) = (needed.first(), needed.last()) {
+            // A read ending inside a chunk is likely followed by one starting there: keep it.
+            let keep_last = end % CHUNK_SIZE != 0;
+            let mut kept = None;
+            self.visit_chunks(ino, a, b, |idx, data| {
+                if needed.contains(&idx) {
+                    copy_chunk(idx, data, offset, &mut out);
+                    if keep_last && idx == last {
+                        kept = Some((idx, data.to_vec()));
+                    }
+                }
+            })?;
+            if kept.is_some() {
+                st.cache = kept;
+            }
+        }
+        Ok(out)
+    }
+
+    fn write_locked(&self, ino: u64, st: &mut InodeState, offset: u64, data: &[u8]) -> FsResult<u32> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
+        // A full buffer is committed before this write joins it, so that a failing commit
+        // (ENOSPC) fails this write rather than one the caller was told had succeeded.
+        if st.dirty_bytes >= INODE_FLUSH_BYTES
+            || self.dirty_total.load(Ordering::Relaxed) >= TOTAL_FLUSH_BYTES
+        {
+            self.flush_locked(ino, st)?;
+        }
+        let size = self.size_locked(ino, st)?;
+        let mut grown = 0usize;
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK_SIZE;
+            let start = idx * CHUNK_SIZE;
+            let within = (pos - start) as usize;
+            let n = (CHUNK_SIZE - (pos - start)).min(end - pos) as usize;
+            if !st.dirty.contains_key(&idx) {
+                // Bytes of this chunk below the current size must be kept unless all of them
+                // are overwritten; only then is the stored chunk read.
+                let valid = size.saturating_sub(start).min(CHUNK_SIZE) as usize;
+                let base = if valid == 0 || (within == 0 && n >= valid) {
+                    Vec::new()
+                } else {
+                    self.stored_chunk(ino, idx, valid, st)?
+                };
+                grown += base.len();
+                st.dirty.insert(idx, base);
+            }
+            let buf = st.dirty.get_mut(&idx).expect("inserted above");
+            let before = buf.len();
+            let src = &data[(pos - offset) as usize..][..n];
+            if buf.len() < within {
+                buf.resize(within, 0); // a hole before the write reads as zeros
+            }
+            // Overwrite what exists, append the rest (no zero-fill that is overwritten at once).
+            let overlap = buf.len().min(within + n) - within;
+            buf[within..within + overlap].copy_from_slice(&src[..overlap]);
+            buf.extend_from_slice(&src[overlap..]);
+            grown += buf.len() - before;
+            pos += n as u64;
+        }
+        if st.cache.as_ref().is_some_and(|c| (offset / CHUNK_SIZE..=(end - 1) / CHUNK_SIZE).contains(&c.0)) {
+            st.cache = None;
+        }
+        st.size = Some(size.max(end));
+        st.pending = true;
+        st.data_time = store::now_ns();
+        st.dirty_bytes += grown;
+        self.dirty_total.fetch_add(grown, Ordering::Relaxed);
+        Ok(data.len() as u32)
+    }
+
+    /// Puts the buffered chunks, size and data times of `ino` into the transaction.
+    fn write_pending(&self, tx: &Connection, ino: u64, st: &InodeState) -> FsResult<()> {
+        if !st.pending {
+            return Ok(());
+        }
+        // An upsert updates the row in place instead of deleting and reinserting it.
+        let mut put = tx.prepare_cached(
+            "INSERT INTO chunks (id, data) VALUES (?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+        )?;
+        for (idx, data) in &st.dirty {
+            put.execute(params![chunk_key(ino, *idx), data])?;
+        }
+        let size = st.size.unwrap_or(0);
+        tx.prepare_cached("UPDATE inodes SET size = ?2, mtime = ?3, ctime = max(ctime, ?3) WHERE ino = ?1")?
+            .execute(params![ino as i64, size as i64, st.data_time])?;
+        Ok(())
+    }
+
+    /// Commits the buffer of `ino`. On failure the buffer is kept, so a later flush retries.
+    pub(super) fn flush_locked(&self, ino: u64, st: &mut InodeState) -> FsResult<()> {
+        if !st.pending {
+            return Ok(());
+        }
+        self.write_tx(|tx| self.write_pending(tx, ino, st))?;
+        st.clear_pending(&self.dirty_total);
+        Ok(())
+    }
+
+    /// Applies `changes` in `tx`, after the buffered writes of `st` if there are any: so a
+    /// buffered write cannot later overwrite an explicit mtime, and a truncation applies to the
+    /// buffered content. The caller holds the state lock until after the commit, then calls
+    /// [`InodeState::setattr_done`].
+    pub(super) fn setattr_in(
+        &self,
+        tx: &Connection,
+        ino: u64,
+        st: Option<&InodeState>,
+        changes: &SetAttr,
+    ) -> FsResult<Node> {
+        if let Some(st) = st.filter(|st| st.pending) {
+            store::must_node(tx, ino)?; // exists, before buffered rows go in
+            self.write_pending(tx, ino, st)?;
+        }
+        apply_setattr(tx, store::must_node(tx, ino)?, changes)
+    }
+
+    /// Applies `changes` and commits them together with the buffer.
+    pub(super) fn setattr_locked(&self, ino: u64, st: &mut InodeState, changes: &SetAttr) -> FsResult<Attr> {
+        let node = self.write_tx(|tx| self.setattr_in(tx, ino, Some(st), changes))?;
+        st.setattr_done(&self.dirty_total, &node, changes);
+        Ok(node.attr())
+    }
+
+    fn fallocate_locked(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
+        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(FsError::errno(Errno::EOPNOTSUPP));
+        }
+        if length == 0 {
+            return Err(FsError::errno(Errno::EINVAL));
+        }
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
+        if mode & FALLOC_FL_KEEP_SIZE != 0 {
+            return Ok(());
+        }
+        // Space is not reserved (SQLite cannot); extending the size is what callers observe.
+        let size = self.size_locked(ino, st)?;
+        if end > size {
+            st.size = Some(end);
+            st.pending = true;
+            st.data_time = store::now_ns();
+            self.flush_locked(ino, st)?;
+        }
+        Ok(())
+    }
+
+    /// Opens a handle on `ino`. The node is re-read with the write connection after the state
+    /// is registered: an unlink that deleted the rows without seeing the registration has
+    /// committed by then, so a vanished node is reported instead of handed out.
+    pub(super) fn open_handle(self: &Arc<Self>, ino: u64) -> FsResult<SqliteFile> {
+        let guard = self.state_get_or_create(ino);
+        let mut st = guard.lock();
+        let node = store::node(&self.conn.lock().conn, ino)?.ok_or_else(|| FsError::errno(Errno::ENOENT))?;
+        st.handles += 1;
+        if st.size.is_none() {
+            st.size = Some(node.size);
+        }
+        drop(st);
+        Ok(SqliteFile::new(self.clone(), ino, node.kind, guard.arc()))
+    }
+}
+
+/// Applies `changes` to node `n` inside a transaction; returns the node as it now is.
+fn apply_setattr(tx: &Connection, mut n: Node, changes: &SetAttr) -> FsResult<Node> {
+    if changes.is_empty() {
+        return Ok(n);
+    }
+    let now = store::now_ns();
+    let resolve = |t: TimeSet| match t {
+        TimeSet::Now => now,
+        TimeSet::At(t) => store::time_to_ns(t),
+    };
+    if let Some(size) = changes.size {
+        match n.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
+            _ => return Err(FsError::errno(Errno::EINVAL)),
+        }
+        if size > MAX_FILE_SIZE {
+            return Err(FsError::errno(Errno::EFBIG));
+        }
+        if size < n.size {
+            truncate_chunks(tx, n.ino, size)?;
+        }
+        n.size = size;
+        n.mtime = now;
+    }
+    if let Some(mode) = changes.mode {
+        n.perm = mode & 0o7777;
+    }
+    if let Some(uid) = changes.uid {
+        n.uid = uid;
+    }
+    if let Some(gid) = changes.gid {
+        n.gid = gid;
+    }
+    if let Some(t) = changes.atime {
+        n.atime = resolve(t);
+    }
+    if let Some(t) = changes.mtime {
+        n.mtime = resolve(t);
+    }
+    n.ctime = now;
+    store::update_attrs(tx, &n)?;
+    Ok(n)
+}
+
+/// Drops the content at and past `size` (a truncation down to `size`).
+fn truncate_chunks(tx: &Connection, ino: u64, size: u64) -> FsResult<()> {
+    let (_, last) = store::chunk_key_range(ino);
+    tx.prepare_cached("DELETE FROM chunks WHERE id BETWEEN ?1 AND ?2")?
+        .execute([chunk_key(ino, size.div_ceil(CHUNK_SIZE)), last])?;
+    let tail = size % CHUNK_SIZE;
+    if tail != 0 {
+        tx.prepare_cached(
+            "UPDATE chunks SET data = substr(data, 1, ?2) WHERE id = ?1 AND length(data) > ?2",
+        )?
+        .execute([chunk_key(ino, size / CHUNK_SIZE), tail as i64])?;
+    }
+    Ok(())
+}
+
+/// An open file: a handle on an inode, valid after rename or unlink. The inode's rows are
+/// deleted when the last handle of a nameless inode is dropped.
+pub(super) struct SqliteFile {
+    inner: Arc<Inner>,
+    ino: u64,
+    kind: FileKind,
+    /// `None` only while dropping.
+    state: Option<StateRef>,
+}
+
+impl SqliteFile {
+    pub(super) fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, state: StateRef) -> SqliteFile {
+        SqliteFile { inner, ino, kind, state: Some(state) }
+    }
+
+    fn state(&self) -> &Mutex<InodeState> {
+        self.state.as_ref().expect("state present until drop")
+    }
+
+    fn check_data(&self) -> FsResult<()> {
+        match self.kind {
+            FileKind::File => Ok(()),
+            FileKind::Dir => Err(FsError::errno(Errno::EISDIR)),
+            _ => Err(FsError::errno(Errno::EINVAL)),
+        }
+    }
+}
+
+impl OpenFile for SqliteFile {
+    fn read(&self, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.check_data()?;
+        self.inner.read_locked(self.ino, &mut self.state().lock(), offset, size)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.check_data()?;
+        self.inner.write_locked(self.ino, &mut self.state().lock(), offset, data)
+    }
+
+    fn flush(&self) -> FsResult<()> {
+        self.inner.flush_locked(self.ino, &mut self.state().lock())
+    }
+
+    fn fsync(&self, _datasync: bool) -> FsResult<()> {
+        self.inner.flush_locked(self.ino, &mut self.state().lock())?;
+        self.inner.sync_durable()
+    }
+
+    fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        match self.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
+            _ => return Err(FsError::errno(Errno::ENODEV)),
+        }
+        self.inner.fallocate_locked(self.ino, &mut self.state().lock(), offset, length, mode)
+    }
+
+    fn getattr(&self) -> FsResult<Attr> {
+        self.inner.attr_locked(self.ino, &self.state().lock())
+    }
+
+    fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
+        self.inner.setattr_locked(self.ino, &mut self.state().lock(), changes)
+    }
+}
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else {
+            return;
+        };
+        {
+            let mut st = state.lock();
+            if let Err(e) = self.inner.flush_locked(self.ino, &mut st) {
+                tracing::warn!(ino = self.ino, "sqlite: committing on close failed: {e}");
+            }
+            st.handles -= 1;
+            // An unlink marks the inode before it commits and reaps it after, waiting for this
+            // lock: whichever of the two sees no handle left deletes the rows.
+            if st.handles == 0 && self.inner.is_nameless(self.ino) {
+                if let Err(e) = self.inner.reap_locked(self.ino, &mut st) {
+                    tracing::warn!(ino = self.ino, "sqlite: deleting unlinked file failed: {e}");
+                }
+            }
+        }
+        self.inner.state_release(self.ino, state);
+    }
+}

@@ -1,0 +1,368 @@
+//! Row-level helpers: nodes, directory entries, path resolution and time conversion. They take
+//! any `&Connection`, so they work on a reader as well as inside a write transaction.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::schema::CHUNK_BITS;
+use crate::backend::{Attr, DirEntry, FileKind};
+use crate::error::{Errno, FsError, FsResult};
+
+pub(super) const BLKSIZE: u32 = 4096;
+pub(super) const NAME_MAX: usize = 255;
+
+/// The key of chunk `idx` of `ino` (see `schema::CHUNK_BITS`).
+pub(super) fn chunk_key(ino: u64, idx: u64) -> i64 {
+    (ino << CHUNK_BITS | idx) as i64
+}
+
+/// The first and last possible chunk keys of `ino`.
+pub(super) fn chunk_key_range(ino: u64) -> (i64, i64) {
+    (chunk_key(ino, 0), chunk_key(ino, (1 << CHUNK_BITS) - 1))
+}
+
+pub(super) fn now_ns() -> i64 {
+    time_to_ns(SystemTime::now())
+}
+
+pub(super) fn time_to_ns(t: SystemTime) -> i64 {
+    let clamp = |d: Duration| d.as_nanos().min(i64::MAX as u128) as i64;
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => clamp(d),
+        Err(e) => -clamp(e.duration()),
+    }
+}
+
+pub(super) fn ns_to_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+/// One `inodes` row (without the symlink target, which only readlink needs).
+#[derive(Clone, Debug)]
+pub(super) struct Node {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    pub crtime: i64,
+}
+
+impl Node {
+    pub fn is_dir(&self) -> bool {
+        self.kind == FileKind::Dir
+    }
+
+    pub fn attr(&self) -> Attr {
+        Attr {
+            ino: self.ino,
+            kind: self.kind,
+            perm: (self.perm & 0o7777) as u16,
+            size: self.size,
+            blocks: self.size.div_ceil(512),
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: self.rdev,
+            blksize: BLKSIZE,
+            atime: ns_to_time(self.atime),
+            mtime: ns_to_time(self.mtime),
+            ctime: ns_to_time(self.ctime),
+            crtime: ns_to_time(self.crtime),
+        }
+    }
+}
+
+fn row_to_node(r: &Row<'_>) -> rusqlite::Result<Node> {
+    let kind: i64 = r.get(1)?;
+    let kind = FileKind::from_mode(kind as u32).ok_or(rusqlite::Error::IntegralValueOutOfRange(1, kind))?;
+    Ok(Node {
+        ino: r.get::<_, i64>(0)? as u64,
+        kind,
+        perm: r.get(2)?,
+        uid: r.get(3)?,
+        gid: r.get(4)?,
+        rdev: r.get(5)?,
+        size: r.get::<_, i64>(6)? as u64,
+        nlink: r.get(7)?,
+        atime: r.get(8)?,
+        mtime: r.get(9)?,
+        ctime: r.get(10)?,
+        crtime: r.get(11)?,
+    })
+}
+
+pub(super) fn node(conn: &Connection, ino: u64) -> FsResult<Option<Node>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime
+             FROM inodes WHERE ino = ?1",
+        )?
+        .query_row([ino as i64], row_to_node)
+        .optional()?)
+}
+
+pub(super) fn must_node(conn: &Connection, ino: u64) -> FsResult<Node> {
+    node(conn, ino)?.ok_or_else(|| FsError::errno(Errno::ENOENT))
+}
+
+/// Writes back the attribute columns of `n` (not nlink, which moves by deltas).
+pub(super) fn update_attrs(conn: &Connection, n: &Node) -> FsResult<()> {
+    conn.prepare_cached(
+        "UPDATE inodes SET perm = ?2, uid = ?3, gid = ?4, size = ?5, atime = ?6, mtime = ?7,
+         ctime = ?8 WHERE ino = ?1",
+    )?
+    .execute(params![n.ino as i64, n.perm, n.uid, n.gid, n.size as i64, n.atime, n.mtime, n.ctime])?;
+    Ok(())
+}
+
+pub(super) fn check_name(name: &str) -> FsResult<()> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::errno(Errno::ENAMETOOLONG));
+    }
+    Ok(())
+}
+
+/// Directory entries looked up before, `(parent, name) → child`, so a path walk costs memory
+/// lookups instead of one query per component. Used only with the write connection, whose view
+/// is the committed state: a transaction that changes or removes an entry forgets it, and no
+/// entry is learnt from uncommitted changes (every operation walks before it changes anything).
+/// Entries are never added from a pool reader, whose snapshot may be older.
+#[derive(Default)]
+pub(super) struct Dentries {
+    map: HashMap<(u64, String), u64>,
+}
+
+/// Bound on remembered entries; past it the cache starts over.
+const DENTRIES_MAX: usize = 1 << 17;
+
+/// A connection to query, with the dentry cache when it is the write connection.
+#[derive(Clone, Copy)]
+pub(super) struct Ctx<'a> {
+    pub conn: &'a Connection,
+    pub dentries: Option<&'a RefCell<Dentries>>,
+}
+
+impl std::ops::Deref for Ctx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+pub(super) fn lookup(c: &Ctx<'_>, parent: u64, name: &str) -> FsResult<Option<u64>> {
+    let key = (parent, name.to_string());
+    if let Some(child) = c.dentries.and_then(|d| d.borrow().map.get(&key).copied()) {
+        return Ok(Some(child));
+    }
+    let found = c
+        .prepare_cached("SELECT child FROM dentries WHERE parent = ?1 AND name = ?2")?
+        .query_row(params![parent as i64, name], |r| r.get::<_, i64>(0))
+        .optional()?
+        .map(|i| i as u64);
+    if let (Some(dentries), Some(child)) = (c.dentries, found) {
+        let mut d = dentries.borrow_mut();
+        if d.map.len() >= DENTRIES_MAX {
+            d.map.clear();
+        }
+        d.map.insert(key, child);
+    }
+    Ok(found)
+}
+
+/// Walks `path` from `root`, calling `visit` with every inode passed through (root included,
+/// the final node included). A missing component is ENOENT, one under a non-directory ENOTDIR.
+fn walk(c: &Ctx<'_>, root: u64, path: &str, mut visit: impl FnMut(u64)) -> FsResult<u64> {
+    let mut cur = root;
+    visit(cur);
+    if path.is_empty() {
+        return Ok(cur);
+    }
+    for comp in path.split('/') {
+        check_name(comp)?;
+        match lookup(c, cur, comp)? {
+            Some(child) => cur = child,
+            None => {
+                // Only now pay for the kind: a non-directory never has entries.
+                let kind = must_node(c, cur)?.kind;
+                let errno = if kind == FileKind::Dir { Errno::ENOENT } else { Errno::ENOTDIR };
+                return Err(FsError::errno(errno));
+            }
+        }
+        visit(cur);
+    }
+    Ok(cur)
+}
+
+pub(super) fn resolve(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<u64> {
+    walk(c, root, path, |_| {})
+}
+
+pub(super) fn resolve_node(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<Node> {
+    must_node(c, resolve(c, root, path)?)
+}
+
+/// Resolves a directory (ENOTDIR if it is something else).
+pub(super) fn resolve_dir(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<Node> {
+    let n = resolve_node(c, root, path)?;
+    if !n.is_dir() {
+        return Err(FsError::errno(Errno::ENOTDIR));
+    }
+    Ok(n)
+}
+
+/// Like [`resolve_dir`], also returning every directory from the root down to it, for the
+/// "moved beneath itself" checks of rename (directories have exactly one path).
+pub(super) fn resolve_dir_chain(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<(Node, Vec<u64>)> {
+    let mut chain = Vec::new();
+    let ino = walk(c, root, path, |i| chain.push(i))?;
+    let n = must_node(c, ino)?;
+    if !n.is_dir() {
+        return Err(FsError::errno(Errno::ENOTDIR));
+    }
+    Ok((n, chain))
+}
+
+/// Forgets a cached entry that the current transaction changes.
+fn forget(c: &Ctx<'_>, parent: u64, name: &str) {
+    if let Some(d) = c.dentries {
+        d.borrow_mut().map.remove(&(parent, name.to_string()));
+    }
+}
+
+/// The fields of a node about to be created.
+pub(super) struct NewNode<'a> {
+    pub ns: i64,
+    pub kind: FileKind,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub nlink: u32,
+    pub target: Option<&'a [u8]>,
+    pub now: i64,
+}
+
+pub(super) fn insert_node(conn: &Connection, ino: u64, n: &NewNode<'_>) -> FsResult<()> {
+    let size = n.target.map_or(0, |t| t.len() as i64);
+    conn.prepare_cached(
+        "INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime,
+         ctime, crtime, target) VALUES (?11, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?9, ?9, ?10)",
+    )?
+    .execute(params![
+        n.ns,
+        n.kind.mode_bits(),
+        n.perm,
+        n.uid,
+        n.gid,
+        n.rdev,
+        size,
+        n.nlink,
+        n.now,
+        n.target,
+        ino as i64
+    ])?;
+    Ok(())
+}
+
+pub(super) fn insert_dentry(conn: &Connection, parent: u64, name: &str, child: u64) -> FsResult<()> {
+    conn.prepare_cached("INSERT INTO dentries (parent, name, child) VALUES (?1, ?2, ?3)")?
+        .execute(params![parent as i64, name, child as i64])?;
+    Ok(())
+}
+
+pub(super) fn remove_dentry(c: &Ctx<'_>, parent: u64, name: &str) -> FsResult<()> {
+    forget(c, parent, name);
+    c.prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND name = ?2")?
+        .execute(params![parent as i64, name])?;
+    Ok(())
+}
+
+pub(super) fn set_dentry_child(c: &Ctx<'_>, parent: u64, name: &str, child: u64) -> FsResult<()> {
+    forget(c, parent, name);
+    c.prepare_cached("UPDATE dentries SET child = ?3 WHERE parent = ?1 AND name = ?2")?.execute(params![
+        parent as i64,
+        name,
+        child as i64
+    ])?;
+    Ok(())
+}
+
+/// An entry of directory `ino` changed: its mtime and ctime become `now`, and its link count
+/// moves by `nlink_delta` (a subdirectory's `..` came or went).
+pub(super) fn touch_dir(conn: &Connection, ino: u64, nlink_delta: i64, now: i64) -> FsResult<()> {
+    conn.prepare_cached("UPDATE inodes SET nlink = nlink + ?2, mtime = ?3, ctime = ?3 WHERE ino = ?1")?
+        .execute(params![ino as i64, nlink_delta, now])?;
+    Ok(())
+}
+
+/// A name of `ino` came or went: its link count moves by `delta` and its ctime becomes `now`.
+/// Returns the new link count.
+pub(super) fn add_nlink(conn: &Connection, ino: u64, delta: i64, now: i64) -> FsResult<u32> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE inodes SET nlink = max(nlink + ?2, 0), ctime = ?3 WHERE ino = ?1
+             RETURNING nlink",
+        )?
+        .query_row(params![ino as i64, delta, now], |r| r.get(0))?)
+}
+
+pub(super) fn set_ctime(conn: &Connection, ino: u64, now: i64) -> FsResult<()> {
+    conn.prepare_cached("UPDATE inodes SET ctime = ?2 WHERE ino = ?1")?.execute(params![ino as i64, now])?;
+    Ok(())
+}
+
+pub(super) fn has_children(conn: &Connection, ino: u64) -> FsResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM dentries WHERE parent = ?1 LIMIT 1")?
+        .query_row([ino as i64], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+pub(super) fn list_dir(conn: &Connection, ino: u64) -> FsResult<Vec<DirEntry>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT d.name, i.kind FROM dentries d JOIN inodes i ON i.ino = d.child
+         WHERE d.parent = ?1",
+    )?;
+    let rows = stmt.query_map([ino as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (name, kind) = row?;
+        let kind = FileKind::from_mode(kind as u32).ok_or_else(|| FsError::errno(Errno::EIO))?;
+        out.push(DirEntry { name, kind });
+    }
+    Ok(out)
+}
+
+pub(super) fn symlink_target(conn: &Connection, ino: u64) -> FsResult<Vec<u8>> {
+    Ok(conn
+        .prepare_cached("SELECT target FROM inodes WHERE ino = ?1")?
+        .query_row([ino as i64], |r| r.get::<_, Option<Vec<u8>>>(0))
+        .optional()?
+        .flatten()
+        .unwrap_or_default())
+}
+
+/// Deletes every row of a node that has no name and no open handle left.
+pub(super) fn delete_rows(conn: &Connection, ino: u64) -> FsResult<()> {
+    let ino = ino as i64;
+    conn.prepare_cached("DELETE FROM chunks WHERE ino = ?1")?.execute([ino])?;
+    conn.prepare_cached("DELETE FROM xattrs WHERE ino = ?1")?.execute([ino])?;
+    conn.prepare_cached("DELETE FROM dentries WHERE parent = ?1")?.execute([ino])?;
+    conn.prepare_cached("DELETE FROM inodes WHERE ino = ?1")?.execute([ino])?;
+    Ok(())
+}
