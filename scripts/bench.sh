@@ -127,3 +127,53 @@ for row in "${ROWS[@]}"; do
 done
 echo
 echo "ratios are route time / native time (lower is better; 1.00x = native speed)"
+
+# The agent tools against ripgrep over a 100k-file tree on the host route (warm cache): `grep`
+# and `glob` called through the engine (examples/toolbench, no socket, engine built once) versus
+# `rg -F` and `rg --files -g` on the same host directory. Ratio = tool time / rg time.
+command -v rg >/dev/null || { apt-get update -qq && apt-get install -y -qq ripgrep; } >/dev/null
+cargo build --release -q --example toolbench
+TOOLBENCH=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/toolbench
+BIG=$W/host-root/big
+LINES=$(for i in $(seq 1 40); do echo "    let x = $i;"; done)
+for p in $(seq 1 50); do
+  for m in $(seq 1 20); do
+    mkdir -p "$BIG/pkg$p/mod$m"
+    for f in $(seq 1 100); do
+      printf 'fn f%s_%s_%s() {\n%s\n}\n' "$p" "$m" "$f" "$LINES" > "$BIG/pkg$p/mod$m/file$f.rs"
+    done
+  done
+done
+# Only the host route, so the tools and the mounted daemon do not share other stores.
+cat > "$W/tools.toml" <<TOML
+[default]
+backend = "memory"
+[[routes]]
+path = "/host"
+backend = "host"
+root = "$W/host-root"
+[[rules]]
+operations = ["read", "write"]
+paths = ["/**/.env", "/**/secrets/**"]
+mode = "deny"
+TOML
+GREP_PATTERN='f17_3_7('
+GLOB_PATTERN='*.rs'
+: > "$W/times.rg.grep"; : > "$W/times.tool.grep"; : > "$W/times.rg.glob"; : > "$W/times.tool.glob"
+rg -F "$GREP_PATTERN" "$BIG" >/dev/null # warm
+for _ in $(seq "$RUNS"); do
+  time_it "$W" rg -F "$GREP_PATTERN" "$BIG" >> "$W/times.rg.grep"
+  "$TOOLBENCH" "$W/tools.toml" grep "{\"pattern\": \"$GREP_PATTERN\", \"path\": \"/host/big\"}" >> "$W/times.tool.grep"
+  time_it "$W" rg --files -g "$GLOB_PATTERN" "$BIG" >> "$W/times.rg.glob"
+  "$TOOLBENCH" "$W/tools.toml" glob "{\"pattern\": \"$GLOB_PATTERN\", \"path\": \"/host/big\"}" >> "$W/times.tool.glob"
+done
+printf '\n%-34s %10s %10s %8s\n' "tool vs ripgrep (median of $RUNS)" "rg s" "tool s" ratio
+for row in grep glob; do
+  r=$(median < "$W/times.rg.$row")
+  t=$(median < "$W/times.tool.$row")
+  case $row in
+    grep) label="grep -F, 100k files, 1 match" ;;
+    glob) label="glob '$GLOB_PATTERN', 100k files" ;;
+  esac
+  printf '%-34s %10.3f %10.3f %7.2fx\n' "$label" "$r" "$t" "$(echo "$t / $r" | bc -l)"
+done

@@ -4,8 +4,12 @@
 pub mod common;
 pub mod delete;
 pub mod edit_file;
+pub mod glob;
+pub mod grep;
 pub mod ls;
+pub mod pattern;
 pub mod read_file;
+pub mod search;
 pub mod write_file;
 
 use serde_json::{json, Value};
