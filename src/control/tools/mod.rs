@@ -225,3 +225,13 @@ pub mod args {
         }
     }
 }
+
+/// The tools in their fixed order (`execute` joins them when it is enabled).
+pub fn registry() -> Vec<&'static ToolSpec> {
+    vec![&ls::SPEC, &read_file::SPEC, &write_file::SPEC, &edit_file::SPEC, &delete::SPEC, &glob::SPEC, &grep::SPEC]
+}
+
+/// Runs the tool `name`; `None` when there is no such tool.
+pub fn call(env: &ToolEnv, name: &str, arguments: &Value) -> Option<ToolOutput> {
+    registry().into_iter().find(|spec| spec.name == name).map(|spec| (spec.call)(env, arguments))
+}
