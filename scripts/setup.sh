@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine (run as root):
-# shell tools the tests drive, and the pjdfstest POSIX conformance suite.
+# shell tools the tests drive, the pjdfstest POSIX conformance suite, and the official MCP
+# Python SDK (the control socket's MCP test runs a real MCP client).
 set -euo pipefail
 
 need_apt=()
@@ -30,4 +31,14 @@ if ! python3 -c 'import importlib.metadata as m; assert m.version("deepagents") 
   # Debian marks its Python as externally managed; the reference needs no isolation.
   python3 -m pip install -q deepagents==0.7.32 \
     || python3 -m pip install -q --break-system-packages deepagents==0.7.32
+fi
+
+if ! python3 -c 'import mcp' >/dev/null 2>&1; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q python3 python3-pip
+  fi
+  # Debian marks its Python as externally managed; the test client needs no isolation.
+  python3 -m pip install -q mcp || python3 -m pip install -q --break-system-packages mcp
 fi

@@ -1,14 +1,18 @@
-//! The command line: `agentvfs mount | check | explain`.
+//! The command line: `agentvfs mount | check | explain` work from a config file; `status`,
+//! `paths`, `tools`, `call`, `reload` and `mcp` talk to a running daemon over its socket.
 
-use std::path::PathBuf;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Result};
-use clap::{Parser, Subcommand};
+use anyhow::{anyhow, bail, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::policy::{Mode, Op, RuleSet};
-use crate::vpath::VPath;
+use crate::control::client::{connect_stream, Client, ClientError};
+use crate::control::methods::{explain, explain_text};
+use crate::policy::RuleSet;
 
 #[derive(Parser)]
 #[command(
@@ -19,6 +23,17 @@ use crate::vpath::VPath;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// How to reach the daemon, shared by every client command.
+#[derive(Args, Clone)]
+struct Remote {
+    /// The control socket [default: $AGENTVFS_SOCKET, else the default config's socket].
+    #[arg(long, value_name = "S")]
+    socket: Option<PathBuf>,
+    /// Print the daemon's JSON answer instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -36,14 +51,55 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Show the decision for one operation on one path, and the rule that made it.
+    /// Show the decision for one operation on one path, and the rule that made it
+    /// (from --config, else from the running daemon, else from the embedded default).
     Explain {
-        #[arg(long)]
+        #[arg(long, conflicts_with = "socket")]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        remote: Remote,
         /// `read` or `write`.
         operation: String,
         /// A virtual path, e.g. /workspace/.env (a trailing `/` judges it as a directory).
         path: String,
+    },
+    /// Show the running daemon: mountpoint, routes, rules, counters.
+    Status {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Show where each route is in the mount, and a system-prompt section saying so.
+    Paths {
+        #[command(flatten)]
+        remote: Remote,
+        /// Print only the prompt section.
+        #[arg(long, conflicts_with = "json")]
+        prompt: bool,
+    },
+    /// List the agent tools the daemon serves.
+    Tools {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Call one tool and print its text (exit 2 when the tool reports an error).
+    Call {
+        #[command(flatten)]
+        remote: Remote,
+        /// The tool's name, e.g. read_file.
+        tool: String,
+        /// The arguments as a JSON object, e.g. '{"file_path": "/workspace/README.md"}'.
+        arguments: Option<String>,
+    },
+    /// Re-read the rules from the daemon's config file (like SIGHUP).
+    Reload {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Bridge MCP over stdio to the daemon's socket (for MCP clients that launch servers).
+    Mcp {
+        /// The control socket [default: $AGENTVFS_SOCKET, else the default config's socket].
+        #[arg(long, value_name = "S")]
+        socket: Option<PathBuf>,
     },
 }
 
@@ -66,6 +122,29 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The socket to use: `--socket`, then `$AGENTVFS_SOCKET`, then the default config's.
+fn socket_path(flag: Option<&PathBuf>) -> PathBuf {
+    if let Some(path) = flag {
+        return path.clone();
+    }
+    match std::env::var_os("AGENTVFS_SOCKET") {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => crate::config::default_socket(),
+    }
+}
+
+impl Remote {
+    fn call(&self, method: &str, params: Option<Value>) -> Result<Value> {
+        let path = socket_path(self.socket.as_ref());
+        let mut client = Client::connect(&path)?;
+        Ok(client.call(method, params)?)
+    }
+}
+
+fn print_json(value: &Value) {
+    println!("{}", serde_json::to_string_pretty(value).expect("JSON serialises"));
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -103,26 +182,246 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Explain { config, operation, path } => {
-            let loaded = load(config.as_ref())?;
-            let op = Op::parse(&operation)
-                .ok_or_else(|| anyhow!("unknown operation {operation:?} (expected read or write)"))?;
-            let is_dir = path.len() > 1 && path.ends_with('/');
-            let vpath = VPath::parse(&path).map_err(|e| anyhow!("invalid path {path:?}: {e}"))?;
-            let rules = RuleSet::new(loaded.rules.clone()).map_err(|e| anyhow!("{e}"))?;
-            let verdict = rules.decide(op, &vpath, is_dir);
-            let effect = match (verdict.mode, op, verdict.hide) {
-                (Mode::Allow, _, _) => "allowed".to_string(),
-                (Mode::Deny, Op::Read, true) => "denied: hidden (ENOENT, absent from listings)".to_string(),
-                (Mode::Deny, _, _) => "denied (EACCES)".to_string(),
-                (Mode::Interrupt, _, _) => "interrupt: waits for a human's approval".to_string(),
+        Command::Explain { config, remote, operation, path } => {
+            let params = json!({"operation": operation, "path": path});
+            let result = if config.is_none() && remote.socket.is_some() {
+                remote.call("vfs/explain", Some(params))?
+            } else {
+                // Without --config, a running daemon knows the rules in force; with no daemon
+                // the embedded default is explained, as before there was a socket.
+                let asked = match config {
+                    Some(_) => None,
+                    None => match remote.call("vfs/explain", Some(params)) {
+                        Err(e) if not_running(&e) => None,
+                        other => Some(other?),
+                    },
+                };
+                match asked {
+                    Some(result) => result,
+                    None => {
+                        let loaded = load(config.as_ref())?;
+                        let rules = RuleSet::new(loaded.rules.clone()).map_err(|e| anyhow!("{e}"))?;
+                        explain(&rules, &operation, &path).map_err(|e| anyhow!(e))?
+                    }
+                }
             };
-            println!("{} {}{}: {effect}", op.as_str(), vpath, if is_dir { "/" } else { "" });
-            match verdict.rule {
-                Some(i) => println!("by rule #{i}: {}", rules.rules()[i].describe()),
-                None => println!("no rule matches (default allow)"),
+            if remote.json {
+                print_json(&result);
+            } else {
+                print!("{}", explain_text(&result));
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Status { remote } => {
+            let status = remote.call("vfs/status", None)?;
+            if remote.json {
+                print_json(&status);
+            } else {
+                print!("{}", status_text(&status));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Paths { remote, prompt } => {
+            let paths = remote.call("vfs/paths", None)?;
+            if remote.json {
+                print_json(&paths);
+            } else if prompt {
+                println!("{}", text(&paths["prompt"]));
+            } else {
+                print!("{}", paths_text(&paths));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tools { remote } => {
+            let tools = remote.call("tools/list", None)?;
+            if remote.json {
+                print_json(&tools);
+            } else {
+                print!("{}", tools_text(&tools));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call { remote, tool, arguments } => {
+            let arguments: Value = match &arguments {
+                None => json!({}),
+                Some(text) => {
+                    serde_json::from_str(text).map_err(|e| anyhow!("the arguments are not JSON: {e}"))?
+                }
+            };
+            if !arguments.is_object() {
+                bail!("the arguments must be a JSON object, e.g. '{{\"path\": \"/\"}}'");
+            }
+            let result = remote.call("tools/call", Some(json!({"name": tool, "arguments": arguments})))?;
+            if remote.json {
+                print_json(&result);
+            } else {
+                print!("{}", call_text(&result));
+            }
+            let failed = result.get("isError") == Some(&json!(true));
+            Ok(if failed { ExitCode::from(2) } else { ExitCode::SUCCESS })
+        }
+        Command::Reload { remote } => {
+            let result = remote.call("vfs/reload", None)?;
+            if remote.json {
+                print_json(&result);
+            } else {
+                println!("reloaded {} rule(s) from {}", result["rules"], text(&result["config"]));
+                for warning in result["warnings"].as_array().into_iter().flatten() {
+                    println!("warning: {}", text(warning));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp { socket } => mcp_bridge(&socket_path(socket.as_ref())),
+    }
+}
+
+fn not_running(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<ClientError>(), Some(ClientError::NotRunning(_)))
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn status_text(s: &Value) -> String {
+    let c = &s["counters"];
+    let mut out = format!(
+        "agentvfs {} (pid {}), up {}s\nmountpoint  {}\nsocket      {}\nconfig      {}\nroutes:\n",
+        text(&s["version"]),
+        s["pid"],
+        s["uptime_seconds"],
+        text(&s["mountpoint"]),
+        text(&s["socket"]),
+        text(&s["config"])
+    );
+    for r in s["routes"].as_array().into_iter().flatten() {
+        let mut detail = text(&r["location"]);
+        if let Some(ns) = r.get("namespace").and_then(Value::as_str) {
+            detail = format!("{detail} (namespace {ns})");
+        }
+        if r["backend"] == "memory" {
+            detail = match r.get("max_bytes").and_then(Value::as_u64) {
+                Some(max) => format!("(in memory, max {max} bytes)"),
+                None => "(in memory)".to_string(),
+            };
+        }
+        out += &format!("  {:<20} {:<7} {detail}\n", text(&r["path"]), text(&r["backend"]));
+    }
+    out += &format!("rules: {} (observation: {})\n", s["rules"], text(&s["observation"]));
+    out += &format!("pending interrupts: {}\n", s["pending_interrupts"]);
+    out += &format!("audit records: {} ({} dropped)\n", c["audit_records"], c["audit_dropped"]);
+    out += &format!(
+        "connections: {} open, {} total, {} refused; requests: {}; tool calls: {}\n",
+        c["connections_open"], c["connections_total"], c["peers_refused"], c["requests"], c["tool_calls"]
+    );
+    out
+}
+
+fn paths_text(p: &Value) -> String {
+    let mut out = String::new();
+    for r in p["routes"].as_array().into_iter().flatten() {
+        out += &format!(
+            "{:<20} {:<36} {:<7} {}\n",
+            text(&r["virtual"]),
+            text(&r["shell"]),
+            text(&r["backend"]),
+            text(&r["location"])
+        );
+    }
+    out + "\n" + &text(&p["prompt"]) + "\n"
+}
+
+fn tools_text(t: &Value) -> String {
+    let mut out = String::new();
+    for tool in t["tools"].as_array().into_iter().flatten() {
+        let a = &tool["annotations"];
+        let kind = if a["readOnlyHint"] == true {
+            "read-only"
+        } else if a["destructiveHint"] == true {
+            "destructive"
+        } else {
+            "writes"
+        };
+        let summary = text(&tool["description"]).lines().next().unwrap_or("").to_string();
+        out += &format!("{:<12} {:<12} {summary}\n", text(&tool["name"]), kind);
+    }
+    out
+}
+
+/// A `CallToolResult` as text: text blocks as they are, other blocks summarised.
+fn call_text(result: &Value) -> String {
+    let mut out = String::new();
+    for block in result["content"].as_array().into_iter().flatten() {
+        match block["type"].as_str() {
+            Some("text") => out += &text(&block["text"]),
+            _ => {
+                let size = block["data"].as_str().map_or(0, str::len);
+                out += &format!(
+                    "[{} block, {}, {size} bytes of base64]",
+                    text(&block["type"]),
+                    text(&block["mimeType"])
+                );
+            }
+        }
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `agentvfs mcp`: copies stdin lines to the socket and socket lines to stdout until stdin
+/// ends; then half-closes, so replies still due arrive before the daemon closes its side.
+fn mcp_bridge(path: &Path) -> Result<ExitCode> {
+    let stream = connect_stream(path)?;
+    let mut to_daemon = stream.try_clone()?;
+    let from_daemon = stream;
+    // Set before the half-close, so the daemon's resulting close is known to be expected.
+    let stdin_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = stdin_done.clone();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match stdin.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if to_daemon.write_all(&line).is_err() {
+                        // The daemon closed; the reader below reports it.
+                        return;
+                    }
+                }
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = to_daemon.shutdown(std::net::Shutdown::Write);
+    });
+    let mut reader = std::io::BufReader::new(from_daemon);
+    let mut stdout = std::io::stdout().lock();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {
+                if stdout.write_all(&line).and_then(|_| stdout.flush()).is_err() {
+                    // The client went away; nothing is left to deliver.
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            Err(e) => bail!("reading from the daemon on {}: {e}", path.display()),
+        }
+    }
+    // After stdin's end the daemon closes once every reply is out; before it, the daemon quit.
+    if stdin_done.load(std::sync::atomic::Ordering::SeqCst) {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!("the daemon on {} closed the connection", path.display())
     }
 }

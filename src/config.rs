@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::control::session::Observation;
 use crate::policy::rules::{check_pattern, Mode, Op, Rule};
 use crate::vpath::VPath;
 
@@ -68,6 +69,8 @@ pub struct Config {
     pub audit_database: Option<PathBuf>,
     pub fuse_threads: usize,
     pub allow_other: bool,
+    /// `[tools] observation`: whether tool writes need a prior read of the current version.
+    pub observation: Observation,
 }
 
 #[derive(Deserialize)]
@@ -258,7 +261,8 @@ impl Parser<'_> {
     fn parse(&self) -> Result<Config, ConfigError> {
         let raw: RawConfig =
             toml::from_str(self.text).map_err(|e| self.err(e.span(), e.message().to_string()))?;
-        let _ = (&raw.exec, &raw.tools);
+        let _ = &raw.exec;
+        let observation = self.observation(raw.tools.as_ref())?;
         let mut routes = Vec::new();
         let default_backend = match &raw.default {
             Some(d) => {
@@ -357,7 +361,25 @@ impl Parser<'_> {
             audit_database: raw.audit.as_ref().and_then(|a| a.database.as_ref()).map(|d| self.base.join(d)),
             fuse_threads: if threads == 0 { default_threads() } else { threads },
             allow_other: raw.fuse.as_ref().and_then(|f| f.allow_other).unwrap_or(true),
+            observation,
         })
+    }
+
+    /// `[tools] observation = "strict" | "off"` (default strict). The `[tools]` table stays
+    /// open to other keys, which the tools read themselves; toml tables keep no positions, so
+    /// the error points at the line by searching for the key.
+    fn observation(&self, tools: Option<&toml::Table>) -> Result<Observation, ConfigError> {
+        let Some(value) = tools.and_then(|t| t.get("observation")) else {
+            return Ok(Observation::Strict);
+        };
+        match value.as_str() {
+            Some("strict") => Ok(Observation::Strict),
+            Some("off") => Ok(Observation::Off),
+            _ => {
+                let span = self.text.find("observation").map(|start| start..start);
+                Err(self.err(span, format!("[tools] observation = {value}: expected \"strict\" or \"off\"")))
+            }
+        }
     }
 }
 
@@ -365,7 +387,9 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4).max(4)
 }
 
-fn default_socket() -> PathBuf {
+/// The control socket when the config names none: `/run/agentvfs/agentvfs.sock` for root,
+/// else `agentvfs.sock` in the user's runtime directory (or the temp directory).
+pub fn default_socket() -> PathBuf {
     if nix::unistd::geteuid().is_root() {
         PathBuf::from("/run/agentvfs/agentvfs.sock")
     } else {

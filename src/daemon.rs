@@ -1,11 +1,12 @@
 //! The daemon's lifecycle: build the engine from the config, mount, serve, and unmount
-//! cleanly on SIGINT/SIGTERM (SIGHUP reloads the rules).
+//! cleanly on SIGINT/SIGTERM (SIGHUP reloads the rules), with the control socket alongside.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use fuser::{Config as FuseConfig, MountOption, SessionACL};
+use parking_lot::Mutex;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -14,7 +15,9 @@ use crate::backend::host::HostBackend;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::sqlite::SqliteBackend;
 use crate::backend::Backend;
-use crate::config::{BackendConfig, Config};
+use crate::config::{BackendConfig, Config, RouteConfig};
+use crate::control::methods::{ReloadFn, Reloaded, State};
+use crate::control::server::Listener;
 use crate::engine::Engine;
 use crate::fuse::inodes::Inodes;
 use crate::fuse::FuseDoor;
@@ -126,13 +129,16 @@ fn check_fuse_device() -> Result<()> {
     }
 }
 
-/// Mounts and serves until a signal (or an external unmount) ends the session.
+/// Mounts and serves until a signal (or an external unmount) ends the session. The control
+/// socket is bound before mounting (so a socket problem stops the start before anything is
+/// mounted), serves once the mount is live, and is removed when the daemon exits.
 pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> Result<()> {
     check_fuse_device()?;
     let mountpoint = prepare_mountpoint(mountpoint)?;
     let engine = build_engine(&config)?;
     let inodes = Arc::new(Inodes::new());
     let door = FuseDoor::new(engine.clone(), inodes.clone());
+    let listener = Listener::bind(&config.socket)?;
 
     let mut fuse_config = FuseConfig::default();
     fuse_config.mount_options = vec![
@@ -156,27 +162,41 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         anyhow!("cannot mount at {}: {e}{hint}", mountpoint.display())
     })?;
     let mut unmounter = session.unmount_callable();
-    let notifier = session.notifier();
     engine.set_observer(Arc::new(crate::fuse::invalidate::KernelInvalidator {
         inodes: inodes.clone(),
         notifier: session.notifier(),
     }));
+    let reloader = Arc::new(Reloader {
+        engine: engine.clone(),
+        config_path,
+        routes: config.routes.clone(),
+        inodes,
+        notifier: session.notifier(),
+        lock: Mutex::new(()),
+    });
+
+    let socket = listener.path().to_path_buf();
+    let control_reloader = reloader.clone();
+    let reload: ReloadFn = Box::new(move || control_reloader.reload());
+    let state = Arc::new(State::new(engine.clone(), config.clone(), mountpoint.clone(), reload));
+    let server = listener.serve(state)?;
 
     println!("agentvfs: mounted at {}", mountpoint.display());
     for route in engine.router.routes() {
         println!("  {} -> {}", route.prefix, route.backend.describe());
     }
     println!("  {} rule(s) from {}", engine.gate.rules().len(), config.source);
-    tracing::info!(mountpoint = %mountpoint.display(), "mounted");
+    println!("  control socket {}", socket.display());
+    tracing::info!(mountpoint = %mountpoint.display(), socket = %socket.display(), "mounted");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("cannot install signal handlers")?;
-    let signal_engine = engine.clone();
     let shown = mountpoint.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         for signal in signals.forever() {
             if signal == SIGHUP {
-                reload(&signal_engine, config_path.as_deref(), &inodes, &notifier);
+                // Logged by the reloader; nobody to answer here.
+                let _ = reloader.reload();
                 continue;
             }
             tracing::info!("signal {signal}: unmounting {}", shown.display());
@@ -189,28 +209,63 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         }
     })?;
 
-    session.run().with_context(|| format!("the FUSE session at {} failed", mountpoint.display()))?;
+    let served = session.run();
+    // Stop answering before saying we are gone, so no client sees a half-dead daemon.
+    drop(server);
+    served.with_context(|| format!("the FUSE session at {} failed", mountpoint.display()))?;
     println!("agentvfs: unmounted {}", mountpoint.display());
     Ok(())
 }
 
-/// Re-reads the rules and makes the kernel forget every entry it cached, so that no hidden
-/// entry stays visible (or the other way round) after the change.
-pub fn reload(engine: &Engine, config_path: Option<&Path>, inodes: &Inodes, notifier: &fuser::Notifier) {
-    let Some(path) = config_path else {
-        tracing::warn!("reload requested, but the daemon runs on the embedded default config");
-        return;
-    };
-    let rules = Config::load(path).map_err(|e| e.to_string()).and_then(|c| RuleSet::new(c.rules));
-    match rules {
-        Ok(rules) => {
-            let count = rules.len();
-            engine.gate.reload(rules);
-            for (parent, name) in inodes.known_entries() {
-                let _ = notifier.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name));
+/// Re-reads the rules from the config file, for SIGHUP and `vfs/reload` alike.
+pub struct Reloader {
+    engine: Arc<Engine>,
+    config_path: Option<PathBuf>,
+    /// The routes in force (they are not reloadable; a changed file earns a warning).
+    routes: Vec<RouteConfig>,
+    inodes: Arc<Inodes>,
+    notifier: fuser::Notifier,
+    /// One reload at a time, so invalidations never interleave with a newer rule set.
+    lock: Mutex<()>,
+}
+
+impl Reloader {
+    /// Swaps in the file's rules and makes the kernel forget every entry it cached, so that
+    /// no hidden entry stays visible (or the other way round) after the change. On failure
+    /// the current rules stay in force.
+    pub fn reload(&self) -> Result<Reloaded, String> {
+        let _one_at_a_time = self.lock.lock();
+        let result = self.reload_locked();
+        match &result {
+            Ok(r) => {
+                tracing::info!("reloaded {} rule(s) from {}", r.rules, r.config.display());
+                for warning in &r.warnings {
+                    tracing::warn!("{warning}");
+                }
             }
-            tracing::info!("reloaded {count} rule(s) from {}", path.display());
+            Err(e) => tracing::error!("reload failed, keeping the current rules: {e}"),
         }
-        Err(e) => tracing::error!("reload failed, keeping the current rules: {e}"),
+        result
+    }
+
+    fn reload_locked(&self) -> Result<Reloaded, String> {
+        let Some(path) = self.config_path.as_deref() else {
+            return Err("the daemon runs on the embedded default config; there is no file to reload".into());
+        };
+        let config = Config::load(path).map_err(|e| e.to_string())?;
+        let rules = RuleSet::new(config.rules).map_err(|e| format!("{}: {e}", path.display()))?;
+        let count = rules.len();
+        self.engine.gate.reload(rules);
+        for (parent, name) in self.inodes.known_entries() {
+            let _ = self.notifier.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name));
+        }
+        let mut warnings = Vec::new();
+        if config.routes != self.routes {
+            warnings.push(format!(
+                "the routes in {} changed; routes are not reloaded (restart the daemon to apply them)",
+                path.display()
+            ));
+        }
+        Ok(Reloaded { rules: count, config: path.to_path_buf(), warnings })
     }
 }

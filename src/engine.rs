@@ -86,17 +86,38 @@ impl Engine {
         }
     }
 
-    /// Turns a refusal into the caller's error, and records it.
-    fn refuse(&self, ctx: &Ctx, operation: &str, refusal: Refusal) -> FsError {
-        let errno = refusal.errno();
-        let decision = match (refusal.verdict.mode, refusal.is_hidden()) {
+    /// Records a refusal decided outside the engine's own operations (a tool's permission
+    /// pre-check), with the tool call as the "command".
+    pub fn audit_refusal(&self, ctx: &Ctx, operation: &str, command: &str, refusal: Refusal) {
+        self.audit.record(AuditEvent {
+            time: SystemTime::now(),
+            door: ctx.door.as_str(),
+            pid: ctx.caller.pid,
+            uid: ctx.caller.uid,
+            command: command.to_string(),
+            operation: operation.to_string(),
+            class: refusal.op.as_str(),
+            path: refusal.path.to_string(),
+            rule: refusal.verdict.rule,
+            decision: Self::decision_name(&refusal).to_string(),
+        });
+    }
+
+    fn decision_name(refusal: &Refusal) -> &'static str {
+        match (refusal.verdict.mode, refusal.is_hidden()) {
             (Mode::Deny, true) => "hide",
             (Mode::Deny, false) => "deny",
             // Approvals are served by the interrupt machinery; without an approver the
             // operation is refused rather than allowed.
             (Mode::Interrupt, _) => "interrupt-unanswered",
             (Mode::Allow, _) => "allow",
-        };
+        }
+    }
+
+    /// Turns a refusal into the caller's error, and records it.
+    fn refuse(&self, ctx: &Ctx, operation: &str, refusal: Refusal) -> FsError {
+        let errno = refusal.errno();
+        let decision = Self::decision_name(&refusal);
         let command = match ctx.door {
             Door::Fuse => command_line(ctx.caller.pid),
             Door::Tool => String::new(),

@@ -2,6 +2,10 @@
 //! MCP-compatible methods, serving the agent tool API and the operator methods. Like the FUSE
 //! door, it reaches storage only through the engine.
 
+pub mod client;
+pub mod methods;
+pub mod proto;
+pub mod server;
 pub mod session;
 pub mod tools;
 pub mod vfs;

@@ -31,6 +31,9 @@ pub fn validate_path(input: &str) -> Result<VPath, String> {
 pub struct ToolFs<'e> {
     pub engine: &'e Engine,
     pub ctx: Ctx,
+    /// The tool call being served (name and arguments), for the audit log.
+    pub tool: String,
+    pub arguments: String,
 }
 
 /// A path after symlinks were followed: where it leads, and whether it went through a link.
@@ -44,7 +47,19 @@ pub struct Resolved {
 
 impl<'e> ToolFs<'e> {
     pub fn new(engine: &'e Engine) -> ToolFs<'e> {
-        ToolFs { engine, ctx: Ctx { door: Door::Tool, caller: crate::backend::Caller::daemon() } }
+        ToolFs {
+            engine,
+            ctx: Ctx { door: Door::Tool, caller: crate::backend::Caller::daemon() },
+            tool: String::new(),
+            arguments: String::new(),
+        }
+    }
+
+    /// Records a refusal of the tool's own permission pre-check in the audit log.
+    pub fn audit_refusal(&self, op: Op, path: &VPath, verdict: Verdict) {
+        let refusal = crate::policy::Refusal { op, path: path.clone(), verdict };
+        let command = format!("{} {}", self.tool, self.arguments);
+        self.engine.audit_refusal(&self.ctx, &self.tool, command.trim(), refusal);
     }
 
     /// The gate's verdict for `op` on `path`, without touching storage (the pre-check).

@@ -140,9 +140,12 @@ pub fn sh_ok(cwd: &Path, script: &str) -> String {
 }
 
 /// A config with `/` memory, `/host` → `host_root`, `/db` → sqlite in `state`, plus `rules`.
+/// The control socket is `state/agentvfs.sock`, so daemons of parallel tests never collide.
 pub fn config(state: &Path, host_root: &Path, rules: &str) -> PathBuf {
     let text = format!(
         r#"
+socket = "{socket}"
+
 [default]
 backend = "memory"
 
@@ -161,6 +164,7 @@ database = "{audit}"
 
 {rules}
 "#,
+        socket = state.join("agentvfs.sock").display(),
         host = host_root.display(),
         db = state.join("store.db").display(),
         audit = state.join("audit.db").display(),
@@ -172,9 +176,11 @@ database = "{audit}"
 
 /// One daemon with the standard three routes and the given rules, in a fresh scratch dir.
 pub struct Fixture {
+    // Fields drop in order: the mount must go before its scratch directory is removed, or
+    // the removal walks into the live mount and stops at the busy mountpoint.
+    pub mount: Mount,
     pub scratch: tempfile::TempDir,
     pub host_root: PathBuf,
-    pub mount: Mount,
 }
 
 impl Fixture {

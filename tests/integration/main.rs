@@ -3,6 +3,7 @@
 mod harness;
 
 mod conformance;
+mod control;
 mod file_ops;
 mod lifecycle;
 mod persistence;

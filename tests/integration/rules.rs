@@ -41,9 +41,10 @@ mode = "deny"
 hide = false
 "#;
 
+/// Fields drop in order: the mount goes before its scratch directory.
 struct Setup {
-    _scratch: tempfile::TempDir,
     mount: Mount,
+    _scratch: tempfile::TempDir,
     cfg: std::path::PathBuf,
 }
 
@@ -77,7 +78,7 @@ fn setup() -> Setup {
     fs::write(root.join("closed/c"), "c").unwrap();
     let cfg = config(scratch.path(), &root, &rules);
     let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
-    Setup { _scratch: scratch, mount, cfg }
+    Setup { mount, _scratch: scratch, cfg }
 }
 
 /// Runs a shell snippet and returns what it printed on stderr (errors name their cause).

@@ -268,8 +268,12 @@ pub fn validate(raw: &str) -> Result<VPath, ToolOutput> {
 /// pause themselves (TOOLS §2.8); approval happens around the call, and the engine still
 /// refuses an unapproved operation.
 pub fn precheck(env: &ToolEnv, op: Op, path: &VPath, as_dir: bool) -> Result<(), ToolOutput> {
-    match env.fs.decide(op, path, as_dir).mode {
-        Mode::Deny => Err(permission_denied(op, path)),
+    let verdict = env.fs.decide(op, path, as_dir);
+    match verdict.mode {
+        Mode::Deny => {
+            env.fs.audit_refusal(op, path, verdict);
+            Err(permission_denied(op, path))
+        }
         Mode::Allow | Mode::Interrupt => Ok(()),
     }
 }
@@ -352,8 +356,12 @@ fn link_target(env: &ToolEnv, path: &VPath) -> Option<VPath> {
 
 /// Step 3b: a path that leads elsewhere is judged on its target too (deviation 7).
 pub fn check_target(env: &ToolEnv, op: Op, loc: &Located, as_dir: bool) -> Result<(), ToolOutput> {
-    if loc.real != loc.path && env.fs.decide(op, &loc.real, as_dir || loc.is_dir()).mode == Mode::Deny {
-        return Err(permission_denied_resolved(op, &loc.path, &loc.real));
+    if loc.real != loc.path {
+        let verdict = env.fs.decide(op, &loc.real, as_dir || loc.is_dir());
+        if verdict.mode == Mode::Deny {
+            env.fs.audit_refusal(op, &loc.real, verdict);
+            return Err(permission_denied_resolved(op, &loc.path, &loc.real));
+        }
     }
     Ok(())
 }

@@ -86,6 +86,7 @@ fn check(env: &ToolEnv, loc: &Located) -> Result<(), ToolOutput> {
     let has_descendants = loc.attr.is_none() || loc.is_dir();
     let denying = deny_patterns(env, &loc.path, has_descendants);
     if !denying.is_empty() {
+        audit(env, &loc.path);
         return Err(ToolOutput::error(
             ErrorCode::PermissionDenied,
             format!(
@@ -96,9 +97,17 @@ fn check(env: &ToolEnv, loc: &Located) -> Result<(), ToolOutput> {
         ));
     }
     if loc.real != loc.path && !deny_patterns(env, &loc.real, has_descendants).is_empty() {
+        audit(env, &loc.real);
         return Err(common::permission_denied_resolved(Op::Write, &loc.path, &loc.real));
     }
     Ok(())
+}
+
+/// Records the refused delete (as a write on `path`, with the rule that decides it there).
+fn audit(env: &ToolEnv, path: &VPath) {
+    let mut verdict = env.fs.decide(Op::Write, path, true);
+    verdict.mode = Mode::Deny;
+    env.fs.audit_refusal(Op::Write, path, verdict);
 }
 
 /// The deny-write patterns that block deleting `target`.

@@ -228,7 +228,15 @@ pub mod args {
 
 /// The tools in their fixed order (`execute` joins them when it is enabled).
 pub fn registry() -> Vec<&'static ToolSpec> {
-    vec![&ls::SPEC, &read_file::SPEC, &write_file::SPEC, &edit_file::SPEC, &delete::SPEC, &glob::SPEC, &grep::SPEC]
+    vec![
+        &ls::SPEC,
+        &read_file::SPEC,
+        &write_file::SPEC,
+        &edit_file::SPEC,
+        &delete::SPEC,
+        &glob::SPEC,
+        &grep::SPEC,
+    ]
 }
 
 /// Runs the tool `name`; `None` when there is no such tool.

@@ -576,7 +576,8 @@ fn grep_precheck_only_with_a_path_and_filtering_always() {
     assert_eq!(grep(&e, json!({"pattern": "token", "path": "/pub"})), "/pub/a.txt");
     // Matches only in denied files are a miss, not a hint-worthy regex miss.
     assert_eq!(grep(&e, json!({"pattern": "token", "path": "/", "glob": "key.txt"})), grep::NO_MATCHES);
-    assert_eq!(e.audit.recorded(), 0);
+    // The two refused search roots are audited; files left out of results are not refusals.
+    assert_eq!(e.audit.recorded(), 2);
 }
 
 #[test]

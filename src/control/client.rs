@@ -1,0 +1,119 @@
+//! A small blocking client for the control socket (used by the CLI and `agentvfs mcp`):
+//! connect, send a request, read lines until the response with its id arrives.
+
+use std::io::{self, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::control::proto::{self, Line, LineReader, RpcError};
+
+/// Replies can be much larger than requests (a big read); this only guards against a
+/// runaway peer.
+const MAX_REPLY: usize = 256 << 20;
+
+#[derive(Debug)]
+pub enum ClientError {
+    /// Nothing listens on the socket (no file, or a stale one).
+    NotRunning(PathBuf),
+    /// The socket exists but may not be opened by this user.
+    PermissionDenied(PathBuf),
+    Io(PathBuf, io::Error),
+    /// The daemon answered with a JSON-RPC error.
+    Rpc(RpcError),
+    /// The daemon closed the connection (or sent something unreadable) before answering.
+    Protocol(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::NotRunning(p) => {
+                write!(f, "no daemon is listening on {} (is `agentvfs mount` running?)", p.display())
+            }
+            ClientError::PermissionDenied(p) => write!(
+                f,
+                "permission denied opening the control socket {} (only the daemon's user and root may use it)",
+                p.display()
+            ),
+            ClientError::Io(p, e) => write!(f, "control socket {}: {e}", p.display()),
+            ClientError::Rpc(e) => write!(f, "{}", e.message),
+            ClientError::Protocol(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+pub struct Client {
+    path: PathBuf,
+    stream: UnixStream,
+    lines: LineReader<UnixStream>,
+    next_id: u64,
+}
+
+/// Connects to the socket at `path`, telling "no daemon" apart from other failures.
+pub fn connect_stream(path: &Path) -> Result<UnixStream, ClientError> {
+    UnixStream::connect(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ECONNREFUSED) | Some(libc::ENOTDIR) => {
+            ClientError::NotRunning(path.to_path_buf())
+        }
+        Some(libc::EACCES) | Some(libc::EPERM) => ClientError::PermissionDenied(path.to_path_buf()),
+        _ => ClientError::Io(path.to_path_buf(), e),
+    })
+}
+
+impl Client {
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let stream = connect_stream(path)?;
+        let reader = stream.try_clone().map_err(|e| ClientError::Io(path.to_path_buf(), e))?;
+        Ok(Client { path: path.to_path_buf(), stream, lines: LineReader::new(reader, MAX_REPLY), next_id: 1 })
+    }
+
+    /// Sends one request and waits for its result.
+    pub fn call(&mut self, method: &str, params: Option<Value>) -> Result<Value, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = proto::encode(&proto::request(id, method, params));
+        if let Err(e) = self.stream.write_all(&line) {
+            // The daemon may have refused us and closed already; its reason is in the reply.
+            return self.read_reply(id).and(Err(ClientError::Io(self.path.clone(), e)));
+        }
+        self.read_reply(id)
+    }
+
+    fn read_reply(&mut self, id: u64) -> Result<Value, ClientError> {
+        loop {
+            let line = match self.lines.read_line() {
+                Ok(Line::Complete(line)) => line,
+                Ok(Line::TooLong) => {
+                    return Err(ClientError::Protocol("the daemon's reply is too long".into()))
+                }
+                Ok(Line::Eof) => {
+                    return Err(ClientError::Protocol(format!(
+                        "the daemon closed the connection on {} before answering",
+                        self.path.display()
+                    )))
+                }
+                Err(e) => return Err(ClientError::Io(self.path.clone(), e)),
+            };
+            let reply: Value = match serde_json::from_slice(&line) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Err(ClientError::Protocol(format!("unreadable reply from the daemon: {e}")))
+                }
+            };
+            let reply_id = reply.get("id").cloned().unwrap_or(Value::Null);
+            // Errors about the connection itself (a refused peer, an unparsable line) carry a
+            // null id and are ours too.
+            if reply_id != id && !(reply_id.is_null() && reply.get("error").is_some()) {
+                continue;
+            }
+            if let Some(error) = reply.get("error") {
+                return Err(ClientError::Rpc(RpcError::from_json(error)));
+            }
+            return Ok(reply.get("result").cloned().unwrap_or(Value::Null));
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! The control socket's methods (MCP and `vfs/*`): what each request does, given the
+//! daemon's state and the connection's session. Transport lives in `server.rs`; the wire
+//! format and the method table in `proto.rs`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+
+use crate::config::{BackendConfig, Config};
+use crate::control::proto::{self, RpcError};
+use crate::control::session::{Observation, Session};
+use crate::control::tools::{self, registry, Listed, ToolEnv};
+use crate::control::vfs::ToolFs;
+use crate::engine::Engine;
+use crate::policy::{Mode, Op, RuleSet};
+use crate::vpath::VPath;
+
+/// What a successful reload did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reloaded {
+    pub rules: usize,
+    /// The file the rules came from.
+    pub config: PathBuf,
+    /// Changes in the file that a reload does not apply (routes need a restart).
+    pub warnings: Vec<String>,
+}
+
+/// Re-reads the rules (the daemon's SIGHUP path, shared so both behave the same).
+pub type ReloadFn = Box<dyn Fn() -> Result<Reloaded, String> + Send + Sync>;
+
+/// Live numbers for `vfs/status`.
+#[derive(Default)]
+pub struct Counters {
+    pub connections_open: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub peers_refused: AtomicU64,
+    pub requests: AtomicU64,
+    pub tool_calls: AtomicU64,
+}
+
+impl Counters {
+    fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything the control door knows about the daemon it belongs to.
+pub struct State {
+    pub engine: Arc<Engine>,
+    /// The config the daemon started with (routes and their backing locations).
+    pub config: Config,
+    pub mountpoint: PathBuf,
+    pub socket: PathBuf,
+    pub reload: ReloadFn,
+    pub started: Instant,
+    pub counters: Counters,
+}
+
+/// Who is on the other end of a connection (from SO_PEERCRED).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl State {
+    pub fn new(engine: Arc<Engine>, config: Config, mountpoint: PathBuf, reload: ReloadFn) -> State {
+        State {
+            engine,
+            socket: config.socket.clone(),
+            config,
+            mountpoint,
+            reload,
+            started: Instant::now(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Answers one request.
+    pub fn handle(
+        &self,
+        session: &Session,
+        peer: &Peer,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Result<Value, RpcError> {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        match method {
+            "initialize" => initialize(&proto::params_object(params)?, self),
+            "ping" => Ok(json!({})),
+            "tools/list" => {
+                proto::params_object(params)?;
+                Ok(tools_list())
+            }
+            "tools/call" => self.tools_call(session, peer, &proto::params_object(params)?),
+            "vfs/status" => Ok(self.status()),
+            "vfs/paths" => Ok(paths(&self.config, &self.mountpoint)),
+            "vfs/explain" => {
+                let params = proto::params_object(params)?;
+                let operation = string_param(&params, "operation")?;
+                let path = string_param(&params, "path")?;
+                explain(&self.engine.gate.rules(), operation, path).map_err(RpcError::invalid_params)
+            }
+            "vfs/reload" => match (self.reload)() {
+                Ok(r) => Ok(json!({"rules": r.rules, "config": r.config, "warnings": r.warnings})),
+                Err(e) => Err(RpcError::new(
+                    proto::OPERATION_FAILED,
+                    format!("reload failed, keeping the current rules: {e}"),
+                )),
+            },
+            _ => Err(RpcError::new(proto::METHOD_NOT_FOUND, format!("method not found: {method}"))),
+        }
+    }
+
+    fn tools_call(
+        &self,
+        session: &Session,
+        peer: &Peer,
+        params: &Map<String, Value>,
+    ) -> Result<Value, RpcError> {
+        let name = string_param(params, "name")?;
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(a @ Value::Object(_)) => a.clone(),
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!("`arguments` must be an object, got {other}")))
+            }
+        };
+        let mut fs = ToolFs::new(&self.engine);
+        // Files are still created as the daemon; the pid attributes audit records to the client.
+        fs.ctx.caller.pid = peer.pid;
+        fs.tool = name.to_string();
+        fs.arguments = arguments.to_string();
+        let env = ToolEnv { fs, session };
+        match tools::call(&env, name, &arguments) {
+            Some(output) => {
+                self.counters.tool_calls.fetch_add(1, Ordering::Relaxed);
+                Ok(output.to_mcp())
+            }
+            None => {
+                let names: Vec<&str> = registry().iter().map(|t| t.name).collect();
+                Err(RpcError::invalid_params(format!(
+                    "unknown tool {name:?} (the tools are: {})",
+                    names.join(", ")
+                )))
+            }
+        }
+    }
+
+    fn status(&self) -> Value {
+        let c = &self.counters;
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": std::process::id(),
+            "mountpoint": self.mountpoint,
+            "socket": self.socket,
+            "config": self.config.source,
+            "uptime_seconds": self.started.elapsed().as_secs(),
+            "routes": self.config.routes.iter().map(|r| {
+                let mut route = json!({"path": r.path.as_str(), "backend": r.backend.kind(), "location": location(&r.backend)});
+                match &r.backend {
+                    BackendConfig::Sqlite { namespace, .. } => route["namespace"] = json!(namespace),
+                    BackendConfig::Memory { max_bytes } => route["max_bytes"] = json!(max_bytes),
+                    BackendConfig::Host { .. } => {}
+                }
+                route
+            }).collect::<Vec<_>>(),
+            "rules": self.engine.gate.rules().len(),
+            "pending_interrupts": 0,
+            "observation": match self.config.observation {
+                Observation::Strict => "strict",
+                Observation::Off => "off",
+            },
+            "counters": {
+                "audit_records": self.engine.audit.recorded(),
+                "audit_dropped": self.engine.audit.dropped(),
+                "connections_open": Counters::get(&c.connections_open),
+                "connections_total": Counters::get(&c.connections_total),
+                "peers_refused": Counters::get(&c.peers_refused),
+                "requests": Counters::get(&c.requests),
+                "tool_calls": Counters::get(&c.tool_calls),
+            },
+        })
+    }
+}
+
+fn string_param<'p>(params: &'p Map<String, Value>, name: &str) -> Result<&'p str, RpcError> {
+    match params.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => {
+            Err(RpcError::invalid_params(format!("missing parameter `{name}` (a string)")))
+        }
+        Some(other) => {
+            Err(RpcError::invalid_params(format!("parameter `{name}` must be a string, got {other}")))
+        }
+    }
+}
+
+fn initialize(params: &Map<String, Value>, state: &State) -> Result<Value, RpcError> {
+    let asked = string_param(params, "protocolVersion")?;
+    // MCP: echo the client's revision when we speak it, otherwise offer ours and let the
+    // client decide whether to go on.
+    let version =
+        if proto::MCP_KNOWN_VERSIONS.contains(&asked) { asked } else { proto::MCP_PROTOCOL_VERSION };
+    Ok(json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": {"name": "agentvfs", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": paths_prompt(&state.config, &state.mountpoint),
+    }))
+}
+
+/// The `tools/list` result: every tool in the registry's fixed order.
+pub fn tools_list() -> Value {
+    // `execute` is not part of the registry yet; when it is, this follows `[exec] enabled`.
+    let listed = Listed::default();
+    let tools: Vec<Value> = registry()
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": (t.description)(&listed),
+                "inputSchema": (t.input_schema)(),
+                "annotations": {
+                    "readOnlyHint": t.read_only,
+                    "destructiveHint": t.destructive,
+                    // Only reads are safe to repeat blindly; writes may race another writer.
+                    "idempotentHint": t.read_only,
+                    // The tools act on the mount's closed world, never the network.
+                    "openWorldHint": false,
+                },
+            })
+        })
+        .collect();
+    json!({"tools": tools})
+}
+
+/// Where a route's data lives on the host (`null` for memory).
+fn location(backend: &BackendConfig) -> Value {
+    match backend {
+        BackendConfig::Host { root } => json!(root),
+        BackendConfig::Sqlite { database, .. } => json!(database),
+        BackendConfig::Memory { .. } => Value::Null,
+    }
+}
+
+/// `virtual` (a route prefix ending in `/`) under the mountpoint.
+fn shell_path(mountpoint: &Path, virtual_prefix: &str) -> String {
+    let mount = mountpoint.to_string_lossy();
+    format!("{}{}", mount.trim_end_matches('/'), virtual_prefix)
+}
+
+fn with_slash(path: &VPath) -> String {
+    if path.is_root() {
+        "/".to_string()
+    } else {
+        format!("{path}/")
+    }
+}
+
+/// The `vfs/paths` result: each route's virtual prefix and its path in the mount, and the
+/// ready-made prompt section.
+pub fn paths(config: &Config, mountpoint: &Path) -> Value {
+    let routes: Vec<Value> = config
+        .routes
+        .iter()
+        .map(|r| {
+            let prefix = with_slash(&r.path);
+            json!({
+                "virtual": prefix,
+                "shell": shell_path(mountpoint, &prefix),
+                "backend": r.backend.kind(),
+                "location": location(&r.backend),
+            })
+        })
+        .collect();
+    json!({"mountpoint": mountpoint, "routes": routes, "prompt": paths_prompt(config, mountpoint)})
+}
+
+/// A system-prompt section in the manner of Deep Agents' "Shell paths vs. virtual paths":
+/// every route is reachable from a shell, under the mount, through the same rules.
+pub fn paths_prompt(config: &Config, mountpoint: &Path) -> String {
+    let mount = mountpoint.to_string_lossy();
+    let mut prefixes: Vec<String> = config.routes.iter().map(|r| with_slash(&r.path)).collect();
+    // Longest prefix first, as Deep Agents orders its mappings (and as routing decides).
+    prefixes.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+    let mut lines = vec![
+        "## Shell paths vs. virtual paths".to_string(),
+        String::new(),
+        "The file tools use virtual paths, which start with `/`.".to_string(),
+        format!(
+            "A shell reaches the same files under the agentvfs mount at `{mount}`: put `{}` in front of a virtual path to use it in a shell command.",
+            mount.trim_end_matches('/')
+        ),
+        "The same access rules apply to both: a file the tools cannot read or write cannot be read or written from the shell either.".to_string(),
+        String::new(),
+        "Do not assume that a path returned by a file tool can be used directly in a shell command.".to_string(),
+        String::new(),
+        "Host path mappings:".to_string(),
+    ];
+    for prefix in prefixes {
+        let shell = shell_path(mountpoint, &prefix);
+        lines.push(format!("- `{prefix}` -> `{shell}` (e.g. `{prefix}dir/x.py` -> `{shell}dir/x.py`)"));
+    }
+    lines.join("\n")
+}
+
+/// Decides `operation` on `path` under `rules` (a trailing `/` judges a directory): the
+/// `vfs/explain` result, also used by `agentvfs explain --config` so both print alike.
+pub fn explain(rules: &RuleSet, operation: &str, path: &str) -> Result<Value, String> {
+    let op = Op::parse(operation)
+        .ok_or_else(|| format!("unknown operation {operation:?} (expected \"read\" or \"write\")"))?;
+    let is_dir = path.len() > 1 && path.ends_with('/');
+    let vpath = VPath::parse(path).map_err(|e| format!("invalid path {path:?}: {e}"))?;
+    let verdict = rules.decide(op, &vpath, is_dir);
+    let hidden = verdict.mode == Mode::Deny && op == Op::Read && verdict.hide;
+    let effect = match (verdict.mode, hidden) {
+        (Mode::Allow, _) => "allowed",
+        (Mode::Deny, true) => "denied: hidden (ENOENT, absent from listings)",
+        (Mode::Deny, false) => "denied (EACCES)",
+        (Mode::Interrupt, _) => "interrupt: waits for a human's approval",
+    };
+    Ok(json!({
+        "operation": op.as_str(),
+        "path": vpath.as_str(),
+        "directory": is_dir,
+        "decision": verdict.mode.as_str(),
+        "hidden": hidden,
+        "effect": effect,
+        "rule": verdict.rule,
+        "rule_text": verdict.rule.map(|i| rules.rules()[i].describe()),
+    }))
+}
+
+/// The two lines `agentvfs explain` prints for an [`explain`] result.
+pub fn explain_text(result: &Value) -> String {
+    let s = |key: &str| result.get(key).and_then(Value::as_str).unwrap_or("?");
+    let slash = if result.get("directory") == Some(&json!(true)) { "/" } else { "" };
+    let by = match result.get("rule").and_then(Value::as_u64) {
+        Some(i) => format!("by rule #{i}: {}", s("rule_text")),
+        None => "no rule matches (default allow)".to_string(),
+    };
+    format!("{} {}{slash}: {}\n{by}\n", s("operation"), s("path"), s("effect"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Rule;
+
+    fn config() -> Config {
+        let text = "[[routes]]\npath = \"/memories\"\nbackend = \"memory\"\n\n[[rules]]\noperations = [\"read\"]\npaths = [\"/s/**\"]\nmode = \"deny\"\n";
+        Config::parse_str(text, "test.toml", Path::new("/")).unwrap()
+    }
+
+    #[test]
+    fn the_prompt_maps_every_route_under_the_mount() {
+        let prompt = paths_prompt(&config(), Path::new("/mnt/agent"));
+        assert!(prompt.starts_with("## Shell paths vs. virtual paths\n\n"), "{prompt}");
+        assert!(prompt.ends_with(
+            "Host path mappings:\n- `/memories/` -> `/mnt/agent/memories/` (e.g. `/memories/dir/x.py` -> `/mnt/agent/memories/dir/x.py`)\n- `/` -> `/mnt/agent/` (e.g. `/dir/x.py` -> `/mnt/agent/dir/x.py`)"
+        ), "{prompt}");
+        let p = paths(&config(), Path::new("/mnt/agent/"));
+        assert_eq!(
+            p["routes"][1],
+            json!({"virtual": "/memories/", "shell": "/mnt/agent/memories/", "backend": "memory", "location": null})
+        );
+    }
+
+    #[test]
+    fn explain_reports_decision_and_rule() {
+        let rules = RuleSet::new(vec![Rule {
+            operations: vec![Op::Read],
+            paths: vec!["/s/**".into()],
+            mode: Mode::Deny,
+            hide: true,
+        }])
+        .unwrap();
+        let v = explain(&rules, "read", "/s/").unwrap();
+        assert_eq!(
+            explain_text(&v),
+            "read /s/: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read /s/**\n"
+        );
+        assert_eq!(v["rule"], json!(0));
+        let v = explain(&rules, "write", "/s/x").unwrap();
+        assert_eq!(explain_text(&v), "write /s/x: allowed\nno rule matches (default allow)\n");
+        assert!(explain(&rules, "delete", "/x").unwrap_err().contains("unknown operation \"delete\""));
+        assert!(explain(&rules, "read", "/../x").unwrap_err().contains("invalid path"));
+    }
+}

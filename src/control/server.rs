@@ -1,0 +1,437 @@
+//! The control socket's transport: a Unix stream socket (mode 0600, peers checked with
+//! SO_PEERCRED), a thread per connection reading lines, and a thread per request so that a
+//! slow request never holds up the others; replies are written whole under a lock.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use parking_lot::{Condvar, Mutex};
+use serde_json::Value;
+
+use crate::control::methods::{Peer, State};
+use crate::control::proto::{self, Line, LineReader, Message, RpcError};
+use crate::control::session::Session;
+
+/// Requests one connection may have running at once; past it a request is refused
+/// (`-32002`) rather than queued, so the connection keeps answering.
+const MAX_IN_FLIGHT: usize = 256;
+/// Connections open at once; a thread each.
+const MAX_CONNECTIONS: usize = 1024;
+/// A client that stops reading its replies for this long is disconnected, so it cannot pin
+/// the threads that answer it.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The socket file we created, known by its inode so that shutting down never removes a
+/// file someone else has put in its place.
+struct SocketFile {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl SocketFile {
+    fn remove(&self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.dev() == self.dev && m.ino() == self.ino => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    tracing::warn!("cannot remove the control socket {}: {e}", self.path.display());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A bound control socket that does not accept yet (the daemon binds before mounting, so a
+/// socket problem is reported before anything is mounted, and accepts once the mount is live).
+pub struct Listener {
+    listener: UnixListener,
+    file: Option<SocketFile>,
+}
+
+impl Listener {
+    /// Binds `path`: creates its directory (0700) if missing, replaces a stale socket left by
+    /// a daemon that died, refuses one a live daemon answers on (and anything that is not a
+    /// socket), and makes the socket 0600 before it becomes visible under its name.
+    pub fn bind(path: &Path) -> Result<Listener> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .with_context(|| format!("cannot create the socket directory {}", dir.display()))?;
+        }
+        // sun_path holds 108 bytes including the terminating NUL.
+        if path.as_os_str().len() > 107 {
+            bail!(
+                "the control socket path {} is too long ({} bytes; Unix sockets allow at most 107)",
+                path.display(),
+                path.as_os_str().len()
+            );
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
+                Ok(_) => bail!(
+                    "another daemon is already listening on the control socket {} (stop it, or set a different `socket` in the config)",
+                    path.display()
+                ),
+                // Refused: nobody listens, the daemon that made it died.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    tracing::info!("replacing the stale control socket {}", path.display())
+                }
+                Err(e) => bail!(
+                    "cannot tell whether a daemon listens on the control socket {} ({e}); refusing to replace it",
+                    path.display()
+                ),
+            },
+            Ok(_) => bail!(
+                "the control socket path {} exists and is not a socket; refusing to replace it",
+                path.display()
+            ),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => bail!("cannot use the control socket path {}: {e}", path.display()),
+        }
+        // Bind under a temporary name, restrict it, then rename it into place: the socket is
+        // never reachable under its real name with looser permissions, and a stale file is
+        // replaced atomically. (Anyone connecting through the temporary name meanwhile still
+        // meets the peer check.) The name is short so that it fits wherever the real one does.
+        let temp = dir.join(format!(".avfs{}", std::process::id()));
+        let _ = std::fs::remove_file(&temp);
+        let listener = UnixListener::bind(&temp)
+            .with_context(|| format!("cannot create the control socket {}", path.display()))?;
+        let placed = std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o600))
+            .and_then(|_| std::fs::rename(&temp, path))
+            .and_then(|_| std::fs::symlink_metadata(path));
+        let meta = match placed {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(&temp);
+                bail!("cannot create the control socket {}: {e}", path.display());
+            }
+        };
+        let file = SocketFile { path: path.to_path_buf(), dev: meta.dev(), ino: meta.ino() };
+        Ok(Listener { listener, file: Some(file) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.file.as_ref().expect("bound").path
+    }
+
+    /// Starts accepting connections.
+    pub fn serve(mut self, state: Arc<State>) -> Result<Server> {
+        let (wake_rx, wake_tx) = UnixStream::pair().context("cannot create the control wake-up pipe")?;
+        self.listener.set_nonblocking(true)?;
+        let shared = Arc::new(Shared {
+            state,
+            stopping: AtomicBool::new(false),
+            connections: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        });
+        let listener = self.listener.try_clone()?;
+        let accept_shared = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("control-accept".into())
+            .spawn(move || accept_loop(&listener, &wake_rx, &accept_shared))?;
+        Ok(Server { shared, accept: Some(accept), wake: Some(wake_tx), file: self.file.take() })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(file) = &self.file {
+            file.remove();
+        }
+    }
+}
+
+struct Shared {
+    state: Arc<State>,
+    stopping: AtomicBool,
+    /// Open connections, so that stopping can close them.
+    connections: Mutex<HashMap<u64, UnixStream>>,
+    next_id: AtomicU64,
+}
+
+/// The running control door. Dropping it stops accepting, closes every connection and
+/// removes the socket file.
+pub struct Server {
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+    wake: Option<UnixStream>,
+    file: Option<SocketFile>,
+}
+
+impl Server {
+    pub fn stop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Closing our end of the pair wakes the accept loop's poll.
+        self.wake.take();
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+        for (_, stream) in self.shared.connections.lock().drain() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(file) = self.file.take() {
+            file.remove();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn poll_readable(fds: &[RawFd]) -> io::Result<()> {
+    let mut pollfds: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    // SAFETY: `pollfds` is a valid, initialised array of the length passed.
+    let n = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, -1) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn accept_loop(listener: &UnixListener, wake: &UnixStream, shared: &Arc<Shared>) {
+    loop {
+        if let Err(e) = poll_readable(&[listener.as_raw_fd(), wake.as_raw_fd()]) {
+            tracing::error!("control socket poll failed: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let shared = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("control-conn".into())
+                    .spawn(move || connection(shared, stream));
+                if let Err(e) = spawned {
+                    tracing::error!("cannot start a control connection thread: {e}");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // Out of descriptors and the like: wait rather than spin.
+                tracing::warn!("control socket accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn peer_credentials(stream: &UnixStream) -> io::Result<Peer> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Peer { pid: cred.pid as u32, uid: cred.uid, gid: cred.gid })
+}
+
+/// Sends one error line and closes (refused peers, too many connections).
+fn refuse(mut stream: UnixStream, error: RpcError) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.write_all(&proto::encode(&proto::response(&Value::Null, Err(error))));
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// Writes whole reply lines; once a write fails the connection is shut down.
+struct Writer {
+    stream: Mutex<UnixStream>,
+}
+
+impl Writer {
+    fn send(&self, message: &Value) {
+        let line = proto::encode(message);
+        let mut stream = self.stream.lock();
+        if let Err(e) = stream.write_all(&line) {
+            tracing::debug!("control reply lost ({e}); closing the connection");
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Requests running on one connection.
+struct InFlight {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+impl InFlight {
+    fn try_enter(&self) -> bool {
+        let mut count = self.count.lock();
+        if *count >= MAX_IN_FLIGHT {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn leave(&self) {
+        let mut count = self.count.lock();
+        *count -= 1;
+        if *count == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn wait_idle(&self) {
+        let mut count = self.count.lock();
+        while *count > 0 {
+            self.done.wait(&mut count);
+        }
+    }
+}
+
+fn connection(shared: Arc<Shared>, stream: UnixStream) {
+    let counters = &shared.state.counters;
+    let _ = stream.set_nonblocking(false);
+    let peer = match peer_credentials(&stream) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("control connection without credentials ({e}); closing it");
+            return;
+        }
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if peer.uid != 0 && peer.uid != me {
+        counters.peers_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(pid = peer.pid, uid = peer.uid, "refused a control connection from another user");
+        let who = if me == 0 { "root".to_string() } else { format!("root and uid {me}") };
+        let error = RpcError::new(
+            proto::PEER_REFUSED,
+            format!("permission denied: uid {} may not use this socket (only {who} may)", peer.uid),
+        );
+        return refuse(stream, error);
+    }
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut connections = shared.connections.lock();
+        if connections.len() >= MAX_CONNECTIONS || shared.stopping.load(Ordering::SeqCst) {
+            drop(connections);
+            let message = format!("too many control connections (limit {MAX_CONNECTIONS})");
+            return refuse(stream, RpcError::new(proto::OVERLOADED, message));
+        }
+        match stream.try_clone() {
+            Ok(clone) => connections.insert(id, clone),
+            Err(e) => {
+                return refuse(stream, RpcError::internal(format!("cannot register the connection: {e}")))
+            }
+        };
+    }
+    counters.connections_open.fetch_add(1, Ordering::Relaxed);
+    counters.connections_total.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    match (stream.try_clone(), stream.try_clone()) {
+        (Ok(reader), Ok(writer)) => serve_connection(&shared, peer, reader, writer),
+        _ => tracing::warn!("cannot duplicate a control connection"),
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    shared.connections.lock().remove(&id);
+    counters.connections_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Reads requests until the peer closes its side, then waits for the requests still running
+/// so their replies go out (a client may half-close after its last request).
+fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer: UnixStream) {
+    let writer = Arc::new(Writer { stream: Mutex::new(writer) });
+    let session = Arc::new(Session::new(shared.state.config.observation));
+    let in_flight = Arc::new(InFlight { count: Mutex::new(0), done: Condvar::new() });
+    let mut lines = LineReader::new(reader, proto::MAX_LINE);
+    loop {
+        let line = match lines.read_line() {
+            Ok(Line::Complete(line)) => line,
+            Ok(Line::TooLong) => {
+                let message =
+                    format!("request line too long (limit {} bytes); it was discarded", proto::MAX_LINE);
+                writer.send(&proto::response(&Value::Null, Err(RpcError::invalid_request(message))));
+                continue;
+            }
+            Ok(Line::Eof) => break,
+            Err(e) => {
+                tracing::debug!("control connection read failed: {e}");
+                break;
+            }
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let (id, method, params) = match proto::parse(&line) {
+            Ok(Message::Request { id, method, params }) => (id, method, params),
+            Ok(Message::Notification { method, .. }) => {
+                tracing::debug!("control notification {method}");
+                continue;
+            }
+            Ok(Message::Response) => continue,
+            Err((id, error)) => {
+                writer.send(&proto::response(&id, Err(error)));
+                continue;
+            }
+        };
+        if !in_flight.try_enter() {
+            let message = format!("too many requests in flight on this connection (limit {MAX_IN_FLIGHT})");
+            writer.send(&proto::response(&id, Err(RpcError::new(proto::OVERLOADED, message))));
+            continue;
+        }
+        let job = {
+            let (shared, writer, session, in_flight, id) =
+                (shared.clone(), writer.clone(), session.clone(), in_flight.clone(), id.clone());
+            move || {
+                let state = &shared.state;
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    state.handle(&session, &peer, &method, params.as_ref())
+                }));
+                let result = outcome.unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    tracing::error!("control method {method} panicked: {what}");
+                    Err(RpcError::internal(format!("internal error in {method}: {what}")))
+                });
+                writer.send(&proto::response(&id, result));
+                in_flight.leave();
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name("control-request".into()).spawn(job) {
+            in_flight.leave();
+            writer.send(&proto::response(
+                &id,
+                Err(RpcError::internal(format!("cannot start the request: {e}"))),
+            ));
+        }
+    }
+    in_flight.wait_idle();
+}

@@ -1,0 +1,620 @@
+//! The control socket over a real daemon: JSON-RPC framing and errors, concurrency, peer
+//! checks, the socket file's life, the CLI's client commands, and a real MCP client.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::{config, is_mounted, scratch, Fixture, Mount, BIN};
+
+const TOOLS: [&str; 7] = ["ls", "read_file", "write_file", "edit_file", "delete", "glob", "grep"];
+
+/// Where the harness puts a fixture's control socket and config file.
+trait FixturePaths {
+    fn socket(&self) -> PathBuf;
+    fn config_path(&self) -> PathBuf;
+}
+
+impl FixturePaths for Fixture {
+    fn socket(&self) -> PathBuf {
+        self.scratch.path().join("agentvfs.sock")
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.scratch.path().join("agentvfs.toml")
+    }
+}
+
+/// One raw connection: lines out, lines in (with a timeout, so a missing reply fails).
+struct Conn {
+    stream: UnixStream,
+    lines: BufReader<UnixStream>,
+}
+
+impl Conn {
+    fn open(socket: &Path) -> Conn {
+        let stream =
+            UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
+    }
+
+    fn send(&mut self, text: &str) {
+        self.stream.write_all(text.as_bytes()).unwrap();
+    }
+
+    fn recv(&mut self) -> Value {
+        let mut line = String::new();
+        self.lines.read_line(&mut line).expect("a reply line");
+        assert!(line.ends_with('\n'), "incomplete reply: {line:?}");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
+    }
+
+    /// Sends a request and returns its whole response.
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(&format!("{request}\n"));
+        let reply = self.recv();
+        assert_eq!(reply["id"], json!(id), "{reply}");
+        reply
+    }
+
+    fn result(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let reply = self.request(id, method, params);
+        assert!(reply.get("error").is_none(), "{method}: {reply}");
+        reply["result"].clone()
+    }
+
+    /// The error code and message of a reply.
+    fn error_of(reply: &Value) -> (i64, String) {
+        let e = &reply["error"];
+        (
+            e["code"].as_i64().unwrap_or_else(|| panic!("not an error: {reply}")),
+            e["message"].as_str().unwrap().to_string(),
+        )
+    }
+}
+
+/// Runs the CLI: (exit code, stdout, stderr).
+fn cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env_remove("AGENTVFS_SOCKET").env("RUST_LOG", "warn").stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn cli_ok(args: &[&str]) -> String {
+    let (code, out, err) = cli(args, &[]);
+    assert_eq!(code, 0, "agentvfs {args:?}\nstdout:\n{out}\nstderr:\n{err}");
+    out
+}
+
+fn fixture() -> (Fixture, String) {
+    let f = Fixture::new(
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/host/secret/**\"]\nmode = \"deny\"\n",
+    );
+    let socket = f.socket().display().to_string();
+    (f, socket)
+}
+
+#[test]
+fn initialize_negotiates_and_ping_answers() {
+    let (f, _) = fixture();
+    let mut c = Conn::open(&f.socket());
+    for (asked, got) in [
+        ("2025-06-18", "2025-06-18"),
+        ("2024-11-05", "2024-11-05"),
+        ("2025-11-25", "2025-06-18"),
+        ("1999-01-01", "2025-06-18"),
+    ] {
+        let r = c.result(1, "initialize", json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
+        assert_eq!(r["protocolVersion"], got, "asked {asked}");
+        assert_eq!(r["serverInfo"], json!({"name": "agentvfs", "version": env!("CARGO_PKG_VERSION")}));
+        assert_eq!(r["capabilities"], json!({"tools": {"listChanged": false}}));
+        let mount = f.mount.dir.display().to_string();
+        assert!(
+            r["instructions"].as_str().unwrap().contains(&format!("- `/host/` -> `{mount}/host/`")),
+            "{r}"
+        );
+    }
+    // A notification gets no reply: the next line is the ping's.
+    c.send("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+    c.send("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}\n");
+    c.send("{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"method\":\"ping\"}\n");
+    assert_eq!(c.recv(), json!({"jsonrpc": "2.0", "id": "p", "result": {}}));
+    let (code, message) = Conn::error_of(&c.request(2, "initialize", json!({})));
+    assert_eq!((code, message.as_str()), (-32602, "missing parameter `protocolVersion` (a string)"));
+}
+
+#[test]
+fn tools_are_listed_in_order_with_annotations() {
+    let (f, _) = fixture();
+    let mut c = Conn::open(&f.socket());
+    let tools = c.result(1, "tools/list", json!({}))["tools"].as_array().unwrap().clone();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, TOOLS);
+    for tool in &tools {
+        let name = tool["name"].as_str().unwrap();
+        let read_only = ["ls", "read_file", "glob", "grep"].contains(&name);
+        let a = &tool["annotations"];
+        assert_eq!(a["readOnlyHint"], json!(read_only), "{tool}");
+        assert_eq!(a["idempotentHint"], json!(read_only), "{tool}");
+        assert_eq!(a["openWorldHint"], json!(false), "{tool}");
+        assert!(a["destructiveHint"].is_boolean(), "{tool}");
+        assert!(!tool["description"].as_str().unwrap().is_empty(), "{tool}");
+        assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
+    }
+    assert_eq!(tools[4]["annotations"]["destructiveHint"], json!(true), "delete is destructive");
+}
+
+#[test]
+fn bad_input_gets_errors_and_the_connection_stays_usable() {
+    let (f, _) = fixture();
+    let mut c = Conn::open(&f.socket());
+    let cases: [(&str, Value, i64, &str); 9] = [
+        ("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\"\n", Value::Null, -32700, "parse error"),
+        ("\u{1}garbage\n", Value::Null, -32700, "parse error"),
+        ("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]\n", Value::Null, -32600, "batch requests are not supported"),
+        ("{\"jsonrpc\":\"1.0\",\"id\":3,\"method\":\"ping\"}\n", json!(3), -32600, "`jsonrpc` must be \"2.0\""),
+        ("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":7}\n", json!(4), -32600, "`params` must be an object or an array"),
+        ("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"frobnicate\"}\n", json!(5), -32601, "method not found: frobnicate"),
+        ("{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{\"name\":5}}\n", json!(6), -32602, "parameter `name` must be a string, got 5"),
+        ("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"ls\",\"arguments\":[1]}}\n", json!(7), -32602, "`arguments` must be an object, got [1]"),
+        ("{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"vfs/explain\",\"params\":{\"operation\":\"delete\",\"path\":\"/x\"}}\n", json!(8), -32602, "unknown operation \"delete\" (expected \"read\" or \"write\")"),
+    ];
+    for (line, id, code, message) in cases {
+        c.send(line);
+        // Blank lines and stray responses are skipped without a reply.
+        c.send("\n   \n{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}\n");
+        let reply = c.recv();
+        assert_eq!(reply["id"], id, "{line}: {reply}");
+        let (got_code, got_message) = Conn::error_of(&reply);
+        assert_eq!(got_code, code, "{line}: {reply}");
+        assert!(got_message.starts_with(message), "{line}: {reply}");
+    }
+    let reply = c.request(9, "tools/call", json!({"name": "no_such_tool", "arguments": {}}));
+    assert_eq!(
+        Conn::error_of(&reply),
+        (-32602, format!("unknown tool \"no_such_tool\" (the tools are: {})", TOOLS.join(", ")))
+    );
+    assert_eq!(c.result(10, "ping", json!({})), json!({}));
+}
+
+#[test]
+fn an_oversized_line_is_refused_and_skipped() {
+    let (f, _) = fixture();
+    let mut c = Conn::open(&f.socket());
+    // Just under the limit is fine.
+    let pad = "x".repeat(1_000_000);
+    assert_eq!(c.result(1, "ping", json!({ "pad": pad })), json!({}));
+    let mut writer = c.stream.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\",\"params\":{{\"pad\":\"{}\"}}}}\n",
+            "y".repeat(3 << 20)
+        );
+        writer.write_all(big.as_bytes()).unwrap();
+    });
+    let reply = c.recv();
+    assert_eq!(reply["id"], Value::Null);
+    assert_eq!(
+        Conn::error_of(&reply),
+        (-32600, "request line too long (limit 1048576 bytes); it was discarded".to_string())
+    );
+    sender.join().unwrap();
+    assert_eq!(c.result(3, "ping", json!({})), json!({}));
+}
+
+#[test]
+fn a_client_stalled_mid_line_blocks_nobody() {
+    let (f, _) = fixture();
+    let mut stalled = Conn::open(&f.socket());
+    stalled.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"me");
+    let mut other = Conn::open(&f.socket());
+    assert_eq!(other.result(1, "ping", json!({})), json!({}));
+    assert_eq!(other.result(2, "vfs/status", json!({}))["pending_interrupts"], json!(0));
+    stalled.send("thod\":\"ping\"}\n");
+    assert_eq!(stalled.recv(), json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+}
+
+#[test]
+fn a_hundred_connections_at_once() {
+    let (f, _) = fixture();
+    let socket = f.socket();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(100));
+    let workers: Vec<_> = (0..100u64)
+        .map(|i| {
+            let (socket, barrier) = (socket.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut c = Conn::open(&socket);
+                barrier.wait();
+                let tools = c.result(i, "tools/list", json!({}));
+                assert_eq!(tools["tools"].as_array().unwrap().len(), TOOLS.len());
+                c
+            })
+        })
+        .collect();
+    let conns: Vec<Conn> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let status = Conn::open(&socket).result(1, "vfs/status", json!({}));
+    assert!(status["counters"]["connections_open"].as_u64().unwrap() >= 101, "{status}");
+    drop(conns);
+}
+
+#[test]
+fn replies_may_come_out_of_order() {
+    let (f, _) = fixture();
+    // A reload reads the config file; made a FIFO, the read waits until the test writes it,
+    // which holds request 1 while request 2 on the same connection is answered.
+    let cfg = f.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::remove_file(&cfg).unwrap();
+    assert!(Command::new("mkfifo").arg(&cfg).status().unwrap().success());
+    let mut c = Conn::open(&f.socket());
+    c.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"vfs/reload\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n");
+    assert_eq!(c.recv(), json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+    std::fs::OpenOptions::new().write(true).open(&cfg).unwrap().write_all(text.as_bytes()).unwrap();
+    let reply = c.recv();
+    assert_eq!(reply["id"], json!(1), "{reply}");
+    assert_eq!(reply["result"], json!({"rules": 1, "config": cfg, "warnings": []}));
+    std::fs::remove_file(&cfg).unwrap();
+    std::fs::write(&cfg, text).unwrap();
+}
+
+#[test]
+fn other_users_are_refused() {
+    let (f, socket) = fixture();
+    // A copy of the binary that uid 65534 can run wherever the build directory is.
+    let bin = f.scratch.path().join("agentvfs");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(f.scratch.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let as_nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(&bin)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The socket's mode keeps others out first...
+    let (code, _, err) = as_nobody(&["status", "--socket", &socket]);
+    assert_eq!(code, Some(1));
+    assert_eq!(err, format!("agentvfs: permission denied opening the control socket {socket} (only the daemon's user and root may use it)\n"));
+    // ...and if it were opened up, the peer check still refuses them with one error line.
+    std::fs::set_permissions(f.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (_, out, _) = as_nobody(&["mcp", "--socket", &socket]);
+    assert_eq!(
+        out,
+        "{\"error\":{\"code\":-32001,\"message\":\"permission denied: uid 65534 may not use this socket (only root may)\"},\"id\":null,\"jsonrpc\":\"2.0\"}\n"
+    );
+    let (code, _, err) = as_nobody(&["status", "--socket", &socket]);
+    assert_eq!(
+        (code, err.as_str()),
+        (Some(1), "agentvfs: permission denied: uid 65534 may not use this socket (only root may)\n")
+    );
+    let status = Conn::open(&f.socket()).result(1, "vfs/status", json!({}));
+    assert_eq!(status["counters"]["peers_refused"], json!(2));
+}
+
+fn start(state: &Path) -> Result<Mount, String> {
+    let root = state.join("host-root");
+    std::fs::create_dir_all(&root).unwrap();
+    Mount::try_start(&config(state, &root, ""), &state.join("mnt"))
+}
+
+#[test]
+fn the_socket_file_is_private_replaced_when_stale_and_removed_at_exit() {
+    let s = scratch();
+    let socket = s.path().join("agentvfs.sock");
+    // A stale socket from a daemon that died is replaced.
+    drop(UnixListener::bind(&socket).unwrap());
+    let m = start(s.path()).unwrap();
+    let meta = std::fs::symlink_metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(m.log_text().contains(&format!("  control socket {}\n", socket.display())), "{}", m.log_text());
+    assert_eq!(Conn::open(&socket).result(1, "ping", json!({})), json!({}));
+    m.stop();
+    assert!(!socket.exists(), "the socket outlived the daemon");
+
+    // A live listener is not taken over, and nothing gets mounted.
+    let live = UnixListener::bind(&socket).unwrap();
+    let err = start(s.path()).err().expect("refused");
+    assert!(
+        err.contains(&format!(
+            "another daemon is already listening on the control socket {}",
+            socket.display()
+        )),
+        "{err}"
+    );
+    assert!(!is_mounted(&s.path().join("mnt")));
+    assert!(socket.exists());
+    drop(live);
+    std::fs::remove_file(&socket).unwrap();
+
+    // Neither is a file that is not a socket.
+    std::fs::write(&socket, "data").unwrap();
+    let err = start(s.path()).err().expect("refused");
+    assert!(err.contains("exists and is not a socket; refusing to replace it"), "{err}");
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "data");
+    std::fs::remove_file(&socket).unwrap();
+
+    // A missing directory is created, private.
+    let nested = s.path().join("run/agentvfs");
+    let cfg = s.path().join("agentvfs.toml");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(&socket.display().to_string(), &nested.join("a.sock").display().to_string());
+    std::fs::write(&cfg, text).unwrap();
+    let m = Mount::start(&cfg, &s.path().join("mnt"));
+    assert_eq!(std::fs::metadata(&nested).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(Conn::open(&nested.join("a.sock")).result(1, "ping", json!({})), json!({}));
+    m.stop();
+    assert!(!nested.join("a.sock").exists());
+
+    // A path the kernel cannot bind is named as such.
+    let long = s.path().join("x".repeat(120));
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(&nested.join("a.sock").display().to_string(), &long.display().to_string());
+    std::fs::write(&cfg, text).unwrap();
+    let err = Mount::try_start(&cfg, &s.path().join("mnt")).err().expect("refused");
+    assert!(err.contains("is too long (") && err.contains("Unix sockets allow at most 107)"), "{err}");
+}
+
+#[test]
+fn status_paths_and_tools_from_the_cli() {
+    let (f, socket) = fixture();
+    let mount = f.mount.dir.display().to_string();
+    let out = cli_ok(&["status", "--socket", &socket]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with(&format!("agentvfs {} (pid ", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert_eq!(lines[1], format!("mountpoint  {mount}"));
+    assert_eq!(lines[2], format!("socket      {socket}"));
+    assert_eq!(lines[3], format!("config      {}", f.config_path().display()));
+    assert_eq!(
+        lines[4..8],
+        [
+            "routes:".to_string(),
+            "  /                    memory  (in memory)".to_string(),
+            format!("  /host                host    {}", f.host_root.display()),
+            format!(
+                "  /db                  sqlite  {} (namespace default)",
+                f.scratch.path().join("store.db").display()
+            ),
+        ]
+    );
+    assert_eq!(
+        lines[8..11],
+        ["rules: 1 (observation: strict)", "pending interrupts: 0", "audit records: 0 (0 dropped)"]
+    );
+    assert!(lines[11].starts_with("connections: 1 open, "), "{out}");
+
+    let status: Value = serde_json::from_str(&cli_ok(&["status", "--socket", &socket, "--json"])).unwrap();
+    assert_eq!(status["mountpoint"], json!(mount));
+    assert_eq!(status["rules"], json!(1));
+    assert_eq!(status["routes"][1], json!({"path": "/host", "backend": "host", "location": f.host_root}));
+    for key in
+        ["audit_records", "audit_dropped", "connections_open", "connections_total", "requests", "tool_calls"]
+    {
+        assert!(status["counters"][key].is_u64(), "{key}: {status}");
+    }
+
+    let paths: Value = serde_json::from_str(&cli_ok(&["paths", "--socket", &socket, "--json"])).unwrap();
+    assert_eq!(
+        paths["routes"][2],
+        json!({"virtual": "/db/", "shell": format!("{mount}/db/"), "backend": "sqlite", "location": f.scratch.path().join("store.db")})
+    );
+    let prompt = paths["prompt"].as_str().unwrap();
+    assert!(prompt.starts_with("## Shell paths vs. virtual paths\n"), "{prompt}");
+    assert!(prompt.ends_with(&format!(
+        "Host path mappings:\n- `/host/` -> `{mount}/host/` (e.g. `/host/dir/x.py` -> `{mount}/host/dir/x.py`)\n- `/db/` -> `{mount}/db/` (e.g. `/db/dir/x.py` -> `{mount}/db/dir/x.py`)\n- `/` -> `{mount}/` (e.g. `/dir/x.py` -> `{mount}/dir/x.py`)"
+    )), "{prompt}");
+    // Every mapping really is the shell path of its route.
+    std::fs::write(f.p("/db/via-shell"), "x").unwrap();
+    assert_eq!(std::fs::read_to_string(format!("{mount}/db/via-shell")).unwrap(), "x");
+    assert_eq!(cli_ok(&["paths", "--socket", &socket, "--prompt"]), format!("{prompt}\n"));
+    let human = cli_ok(&["paths", "--socket", &socket]);
+    assert!(
+        human.starts_with(&format!("{:<20} {:<36} {:<7} -\n", "/", format!("{mount}/"), "memory")),
+        "{human}"
+    );
+    assert!(human.ends_with(&format!("\n\n{prompt}\n")), "{human}");
+
+    let tools: Value = serde_json::from_str(&cli_ok(&["tools", "--socket", &socket, "--json"])).unwrap();
+    assert_eq!(tools["tools"].as_array().unwrap().len(), TOOLS.len());
+    let human = cli_ok(&["tools", "--socket", &socket]);
+    let lines: Vec<&str> = human.lines().collect();
+    assert_eq!(lines.len(), TOOLS.len(), "{human}");
+    for (line, name) in lines.iter().zip(TOOLS) {
+        let kind = match name {
+            "ls" | "read_file" | "glob" | "grep" => "read-only",
+            "delete" => "destructive",
+            _ => "",
+        };
+        assert!(line.starts_with(&format!("{name:<12} {kind}")), "{human}");
+    }
+}
+
+#[test]
+fn call_prints_the_text_or_the_whole_result() {
+    let (f, socket) = fixture();
+    let result: Value =
+        serde_json::from_str(&cli_ok(&["call", "--socket", &socket, "--json", "ls", "{\"path\": \"/\"}"]))
+            .unwrap();
+    assert!(result["isError"].is_boolean() && result["structuredContent"].is_object(), "{result}");
+    let text: Vec<&str> =
+        result["content"].as_array().unwrap().iter().map(|b| b["text"].as_str().unwrap()).collect();
+    let (code, out, _) = cli(&["call", "--socket", &socket, "ls", "{\"path\": \"/\"}"], &[]);
+    assert_eq!(code, if result["isError"] == json!(true) { 2 } else { 0 });
+    assert_eq!(out, text.iter().map(|t| format!("{t}\n")).collect::<String>());
+    let (code, _, err) = cli(&["call", "--socket", &socket, "ls", "{nope"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("agentvfs: the arguments are not JSON: "), "{err}");
+    let (code, _, err) = cli(&["call", "--socket", &socket, "ls", "[1]"], &[]);
+    assert_eq!(
+        (code, err.as_str()),
+        (1, "agentvfs: the arguments must be a JSON object, e.g. '{\"path\": \"/\"}'\n")
+    );
+    let (code, _, err) = cli(&["call", "--socket", &socket, "nope"], &[]);
+    assert_eq!(
+        (code, err),
+        (1, format!("agentvfs: unknown tool \"nope\" (the tools are: {})\n", TOOLS.join(", ")))
+    );
+    drop(f);
+}
+
+#[test]
+fn explain_asks_the_daemon_for_the_rules_in_force() {
+    let (f, socket) = fixture();
+    let denied = "read /host/secret/key: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /host/secret/**\n";
+    assert_eq!(cli_ok(&["explain", "--socket", &socket, "read", "/host/secret/key"]), denied);
+    // Without --socket or --config, $AGENTVFS_SOCKET leads to the daemon.
+    let (code, out, _) = cli(&["explain", "read", "/host/secret/key"], &[("AGENTVFS_SOCKET", &socket)]);
+    assert_eq!((code, out.as_str()), (0, denied));
+    // --config still explains a file, daemon or not.
+    let cfg = f.config_path().display().to_string();
+    assert_eq!(
+        cli_ok(&["explain", "--config", &cfg, "write", "/host/secret/"]),
+        "write /host/secret/: denied (EACCES)\nby rule #0: deny read,write /host/secret/**\n"
+    );
+    let json: Value =
+        serde_json::from_str(&cli_ok(&["explain", "--socket", &socket, "--json", "write", "/host/x"]))
+            .unwrap();
+    assert_eq!(
+        json,
+        json!({"operation": "write", "path": "/host/x", "directory": false, "decision": "allow", "hidden": false, "effect": "allowed", "rule": null, "rule_text": null})
+    );
+    let (code, _, err) = cli(&["explain", "--socket", &socket, "delete", "/x"], &[]);
+    assert_eq!(
+        (code, err.as_str()),
+        (1, "agentvfs: unknown operation \"delete\" (expected \"read\" or \"write\")\n")
+    );
+    // No daemon and no --config: the embedded default, as before.
+    let gone = f.scratch.path().join("nothing.sock").display().to_string();
+    let (code, out, _) = cli(&["explain", "read", "/workspace/.env"], &[("AGENTVFS_SOCKET", &gone)]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("read /workspace/.env: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /**/.env "), "{out}");
+}
+
+#[test]
+fn reload_applies_new_rules_and_the_kernel_forgets_cached_entries() {
+    let (f, socket) = fixture();
+    std::fs::write(f.p("/mem/secret.txt"), "s").unwrap();
+    assert_eq!(std::fs::read_to_string(f.p("/mem/secret.txt")).unwrap(), "s");
+    let cfg = f.config_path();
+    let rules =
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/**/secret.txt\"]\nmode = \"deny\"\n";
+    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap() + rules).unwrap();
+    assert_eq!(
+        cli_ok(&["reload", "--socket", &socket]),
+        format!("reloaded 2 rule(s) from {}\n", cfg.display())
+    );
+    // Answered only after the kernel was told, so the cached entry is gone at once.
+    assert!(!f.p("/mem/secret.txt").exists(), "the cached entry still answers");
+    let json: Value = serde_json::from_str(&cli_ok(&["reload", "--socket", &socket, "--json"])).unwrap();
+    assert_eq!(json, json!({"rules": 2, "config": cfg, "warnings": []}));
+    // A broken file keeps the rules in force; so does a route change, with a warning.
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, "[[rules]]\nmode = 1\n").unwrap();
+    let (code, _, err) = cli(&["reload", "--socket", &socket], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with(&format!("agentvfs: reload failed, keeping the current rules: {}:", cfg.display())),
+        "{err}"
+    );
+    assert!(!f.p("/mem/secret.txt").exists());
+    std::fs::write(&cfg, good + "[[routes]]\npath = \"/extra\"\nbackend = \"memory\"\n").unwrap();
+    let out = cli_ok(&["reload", "--socket", &socket]);
+    assert_eq!(out, format!("reloaded 2 rule(s) from {0}\nwarning: the routes in {0} changed; routes are not reloaded (restart the daemon to apply them)\n", cfg.display()));
+    assert_eq!(Conn::open(&f.socket()).result(1, "vfs/status", json!({}))["rules"], json!(2));
+}
+
+#[test]
+fn client_commands_say_clearly_that_no_daemon_runs() {
+    let s = scratch();
+    let socket = s.path().join("agentvfs.sock");
+    let shown = socket.display().to_string();
+    let expected = format!("agentvfs: no daemon is listening on {shown} (is `agentvfs mount` running?)\n");
+    let commands: [&[&str]; 7] = [
+        &["status"],
+        &["paths"],
+        &["tools"],
+        &["call", "ls", "{}"],
+        &["reload"],
+        &["explain", "read", "/x"],
+        &["mcp"],
+    ];
+    // No file at all, then a stale socket nobody listens on.
+    for stale in [false, true] {
+        if stale {
+            drop(UnixListener::bind(&socket).unwrap());
+        }
+        for args in commands {
+            let mut with_flag: Vec<&str> = args.to_vec();
+            with_flag.splice(1..1, ["--socket", shown.as_str()]);
+            let (code, out, err) = cli(&with_flag, &[]);
+            assert_eq!((code, out.as_str(), err.as_str()), (1, "", expected.as_str()), "{with_flag:?}");
+        }
+        // The environment variable names the socket too.
+        let (code, _, err) = cli(&["status"], &[("AGENTVFS_SOCKET", &shown)]);
+        assert_eq!((code, err.as_str()), (1, expected.as_str()));
+    }
+}
+
+#[test]
+fn a_real_mcp_client_over_the_stdio_bridge() {
+    let (f, socket) = fixture();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let have_sdk = Command::new("python3").args(["-c", "import mcp"]).status().map(|s| s.success());
+    assert!(matches!(have_sdk, Ok(true)), "the MCP Python SDK is missing: run scripts/setup.sh");
+    let out =
+        Command::new("python3").arg(&script).arg(BIN).arg(&socket).env("RUST_LOG", "warn").output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(
+        stdout,
+        "server agentvfs protocol 2025-06-18\n\
+         tools capability listChanged=False\n\
+         ping ok\n\
+         tools ls read_file write_file edit_file delete glob grep\n  \
+         ls readOnly=True schema=object\n  \
+         read_file readOnly=True schema=object\n  \
+         write_file readOnly=False schema=object\n  \
+         edit_file readOnly=False schema=object\n  \
+         delete readOnly=False schema=object\n  \
+         glob readOnly=True schema=object\n  \
+         grep readOnly=True schema=object\n\
+         call write_file: CallToolResult isError=False\n\
+         call read_file: CallToolResult isError=False\n\
+         call edit_file: CallToolResult isError=False\n\
+         call ls: CallToolResult isError=False\n\
+         call glob: CallToolResult isError=False\n\
+         call grep: CallToolResult isError=False\n\
+         call delete: CallToolResult isError=False\n\
+         unknown tool: error -32602\n"
+    );
+    // The bridge's connection was one session, and it closed when the client did.
+    let status = Conn::open(&f.socket()).result(1, "vfs/status", json!({}));
+    assert_eq!(status["counters"]["tool_calls"], json!(7));
+    assert_eq!(status["counters"]["connections_open"], json!(1));
+}
