@@ -80,6 +80,30 @@ pub struct Attr {
     pub crtime: SystemTime,
 }
 
+impl Attr {
+    /// Attributes that reveal nothing: for an entry that is listed but may not be read
+    /// (a deny rule with `hide = false`).
+    pub fn placeholder(kind: FileKind) -> Attr {
+        let epoch = SystemTime::UNIX_EPOCH;
+        Attr {
+            ino: 0,
+            kind,
+            perm: 0,
+            size: 0,
+            blocks: 0,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            atime: epoch,
+            mtime: epoch,
+            ctime: epoch,
+            crtime: epoch,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: String,

@@ -116,16 +116,21 @@ impl<'e> ToolFs<'e> {
         Ok(Resolved { path: current, attr, through_symlink })
     }
 
-    /// A directory's visible entries with their attributes, sorted by name. Entries that
-    /// vanish or cannot be read meanwhile are left out.
+    /// A directory's visible entries with their attributes, sorted by name, as the mount
+    /// lists them: an entry a rule denies without hiding it is listed with placeholder
+    /// attributes; entries that vanish meanwhile are left out.
     pub fn list(&self, dir: &VPath) -> FsResult<Vec<(String, Attr)>> {
         let mut entries: Vec<(String, Attr)> = self
             .engine
             .readdir(&self.ctx, dir)?
             .into_iter()
-            .filter_map(|e| {
-                let attr = self.engine.lookup(&self.ctx, &dir.join(&e.name)).ok()?;
-                Some((e.name, attr))
+            .filter_map(|e| match self.engine.lookup(&self.ctx, &dir.join(&e.name)) {
+                Ok(attr) => Some((e.name, attr)),
+                Err(err) if err.is(Errno::EACCES) => {
+                    let attr = Attr::placeholder(e.kind);
+                    Some((e.name, attr))
+                }
+                Err(_) => None,
             })
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));

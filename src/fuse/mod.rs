@@ -511,7 +511,7 @@ impl Filesystem for FuseDoor {
                 // with placeholder attributes the kernel may not keep, so a stat asks again
                 // and gets EACCES.
                 Err(e) if e.is(Errno::EACCES) => {
-                    let attr = placeholder_attr(entry.kind);
+                    let attr = Attr::placeholder(entry.kind);
                     (self.inodes.remember(&path, None), Duration::ZERO, attr)
                 }
                 // Vanished, or hidden, since opendir: skipped.
@@ -644,26 +644,6 @@ impl Filesystem for FuseDoor {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
-    }
-}
-
-fn placeholder_attr(kind: FileKind) -> Attr {
-    let epoch = SystemTime::UNIX_EPOCH;
-    Attr {
-        ino: 0,
-        kind,
-        perm: 0,
-        size: 0,
-        blocks: 0,
-        nlink: 1,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        atime: epoch,
-        mtime: epoch,
-        ctime: epoch,
-        crtime: epoch,
     }
 }
 

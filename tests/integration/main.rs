@@ -4,6 +4,7 @@ mod harness;
 
 mod conformance;
 mod control;
+mod doors;
 mod file_ops;
 mod lifecycle;
 mod persistence;

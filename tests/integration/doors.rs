@@ -1,0 +1,200 @@
+//! The two doors agree: the same operation on the same path, through the mount (syscalls)
+//! and through the tool API (the socket), gets the same decision and the same outcome, and
+//! what one door changes the other sees at once.
+
+use std::fs;
+
+use agentvfs::control::client::Client;
+use serde_json::{json, Value};
+
+use crate::harness::{sh, Fixture};
+
+const RULES: &str = r#"
+[[rules]]
+operations = ["read"]
+paths = ["/host/pub/**"]
+mode = "allow"
+
+[[rules]]
+operations = ["read", "write"]
+paths = ["/host/secret/**", "/**/.env"]
+mode = "deny"
+
+[[rules]]
+operations = ["write"]
+paths = ["/host/ro/**"]
+mode = "deny"
+
+[[rules]]
+operations = ["read"]
+paths = ["/host/closed/**"]
+mode = "deny"
+hide = false
+"#;
+
+struct Doors {
+    fx: Fixture,
+    client: Client,
+}
+
+impl Doors {
+    fn new() -> Doors {
+        let fx = Fixture::new(RULES);
+        for dir in ["secret", "pub", "ro", "closed", "open"] {
+            fs::create_dir_all(fx.host_root.join(dir)).unwrap();
+        }
+        for (file, body) in [
+            ("secret/key", "KEY\n"),
+            (".env", "TOKEN=1\n"),
+            ("open/.env", "TOKEN=2\n"),
+            ("pub/a.txt", "public needle\n"),
+            ("ro/file.txt", "read only needle\n"),
+            ("closed/c.txt", "closed needle\n"),
+            ("open/b.txt", "open needle\n"),
+        ] {
+            fs::write(fx.host_root.join(file), body).unwrap();
+        }
+        let client = Client::connect(&fx.scratch.path().join("agentvfs.sock")).unwrap();
+        Doors { fx, client }
+    }
+
+    fn tool(&mut self, name: &str, arguments: Value) -> (bool, String) {
+        let result =
+            self.client.call("tools/call", Some(json!({"name": name, "arguments": arguments}))).unwrap();
+        let text = result["content"][0]["text"].as_str().unwrap_or_default().to_string();
+        (result["isError"] != json!(true), text)
+    }
+
+    /// Through the mount: Ok(content) or Err(errno).
+    fn mount_read(&self, path: &str) -> Result<String, i32> {
+        fs::read_to_string(self.fx.p(path)).map_err(|e| e.raw_os_error().unwrap_or(-1))
+    }
+
+    fn mount_write(&self, path: &str, body: &str) -> Result<(), i32> {
+        fs::write(self.fx.p(path), body).map_err(|e| e.raw_os_error().unwrap_or(-1))
+    }
+}
+
+#[test]
+fn reads_are_decided_alike() {
+    let mut d = Doors::new();
+    for (path, allowed) in [
+        ("/host/pub/a.txt", true),
+        ("/host/open/b.txt", true),
+        ("/host/ro/file.txt", true),
+        ("/host/secret/key", false),
+        ("/host/.env", false),
+        ("/host/open/.env", false),
+        ("/host/closed/c.txt", false),
+    ] {
+        let mount = d.mount_read(path);
+        let (ok, text) = d.tool("read_file", json!({"file_path": path}));
+        assert_eq!(mount.is_ok(), allowed, "mount {path}: {mount:?}");
+        assert_eq!(ok, allowed, "tool {path}: {text}");
+        if allowed {
+            let body = mount.unwrap();
+            assert!(text.ends_with(body.trim_end()), "{path}: {text:?} vs {body:?}");
+        } else {
+            assert_eq!(text, format!("Error: permission denied for read on {path}"));
+        }
+    }
+}
+
+#[test]
+fn writes_are_decided_alike_and_each_door_sees_the_other() {
+    let mut d = Doors::new();
+    for (path, allowed) in [
+        ("/host/open/new1.txt", true),
+        ("/host/ro/new1.txt", false),
+        ("/host/secret/new1.txt", false),
+        ("/host/open/.env", false),
+        ("/db/new1.txt", true),
+        ("/mem/new1.txt", true),
+    ] {
+        let mount = d.mount_write(path, "from the mount\n");
+        let tool_path = path.replace("new1", "new2");
+        let (ok, text) = d.tool("write_file", json!({"file_path": tool_path, "content": "from the tool\n"}));
+        assert_eq!(mount.is_ok(), allowed, "mount {path}: {mount:?}");
+        assert_eq!(ok, allowed, "tool {tool_path}: {text}");
+        if allowed {
+            assert_eq!(text, format!("Updated file {tool_path}"));
+            assert_eq!(d.mount_read(&tool_path).unwrap(), "from the tool\n");
+            let (_, read_back) = d.tool("read_file", json!({"file_path": path}));
+            assert_eq!(read_back, "@@ lines 1-1 of 1 @@\nfrom the mount");
+        } else {
+            assert_eq!(text, format!("Error: permission denied for write on {tool_path}"));
+            assert!(!d.fx.p(&tool_path).exists() || tool_path.ends_with(".env"));
+        }
+    }
+    assert_eq!(d.mount_read("/host/ro/file.txt").unwrap(), "read only needle\n");
+}
+
+#[test]
+fn tool_edits_show_through_the_kernel_cache_at_once() {
+    let mut d = Doors::new();
+    // The memory and sqlite routes let the kernel cache entries and data for an hour: a
+    // change made through the tools must be invalidated, not waited out.
+    for path in ["/mem/cached.txt", "/db/cached.txt", "/host/open/cached.txt"] {
+        d.mount_write(path, "version one\n").unwrap();
+        assert_eq!(d.mount_read(path).unwrap(), "version one\n");
+        let (ok, text) = d.tool("read_file", json!({"file_path": path}));
+        assert!(ok, "{text}");
+        let (ok, text) =
+            d.tool("edit_file", json!({"file_path": path, "old_string": "one", "new_string": "two, longer"}));
+        assert!(ok, "{text}");
+        assert_eq!(d.mount_read(path).unwrap(), "version two, longer\n", "{path}");
+        let (ok, text) = d.tool("delete", json!({"file_path": path}));
+        assert!(ok, "{text}");
+        assert_eq!(d.mount_read(path), Err(libc::ENOENT), "{path}");
+    }
+    // The other way round: a change through the mount is what the next tool read sees, and a
+    // session that read the old version is told to re-read.
+    d.mount_write("/mem/shared.txt", "a\n").unwrap();
+    let (ok, _) = d.tool("read_file", json!({"file_path": "/mem/shared.txt"}));
+    assert!(ok);
+    d.mount_write("/mem/shared.txt", "b, from a shell\n").unwrap();
+    let (ok, text) =
+        d.tool("edit_file", json!({"file_path": "/mem/shared.txt", "old_string": "b", "new_string": "c"}));
+    assert!(!ok);
+    assert_eq!(text, "Error: '/mem/shared.txt' changed since it was read; re-read the file, then retry");
+}
+
+#[test]
+fn listings_and_searches_agree() {
+    let mut d = Doors::new();
+    for dir in ["/host", "/host/open", "/host/pub"] {
+        let mut names: Vec<String> = fs::read_dir(d.fx.p(dir))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let name = format!("{dir}/{}", e.file_name().into_string().unwrap());
+                if e.file_type().unwrap().is_dir() {
+                    name + "/"
+                } else {
+                    name
+                }
+            })
+            .collect();
+        names.sort();
+        let (ok, text) = d.tool("ls", json!({"path": dir}));
+        assert!(ok, "{text}");
+        let expected = format!("[{}]", names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", "));
+        assert_eq!(text, expected, "{dir}");
+    }
+    // grep through the tool finds what grep -rl through the mount finds.
+    let (_, found, _) = sh(&d.fx.mount.dir, "grep -rl needle host 2>/dev/null | sort");
+    let through_mount: Vec<String> = found.lines().map(|l| format!("/{l}")).collect();
+    let (ok, text) = d.tool("grep", json!({"pattern": "needle", "path": "/host/open"}));
+    assert!(ok, "{text}");
+    assert_eq!(text, "/host/open/b.txt");
+    assert!(through_mount.contains(&"/host/open/b.txt".to_string()), "{through_mount:?}");
+    assert!(!through_mount.iter().any(|p| p.contains("secret") || p.contains(".env")), "{through_mount:?}");
+    // Deleting through either door is refused alike under a write rule.
+    let (ok, text) = d.tool("delete", json!({"file_path": "/host/ro/file.txt"}));
+    assert!(!ok);
+    assert_eq!(
+        text,
+        "Error: permission denied for write on /host/ro/file.txt (matches deny rule(s): /host/ro/**)"
+    );
+    assert_eq!(fs::remove_file(d.fx.p("/host/ro/file.txt")).unwrap_err().raw_os_error(), Some(libc::EACCES));
+}
