@@ -140,6 +140,10 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let door = FuseDoor::new(engine.clone(), inodes.clone());
     let listener = Listener::bind(&config.socket)?;
 
+    // Installed before mounting, so a signal that arrives early is handled rather than
+    // killing the daemon with its mount in place.
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("cannot install signal handlers")?;
+
     let mut fuse_config = FuseConfig::default();
     fuse_config.mount_options = vec![
         MountOption::FSName("agentvfs".into()),
@@ -190,7 +194,6 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     tracing::info!(mountpoint = %mountpoint.display(), socket = %socket.display(), "mounted");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("cannot install signal handlers")?;
     let shown = mountpoint.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         for signal in signals.forever() {
