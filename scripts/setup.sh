@@ -5,7 +5,8 @@
 set -euo pipefail
 
 need_apt=()
-for tool in setfattr:attr git:git unshare:util-linux setpriv:util-linux tar:tar; do
+# bwrap: the execute tool's sandbox (with setpriv to drop to its uid).
+for tool in setfattr:attr git:git unshare:util-linux setpriv:util-linux tar:tar bwrap:bubblewrap; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 # pjdfstest links against libacl.

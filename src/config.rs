@@ -71,6 +71,45 @@ pub struct Config {
     pub allow_other: bool,
     /// `[tools] observation`: whether tool writes need a prior read of the current version.
     pub observation: Observation,
+    /// `[exec]`: the `execute` tool and its sandbox.
+    pub exec: ExecConfig,
+}
+
+/// `[exec]`: whether `execute` is offered, and how its sandbox runs a command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecConfig {
+    pub enabled: bool,
+    /// Used when a call gives no `timeout` (Deep Agents' LocalShellBackend default: 120 s).
+    pub timeout: Duration,
+    /// The largest `timeout` a call may ask for (Deep Agents' `max_execute_timeout`: 3600 s).
+    pub max_timeout: Duration,
+    /// Output beyond this many UTF-8 bytes is cut (LocalShellBackend's `max_output_bytes`).
+    pub max_output_bytes: usize,
+    /// Whether the command shares the host's network (otherwise it gets an empty namespace).
+    pub network: bool,
+    /// The command's working directory, a virtual path.
+    pub cwd: VPath,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl ExecConfig {
+    /// The defaults; `cwd` is `/workspace` when that route exists, else `/`.
+    pub fn defaults(routes: &[RouteConfig]) -> ExecConfig {
+        let workspace = VPath::parse("/workspace").expect("a valid path");
+        let cwd = if routes.iter().any(|r| r.path == workspace) { workspace } else { VPath::root() };
+        ExecConfig {
+            enabled: false,
+            timeout: Duration::from_secs(120),
+            max_timeout: Duration::from_secs(3600),
+            max_output_bytes: 100_000,
+            network: false,
+            cwd,
+            // `nobody`: a command that escaped its sandbox would own nothing on the host.
+            uid: 65534,
+            gid: 65534,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -84,7 +123,7 @@ struct RawConfig {
     #[serde(default)]
     rules: Vec<Spanned<RawRule>>,
     interrupts: Option<RawInterrupts>,
-    exec: Option<toml::Table>,
+    exec: Option<Spanned<RawExec>>,
     tools: Option<toml::Table>,
     fuse: Option<RawFuse>,
     audit: Option<RawAudit>,
@@ -126,6 +165,19 @@ struct RawRule {
 #[serde(deny_unknown_fields)]
 struct RawInterrupts {
     timeout_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExec {
+    enabled: Option<bool>,
+    timeout_seconds: Option<u64>,
+    max_timeout_seconds: Option<u64>,
+    max_output_bytes: Option<usize>,
+    network: Option<bool>,
+    cwd: Option<Spanned<String>>,
+    uid: Option<u32>,
+    gid: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -261,7 +313,6 @@ impl Parser<'_> {
     fn parse(&self) -> Result<Config, ConfigError> {
         let raw: RawConfig =
             toml::from_str(self.text).map_err(|e| self.err(e.span(), e.message().to_string()))?;
-        let _ = &raw.exec;
         let observation = self.observation(raw.tools.as_ref())?;
         let mut routes = Vec::new();
         let default_backend = match &raw.default {
@@ -349,6 +400,7 @@ impl Parser<'_> {
             None => default_socket(),
         };
         let threads = raw.fuse.as_ref().and_then(|f| f.threads).unwrap_or(0);
+        let exec = self.exec(raw.exec.as_ref(), &routes)?;
         Ok(Config {
             source: self.file.to_string(),
             mountpoint: raw.mountpoint.as_ref().map(|m| self.base.join(m)),
@@ -362,7 +414,56 @@ impl Parser<'_> {
             fuse_threads: if threads == 0 { default_threads() } else { threads },
             allow_other: raw.fuse.as_ref().and_then(|f| f.allow_other).unwrap_or(true),
             observation,
+            exec,
         })
+    }
+
+    /// `[exec]`, with the defaults of [`ExecConfig::defaults`] for missing keys.
+    fn exec(
+        &self,
+        raw: Option<&Spanned<RawExec>>,
+        routes: &[RouteConfig],
+    ) -> Result<ExecConfig, ConfigError> {
+        let mut exec = ExecConfig::defaults(routes);
+        let Some(raw) = raw else { return Ok(exec) };
+        let span = raw.span();
+        let raw = raw.get_ref();
+        exec.enabled = raw.enabled.unwrap_or(exec.enabled);
+        exec.network = raw.network.unwrap_or(exec.network);
+        exec.uid = raw.uid.unwrap_or(exec.uid);
+        exec.gid = raw.gid.unwrap_or(exec.gid);
+        exec.max_output_bytes = raw.max_output_bytes.unwrap_or(exec.max_output_bytes);
+        if let Some(t) = raw.timeout_seconds {
+            exec.timeout = Duration::from_secs(t);
+        }
+        if let Some(t) = raw.max_timeout_seconds {
+            exec.max_timeout = Duration::from_secs(t);
+        }
+        if exec.timeout.is_zero() {
+            return Err(self.err(Some(span), "[exec] timeout_seconds must be positive"));
+        }
+        if exec.timeout > exec.max_timeout {
+            return Err(self.err(
+                Some(span),
+                format!(
+                    "[exec] timeout_seconds ({}) exceeds max_timeout_seconds ({})",
+                    exec.timeout.as_secs(),
+                    exec.max_timeout.as_secs()
+                ),
+            ));
+        }
+        if exec.max_output_bytes == 0 {
+            return Err(self.err(Some(span), "[exec] max_output_bytes must be positive"));
+        }
+        if let Some(cwd) = &raw.cwd {
+            exec.cwd = VPath::parse(cwd.get_ref()).map_err(|e| {
+                self.err(
+                    Some(cwd.span()),
+                    format!("[exec] cwd {:?} is not a virtual path: {e}", cwd.get_ref()),
+                )
+            })?;
+        }
+        Ok(exec)
     }
 
     /// `[tools] observation = "strict" | "off"` (default strict). The `[tools]` table stays
@@ -436,4 +537,41 @@ impl Config {
 
 fn toml_escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_str(text, "t.toml", Path::new("/"))
+    }
+
+    #[test]
+    fn exec_defaults_and_keys() {
+        let c = parse("").unwrap().exec;
+        assert!(!c.enabled && !c.network);
+        assert_eq!((c.timeout.as_secs(), c.max_timeout.as_secs(), c.max_output_bytes), (120, 3600, 100_000));
+        assert_eq!((c.uid, c.gid, c.cwd.as_str()), (65534, 65534, "/"));
+        let with_workspace = "[[routes]]\npath = \"/workspace\"\nbackend = \"memory\"\n";
+        assert_eq!(parse(with_workspace).unwrap().exec.cwd.as_str(), "/workspace");
+        let c = parse("[exec]\nenabled = true\ntimeout_seconds = 5\nmax_timeout_seconds = 10\nmax_output_bytes = 7\nnetwork = true\ncwd = \"/w/x\"\nuid = 1000\ngid = 100\n")
+            .unwrap()
+            .exec;
+        assert!(c.enabled && c.network);
+        assert_eq!((c.timeout.as_secs(), c.max_timeout.as_secs(), c.max_output_bytes), (5, 10, 7));
+        assert_eq!((c.uid, c.gid, c.cwd.as_str()), (1000, 100, "/w/x"));
+    }
+
+    #[test]
+    fn exec_errors_name_the_line() {
+        let e = parse("\n[exec]\ntimeout_seconds = 0\n").unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (Some(2), "[exec] timeout_seconds must be positive"));
+        let e = parse("[exec]\ntimeout_seconds = 10\nmax_timeout_seconds = 5\n").unwrap_err();
+        assert!(e.message.contains("exceeds max_timeout_seconds (5)"), "{e}");
+        let e = parse("[exec]\ncwd = \"/..\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        let e = parse("[exec]\nshell = \"bash\"\n").unwrap_err();
+        assert!(e.message.contains("unknown field `shell`"), "{e}");
+    }
 }

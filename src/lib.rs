@@ -12,6 +12,7 @@ pub mod control;
 pub mod daemon;
 pub mod engine;
 pub mod error;
+pub mod exec;
 pub mod fuse;
 pub mod policy;
 pub mod route;

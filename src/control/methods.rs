@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 use crate::config::{BackendConfig, Config};
 use crate::control::proto::{self, RpcError};
 use crate::control::session::{Observation, Session};
+use crate::control::tools::execute::ExecEnv;
 use crate::control::tools::{self, registry, Listed, ToolEnv};
 use crate::control::vfs::ToolFs;
 use crate::engine::Engine;
@@ -57,6 +58,8 @@ pub struct State {
     pub reload: ReloadFn,
     pub started: Instant,
     pub counters: Counters,
+    /// The `execute` sandbox's settings, when `[exec] enabled`.
+    pub exec: Option<ExecEnv>,
 }
 
 /// Who is on the other end of a connection (from SO_PEERCRED).
@@ -69,8 +72,20 @@ pub struct Peer {
 
 impl State {
     pub fn new(engine: Arc<Engine>, config: Config, mountpoint: PathBuf, reload: ReloadFn) -> State {
+        let exec = config
+            .exec
+            .enabled
+            .then(|| ExecEnv { config: config.exec.clone(), mountpoint: mountpoint.clone() });
+        if config.exec.enabled && !config.allow_other && config.exec.uid != nix::unistd::geteuid().as_raw() {
+            // The kernel keeps other users off a mount without allow_other.
+            tracing::warn!(
+                "[exec] uid {} cannot use the mount while [fuse] allow_other = false; execute will fail",
+                config.exec.uid
+            );
+        }
         State {
             engine,
+            exec,
             socket: config.socket.clone(),
             config,
             mountpoint,
@@ -80,11 +95,17 @@ impl State {
         }
     }
 
-    /// Answers one request.
+    /// Which optional tools this daemon offers.
+    pub fn listed(&self) -> Listed {
+        Listed { execute: self.exec.is_some() }
+    }
+
+    /// Answers one request (`id` is the request's JSON-RPC id).
     pub fn handle(
         &self,
         session: &Session,
         peer: &Peer,
+        id: &Value,
         method: &str,
         params: Option<&Value>,
     ) -> Result<Value, RpcError> {
@@ -94,9 +115,9 @@ impl State {
             "ping" => Ok(json!({})),
             "tools/list" => {
                 proto::params_object(params)?;
-                Ok(tools_list())
+                Ok(tools_list(&self.listed()))
             }
-            "tools/call" => self.tools_call(session, peer, &proto::params_object(params)?),
+            "tools/call" => self.tools_call(session, peer, id, &proto::params_object(params)?),
             "vfs/status" => Ok(self.status()),
             "vfs/paths" => Ok(paths(&self.config, &self.mountpoint)),
             "vfs/explain" => {
@@ -120,6 +141,7 @@ impl State {
         &self,
         session: &Session,
         peer: &Peer,
+        id: &Value,
         params: &Map<String, Value>,
     ) -> Result<Value, RpcError> {
         let name = string_param(params, "name")?;
@@ -135,14 +157,20 @@ impl State {
         fs.ctx.caller.pid = peer.pid;
         fs.tool = name.to_string();
         fs.arguments = arguments.to_string();
-        let env = ToolEnv { fs, session };
+        // The request id plays Deep Agents' tool_call_id: it names an offloaded result.
+        let call_id = match id {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        };
+        let env = ToolEnv { fs, session, exec: self.exec.as_ref(), call_id };
         match tools::call(&env, name, &arguments) {
             Some(output) => {
                 self.counters.tool_calls.fetch_add(1, Ordering::Relaxed);
                 Ok(output.to_mcp())
             }
             None => {
-                let names: Vec<&str> = registry().iter().map(|t| t.name).collect();
+                let names: Vec<&str> = registry(&self.listed()).iter().map(|t| t.name).collect();
                 Err(RpcError::invalid_params(format!(
                     "unknown tool {name:?} (the tools are: {})",
                     names.join(", ")
@@ -214,16 +242,15 @@ fn initialize(params: &Map<String, Value>, state: &State) -> Result<Value, RpcEr
     }))
 }
 
-/// The `tools/list` result: every tool in the registry's fixed order.
-pub fn tools_list() -> Value {
-    // `execute` is not part of the registry yet; when it is, this follows `[exec] enabled`.
-    let listed = Listed::default();
-    let tools: Vec<Value> = registry()
+/// The `tools/list` result: every offered tool in the registry's fixed order, described
+/// for that set (so no description names a tool that is not listed).
+pub fn tools_list(listed: &Listed) -> Value {
+    let tools: Vec<Value> = registry(listed)
         .iter()
         .map(|t| {
             json!({
                 "name": t.name,
-                "description": (t.description)(&listed),
+                "description": (t.description)(listed),
                 "inputSchema": (t.input_schema)(),
                 "annotations": {
                     "readOnlyHint": t.read_only,
@@ -278,7 +305,9 @@ pub fn paths(config: &Config, mountpoint: &Path) -> Value {
             })
         })
         .collect();
-    json!({"mountpoint": mountpoint, "routes": routes, "prompt": paths_prompt(config, mountpoint)})
+    // Inside `execute` the tree is the file system: a virtual path is the shell path there.
+    let execute = config.exec.enabled.then(|| json!({"shell": "virtual", "cwd": config.exec.cwd.as_str()}));
+    json!({"mountpoint": mountpoint, "routes": routes, "execute": execute, "prompt": paths_prompt(config, mountpoint)})
 }
 
 /// A system-prompt section in the manner of Deep Agents' "Shell paths vs. virtual paths":
@@ -298,10 +327,19 @@ pub fn paths_prompt(config: &Config, mountpoint: &Path) -> String {
         ),
         "The same access rules apply to both: a file the tools cannot read or write cannot be read or written from the shell either.".to_string(),
         String::new(),
-        "Do not assume that a path returned by a file tool can be used directly in a shell command.".to_string(),
-        String::new(),
-        "Host path mappings:".to_string(),
     ];
+    if config.exec.enabled {
+        lines.push(format!(
+            "The execute tool is different: its commands see the virtual tree itself, so there a virtual path is the shell path (`/dir/x.py` is `/dir/x.py`), and commands start in `{}`. The mappings below are for shells outside execute.",
+            config.exec.cwd
+        ));
+    } else {
+        lines.push(
+            "Do not assume that a path returned by a file tool can be used directly in a shell command."
+                .to_string(),
+        );
+    }
+    lines.extend([String::new(), "Host path mappings:".to_string()]);
     for prefix in prefixes {
         let shell = shell_path(mountpoint, &prefix);
         lines.push(format!("- `{prefix}` -> `{shell}` (e.g. `{prefix}dir/x.py` -> `{shell}dir/x.py`)"));
@@ -369,6 +407,17 @@ mod tests {
             p["routes"][1],
             json!({"virtual": "/memories/", "shell": "/mnt/agent/memories/", "backend": "memory", "location": null})
         );
+    }
+
+    #[test]
+    fn with_execute_the_prompt_says_virtual_paths_are_shell_paths() {
+        let mut c = config();
+        assert_eq!(paths(&c, Path::new("/m"))["execute"], Value::Null);
+        c.exec.enabled = true;
+        let prompt = paths_prompt(&c, Path::new("/m"));
+        assert!(prompt.contains("The execute tool is different: its commands see the virtual tree itself, so there a virtual path is the shell path (`/dir/x.py` is `/dir/x.py`), and commands start in `/`."), "{prompt}");
+        assert!(!prompt.contains("Do not assume"), "{prompt}");
+        assert_eq!(paths(&c, Path::new("/m"))["execute"], json!({"shell": "virtual", "cwd": "/"}));
     }
 
     #[test]

@@ -410,7 +410,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
             move || {
                 let state = &shared.state;
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    state.handle(&session, &peer, &method, params.as_ref())
+                    state.handle(&session, &peer, &id, &method, params.as_ref())
                 }));
                 let result = outcome.unwrap_or_else(|panic| {
                     let what = panic

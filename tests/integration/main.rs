@@ -5,6 +5,7 @@ mod harness;
 mod conformance;
 mod control;
 mod doors;
+mod execute;
 mod file_ops;
 mod lifecycle;
 mod persistence;

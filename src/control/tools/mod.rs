@@ -4,9 +4,11 @@
 pub mod common;
 pub mod delete;
 pub mod edit_file;
+pub mod execute;
 pub mod glob;
 pub mod grep;
 pub mod ls;
+pub mod offload;
 pub mod pattern;
 pub mod read_file;
 pub mod search;
@@ -157,6 +159,17 @@ impl ToolOutput {
 pub struct ToolEnv<'e> {
     pub fs: ToolFs<'e>,
     pub session: &'e Session,
+    /// The sandbox settings when `execute` is enabled.
+    pub exec: Option<&'e execute::ExecEnv>,
+    /// The caller's id for this call (the JSON-RPC request id), naming offloaded results.
+    pub call_id: Option<String>,
+}
+
+impl ToolEnv<'_> {
+    /// Which optional tools this environment offers.
+    pub fn listed(&self) -> Listed {
+        Listed { execute: self.exec.is_some() }
+    }
 }
 
 /// Which optional tools are listed, so descriptions never mention a tool that is not.
@@ -226,9 +239,9 @@ pub mod args {
     }
 }
 
-/// The tools in their fixed order (`execute` joins them when it is enabled).
-pub fn registry() -> Vec<&'static ToolSpec> {
-    vec![
+/// The tools in their fixed order (`execute`, last, only when it is enabled).
+pub fn registry(listed: &Listed) -> Vec<&'static ToolSpec> {
+    let mut tools = vec![
         &ls::SPEC,
         &read_file::SPEC,
         &write_file::SPEC,
@@ -236,10 +249,17 @@ pub fn registry() -> Vec<&'static ToolSpec> {
         &delete::SPEC,
         &glob::SPEC,
         &grep::SPEC,
-    ]
+    ];
+    if listed.execute {
+        tools.push(&execute::SPEC);
+    }
+    tools
 }
 
-/// Runs the tool `name`; `None` when there is no such tool.
+/// Runs the tool `name`; `None` when there is no such tool (or it is not enabled). Results
+/// too large for the model are offloaded to a file (see [`offload`]).
 pub fn call(env: &ToolEnv, name: &str, arguments: &Value) -> Option<ToolOutput> {
-    registry().into_iter().find(|spec| spec.name == name).map(|spec| (spec.call)(env, arguments))
+    let spec = registry(&env.listed()).into_iter().find(|spec| spec.name == name)?;
+    let output = (spec.call)(env, arguments);
+    Some(offload::apply(env, name, output))
 }

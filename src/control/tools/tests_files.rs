@@ -64,7 +64,8 @@ impl Fx {
     }
 
     fn call(&self, spec: &ToolSpec, args: Value) -> ToolOutput {
-        let env = ToolEnv { fs: ToolFs::new(&self.engine), session: &self.session };
+        let env =
+            ToolEnv { fs: ToolFs::new(&self.engine), session: &self.session, exec: None, call_id: None };
         (spec.call)(&env, &args)
     }
 

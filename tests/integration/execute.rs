@@ -1,0 +1,360 @@
+//! The `execute` tool over a real daemon and socket: the sandbox sees only the gated tree
+//! (hidden files absent to every program, denied writes refused, host paths and the network
+//! gone), timeouts kill the whole process tree, large output is cut and offloaded, and the
+//! tool is listed only when enabled.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::harness::Fixture;
+
+const RULES: &str = r#"
+[[rules]]
+operations = ["read", "write"]
+paths = ["/**/.env"]
+mode = "deny"
+
+[[rules]]
+operations = ["write"]
+paths = ["/host/locked/**"]
+mode = "deny"
+"#;
+
+const EXEC: &str = "\n[exec]\nenabled = true\ncwd = \"/host\"\ntimeout_seconds = 30\n";
+
+/// A daemon with `execute` enabled (working directory `/host`, which the sandbox's user may
+/// write), a secret `.env` at two depths, and a write-locked directory.
+fn fixture() -> Fixture {
+    let f = Fixture::new(&format!("{RULES}{EXEC}"));
+    let root = &f.host_root;
+    std::fs::write(root.join(".env"), "SECRET=hunter2\n").unwrap();
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/.env"), "SECRET=deep\n").unwrap();
+    std::fs::write(root.join("sub/a.txt"), "public SECRET-free text\n").unwrap();
+    std::fs::create_dir_all(root.join("locked")).unwrap();
+    // The sandbox runs as nobody; the kernel checks modes on the mount (default_permissions).
+    for dir in [root.to_path_buf(), root.join("locked"), root.join("sub")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    f
+}
+
+fn socket(f: &Fixture) -> PathBuf {
+    f.scratch.path().join("agentvfs.sock")
+}
+
+/// Sends one request on a fresh connection and returns the reply.
+fn request(socket: &Path, id: Value, method: &str, params: Value) -> Value {
+    let stream = UnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    writer.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut reply = String::new();
+    BufReader::new(stream).read_line(&mut reply).unwrap();
+    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("not JSON ({e}): {reply}"))
+}
+
+/// `tools/call execute` → (text, structuredContent, isError).
+fn execute(socket: &Path, args: Value) -> (String, Value, bool) {
+    let reply = request(socket, json!(7), "tools/call", json!({"name": "execute", "arguments": args}));
+    let r = &reply["result"];
+    assert!(r.is_object(), "{reply}");
+    (
+        r["content"][0]["text"].as_str().unwrap().to_string(),
+        r["structuredContent"].clone(),
+        r["isError"] == json!(true),
+    )
+}
+
+fn run(f: &Fixture, command: &str) -> String {
+    execute(&socket(f), json!({ "command": command })).0
+}
+
+#[test]
+fn no_program_can_see_a_hidden_file() {
+    let f = fixture();
+    let cases = [
+        ("cat /host/.env", "[stderr] cat: /host/.env: No such file or directory\n\nExit code: 1\n[Command failed with exit code 1]"),
+        ("cat sub/.env", "[stderr] cat: sub/.env: No such file or directory\n\nExit code: 1\n[Command failed with exit code 1]"),
+        ("grep -r SECRET= /host; echo rc=$?", "rc=1\n\n[Command succeeded with exit code 0]"),
+        ("find /host | sort", "/host\n/host/locked\n/host/sub\n/host/sub/a.txt\n\n[Command succeeded with exit code 0]"),
+        (
+            "python3 -c \"import os; print(os.path.exists('/host/.env'), sorted(os.listdir('/host/sub')))\"",
+            "False ['a.txt']\n\n[Command succeeded with exit code 0]",
+        ),
+        ("ls -a /host/sub", ".\n..\na.txt\n\n[Command succeeded with exit code 0]"),
+    ];
+    for (command, want) in cases {
+        assert_eq!(run(&f, command), want, "{command}");
+    }
+    // The file is there on the host, and the daemon's log shows no crash.
+    assert!(f.host_root.join(".env").exists());
+}
+
+#[test]
+fn denied_writes_fail_and_allowed_writes_land() {
+    let f = fixture();
+    let text = run(&f, "echo no > /host/locked/x.txt");
+    assert_eq!(
+        text,
+        "[stderr] /bin/sh: 1: cannot create /host/locked/x.txt: Permission denied\n\nExit code: 2\n[Command failed with exit code 2]"
+    );
+    assert_eq!(run(&f, "echo no > .env"), "[stderr] /bin/sh: 1: cannot create .env: Permission denied\n\nExit code: 2\n[Command failed with exit code 2]");
+    assert!(!f.host_root.join("locked/x.txt").exists());
+    assert_eq!(
+        run(&f, "echo yes > new.txt && mkdir -p made/deeper && echo deep > made/deeper/f && id -u && stat -c %u:%g new.txt"),
+        "65534\n65534:65534\n\n[Command succeeded with exit code 0]"
+    );
+    assert_eq!(std::fs::read_to_string(f.host_root.join("new.txt")).unwrap(), "yes\n");
+    assert_eq!(std::fs::read_to_string(f.p("/host/made/deeper/f")).unwrap(), "deep\n");
+    // Nothing outside the tree is writable: the root and the system directories are read-only.
+    let text = run(&f, "touch /newtop 2>&1; touch /usr/x 2>&1; touch /etc/x 2>&1; true");
+    assert_eq!(text.matches("Read-only file system").count(), 3, "{text}");
+}
+
+#[test]
+fn the_host_is_out_of_sight() {
+    let f = fixture();
+    let config = f.scratch.path().join("agentvfs.toml");
+    let db = f.scratch.path().join("store.db");
+    let audit = f.scratch.path().join("audit.db");
+    let mut paths: Vec<String> =
+        ["/root", "/home", "/opt", "/var", "/work", "/sys", "/boot"].map(String::from).to_vec();
+    for p in [&config, &db, &audit, &f.mount.dir, &f.host_root] {
+        paths.push(p.display().to_string());
+    }
+    let probes: Vec<String> = paths.iter().map(|p| format!("test -e '{p}' && echo 'present {p}'")).collect();
+    let text = run(&f, &format!("{}; ls /", probes.join("; ")));
+    assert_eq!(text, format!("{}\n\n[Command succeeded with exit code 0]", sorted_root()));
+    // No capabilities, no way to gain any, and its own PID namespace.
+    let status = run(
+        &f,
+        "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status; ls /proc | grep -cE '^[0-9]+$'",
+    );
+    assert!(
+        status.contains("CapEff:\t0000000000000000") && status.contains("CapBnd:\t0000000000000000"),
+        "{status}"
+    );
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    // No descriptor of the daemon's (a host directory's `..` would lead out) reaches it: only
+    // the three streams and `ls`'s own handle of the directory it lists.
+    assert_eq!(run(&f, "ls /proc/self/fd"), "0\n1\n2\n3\n\n[Command succeeded with exit code 0]");
+    // /etc is the minimal set.
+    assert_eq!(
+        run(&f, "test -e /etc/shadow || test -e /etc/sudoers || echo minimal"),
+        "minimal\n\n[Command succeeded with exit code 0]"
+    );
+    let dev = run(&f, "ls /dev");
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        assert!(dev.lines().any(|l| l == name), "{dev}");
+    }
+    assert!(!dev.lines().any(|l| l == "fuse" || l.starts_with("sd") || l == "mem"), "{dev}");
+}
+
+/// `ls /` inside: the tree's entries and the system layout, in `ls` order.
+fn sorted_root() -> String {
+    let mut names = vec!["db", "host", "mem", "bin", "dev", "etc", "proc", "sbin", "tmp", "usr"];
+    for lib in ["lib", "lib32", "lib64", "libx32"] {
+        if Path::new("/").join(lib).exists() {
+            names.push(lib);
+        }
+    }
+    names.sort();
+    names.join("\n")
+}
+
+#[test]
+fn there_is_no_network_by_default() {
+    let f = fixture();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let text = run(
+        &f,
+        &format!("python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\" 2>/dev/null && echo connected; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"),
+    );
+    assert_eq!(text, "lo\n\n[Command succeeded with exit code 0]");
+}
+
+#[test]
+fn a_timeout_kills_the_whole_process_tree() {
+    let f = fixture();
+    let started = Instant::now();
+    let (text, structured, is_error) = execute(
+        &socket(&f),
+        json!({"command": "sleep 1000.4242 & (sleep 1000.4243 &); sleep 1000.4244", "timeout": 2}),
+    );
+    assert_eq!(
+        text,
+        "Error: Command timed out after 2 seconds (custom timeout). The command may be stuck or require more time.\n[Command failed with exit code 124]"
+    );
+    assert!(!is_error);
+    assert_eq!(structured["exit_code"], json!(124));
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    std::thread::sleep(Duration::from_millis(200));
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("1000.424"))
+        .collect();
+    assert!(survivors.is_empty(), "{survivors:?}");
+}
+
+#[test]
+fn validation_and_output_follow_deep_agents() {
+    let f = fixture();
+    let s = socket(&f);
+    let cases = [
+        (json!({"command": "echo hi", "timeout": -1}), "Error: timeout must be non-negative, got -1.", true),
+        (
+            json!({"command": "echo hi", "timeout": 3601}),
+            "Error: timeout 3601s exceeds maximum allowed (3600s).",
+            true,
+        ),
+        (
+            json!({"command": ""}),
+            "Error: Command must be a non-empty string.\n[Command failed with exit code 1]",
+            false,
+        ),
+        (
+            json!({"command": "echo hi", "timeout": 0}),
+            "Error: Invalid parameter. timeout must be positive, got 0",
+            true,
+        ),
+        (
+            json!({"command": "echo out; echo err 1>&2; exit 3"}),
+            "out\n\n[stderr] err\n\nExit code: 3\n[Command failed with exit code 3]",
+            false,
+        ),
+        (json!({"command": "true"}), "<no output>\n[Command succeeded with exit code 0]", false),
+        (
+            json!({"command": "pwd; printf 'a\\r\\nb'"}),
+            "/host\na\nb\n[Command succeeded with exit code 0]",
+            false,
+        ),
+    ];
+    for (args, want, error) in cases {
+        let (text, _, is_error) = execute(&s, args.clone());
+        assert_eq!((text.as_str(), is_error), (want, error), "{args}");
+    }
+}
+
+#[test]
+fn large_output_is_truncated_and_offloaded() {
+    let f = fixture();
+    let reply = request(
+        &socket(&f),
+        json!("call/1.big"),
+        "tools/call",
+        json!({"name": "execute", "arguments": {"command": "seq 1 30000"}}),
+    );
+    let r = &reply["result"];
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert_eq!(r["structuredContent"]["truncated"], json!(true), "{reply}");
+    assert_eq!(r["structuredContent"]["output_file"], json!("/large_tool_results/call_1_big"));
+    let saved = std::fs::read_to_string(f.p("/large_tool_results/call_1_big")).unwrap();
+    assert!(saved.starts_with("1\n2\n3\n"), "{}", &saved[..20]);
+    assert!(
+        saved.ends_with("\n\n... Output truncated at 100000 bytes.\n[Command succeeded with exit code 0]\n[Output was truncated due to size limits]"),
+        "{}",
+        &saved[saved.len() - 200..]
+    );
+    // The cut is at 100,000 bytes of `seq` output: 1..=30000 is 168,894 bytes.
+    assert_eq!(saved.find("\n\n... Output truncated"), Some(100_000));
+    let lines = saved.lines().count();
+    let want =
+        agentvfs::control::tools::offload::notice("call/1.big", "/large_tool_results/call_1_big", &saved);
+    assert_eq!(text, want);
+    assert!(text.contains("Here is a preview showing the head and tail of the result"), "{text}");
+    assert!(text.contains(&format!("... [{} lines truncated] ...", lines - 10)), "{text}");
+    // The file tools read it like any other file.
+    let (read, _, _) = {
+        let reply = request(
+            &socket(&f),
+            json!(2),
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"file_path": "/large_tool_results/call_1_big", "limit": 2}}),
+        );
+        (reply["result"]["content"][0]["text"].as_str().unwrap().to_string(), (), ())
+    };
+    assert!(read.contains("1\n2"), "{read}");
+}
+
+#[test]
+fn twenty_concurrent_calls_work() {
+    let f = fixture();
+    let s = socket(&f);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..20)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                execute(
+                    &s,
+                    json!({"command": format!("sleep 0.5; echo call {i} > /host/c{i}; cat /host/c{i}")}),
+                )
+            })
+        })
+        .collect();
+    for (i, t) in threads.into_iter().enumerate() {
+        let (text, structured, _) = t.join().unwrap();
+        assert_eq!(text, format!("call {i}\n\n[Command succeeded with exit code 0]"));
+        assert_eq!(structured, json!({"exit_code": 0, "truncated": false}));
+    }
+    let took = started.elapsed();
+    eprintln!("20 concurrent execute calls (each sleeping 0.5 s): {took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[test]
+fn execute_is_listed_only_when_enabled() {
+    let names = |f: &Fixture| -> (Vec<String>, String) {
+        let reply = request(&socket(f), json!(1), "tools/list", json!({}));
+        let tools = reply["result"]["tools"].as_array().unwrap().clone();
+        let grep =
+            tools.iter().find(|t| t["name"] == "grep").unwrap()["description"].as_str().unwrap().to_string();
+        (tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect(), grep)
+    };
+    let on = fixture();
+    let (listed, grep) = names(&on);
+    assert_eq!(listed, ["ls", "read_file", "write_file", "edit_file", "delete", "glob", "grep", "execute"]);
+    assert!(grep.contains("execute"), "{grep}");
+    let off = Fixture::new(RULES);
+    let (listed, grep) = names(&off);
+    assert_eq!(listed, ["ls", "read_file", "write_file", "edit_file", "delete", "glob", "grep"]);
+    assert!(!grep.contains("execute"), "{grep}");
+    let reply = request(
+        &socket(&off),
+        json!(3),
+        "tools/call",
+        json!({"name": "execute", "arguments": {"command": "id"}}),
+    );
+    assert!(reply["error"]["message"].as_str().unwrap().starts_with("unknown tool \"execute\""), "{reply}");
+}
+
+#[test]
+fn the_default_timeout_has_its_own_text_and_the_tree_can_provide_tmp() {
+    let f = Fixture::new("\n[exec]\nenabled = true\ntimeout_seconds = 1\n");
+    // A /tmp in the tree is the sandbox's /tmp (so tools and shell agree on its files).
+    std::fs::create_dir(f.p("/tmp")).unwrap();
+    std::fs::set_permissions(f.p("/tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (text, structured, _) =
+        execute(&socket(&f), json!({"command": "pwd; echo t > /tmp/from-shell; sleep 5"}));
+    assert_eq!(
+        text,
+        "Error: Command timed out after 1 seconds. For long-running commands, re-run using the timeout parameter.\n[Command failed with exit code 124]"
+    );
+    assert_eq!(structured["timed_out"], json!(true));
+    assert_eq!(std::fs::read_to_string(f.p("/tmp/from-shell")).unwrap(), "t\n");
+    // Without a /workspace route the working directory is `/`.
+    assert_eq!(
+        execute(&socket(&f), json!({"command": "pwd"})).0,
+        "/\n\n[Command succeeded with exit code 0]"
+    );
+}
