@@ -14,6 +14,9 @@ use crate::control::client::{connect_stream, Client, ClientError};
 use crate::control::methods::{explain, explain_text};
 use crate::policy::RuleSet;
 
+#[path = "cli_interrupts.rs"]
+mod interrupts;
+
 #[derive(Parser)]
 #[command(
     name = "agentvfs",
@@ -94,6 +97,30 @@ enum Command {
     Reload {
         #[command(flatten)]
         remote: Remote,
+    },
+    /// List the approvals waiting for a human (--watch: follow them as they come and go).
+    Interrupts {
+        #[command(flatten)]
+        remote: Remote,
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Approve a pending interrupt (`--scope session`: also what follows in that directory).
+    Approve {
+        #[command(flatten)]
+        remote: Remote,
+        id: u64,
+        /// `once` (default) or `session`.
+        #[arg(long, default_value = "once")]
+        scope: String,
+    },
+    /// Reject a pending interrupt: the syscall gets EACCES, the tool call the reason.
+    Reject {
+        #[command(flatten)]
+        remote: Remote,
+        id: u64,
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Bridge MCP over stdio to the daemon's socket (for MCP clients that launch servers).
     Mcp {
@@ -271,6 +298,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Interrupts { remote, watch } => {
+            let path = socket_path(remote.socket.as_ref());
+            interrupts::show(&mut Client::connect(&path)?, watch, remote.json)
+        }
+        Command::Approve { remote, id, scope } => {
+            let params = json!({"id": id, "decision": "approve", "scope": scope});
+            interrupts::resolved(&remote.call("interrupts/resolve", Some(params))?, remote.json)
+        }
+        Command::Reject { remote, id, reason } => {
+            let params = json!({"id": id, "decision": "reject", "message": reason});
+            interrupts::resolved(&remote.call("interrupts/resolve", Some(params))?, remote.json)
         }
         Command::Mcp { socket } => mcp_bridge(&socket_path(socket.as_ref())),
     }

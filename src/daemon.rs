@@ -58,7 +58,10 @@ pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
     }
     let audit = Audit::open(config.audit_database.as_deref())
         .map_err(|e| anyhow!("cannot open the audit log: {e}"))?;
-    Ok(Arc::new(Engine::new(Gate::new(rules), Router::new(routes), Arc::new(audit))))
+    let engine = Arc::new(Engine::new(Gate::new(rules), Router::new(routes), Arc::new(audit)));
+    engine.gate.approvals.set_timeout(config.interrupt_timeout);
+    engine.gate.approvals.start_sweeper();
+    Ok(engine)
 }
 
 /// Is `path` itself a mount point right now? (from /proc/self/mountinfo)
@@ -195,6 +198,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
     let shown = mountpoint.clone();
+    let approvals = engine.gate.approvals.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         for signal in signals.forever() {
             if signal == SIGHUP {
@@ -204,6 +208,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
             }
             tracing::info!("signal {signal}: unmounting {}", shown.display());
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+            // Paused callers are answered (EACCES) so that none holds the unmount up.
+            approvals.cancel_all();
             if let Err(e) = unmounter.unmount() {
                 tracing::warn!("unmount failed ({e}); detaching lazily");
                 let _ = nix::mount::umount2(&shown, nix::mount::MntFlags::MNT_DETACH);

@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use crate::audit::{command_line, Audit, AuditEvent};
 use crate::backend::{Attr, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
+use crate::policy::approvals::{ApprovalId, Interrupted};
 use crate::policy::{Gate, Mode, Op, Permit, Refusal};
 use crate::route::Router;
 use crate::vpath::VPath;
@@ -35,12 +36,24 @@ impl Door {
 pub struct Ctx {
     pub door: Door,
     pub caller: Caller,
+    /// Set when the operation re-runs after a human approved it: interrupt verdicts the
+    /// approval covers pass (deny rules still refuse).
+    pub approval: Option<ApprovalId>,
+}
+
+impl Ctx {
+    pub fn new(door: Door, caller: Caller) -> Ctx {
+        Ctx { door, caller, approval: None }
+    }
 }
 
 /// An open file together with the path it was opened by.
 pub struct OpenHandle {
     pub path: VPath,
     pub file: Box<dyn OpenFile>,
+    /// Opened for writing: the gate (and any human) already said yes to writing this file,
+    /// so changes through the handle do not ask again.
+    pub writable: bool,
 }
 
 /// Past this many entries a directory rename that rules might care about is refused rather
@@ -70,6 +83,7 @@ fn wants_write(flags: i32) -> bool {
 
 impl Engine {
     pub fn new(gate: Gate, router: Router, audit: Arc<Audit>) -> Engine {
+        gate.approvals.set_audit(audit.clone());
         Engine { gate, router, audit, observer: std::sync::OnceLock::new() }
     }
 
@@ -107,17 +121,24 @@ impl Engine {
         match (refusal.verdict.mode, refusal.is_hidden()) {
             (Mode::Deny, true) => "hide",
             (Mode::Deny, false) => "deny",
-            // Approvals are served by the interrupt machinery; without an approver the
-            // operation is refused rather than allowed.
-            (Mode::Interrupt, _) => "interrupt-unanswered",
+            (Mode::Interrupt, _) => "interrupt",
             (Mode::Allow, _) => "allow",
         }
     }
 
-    /// Turns a refusal into the caller's error, and records it.
+    /// Turns a refusal into the caller's error, and records it. An interrupt is recorded
+    /// when a door opens a ticket for it (a door that cannot ask refuses with EACCES).
     fn refuse(&self, ctx: &Ctx, operation: &str, refusal: Refusal) -> FsError {
         let errno = refusal.errno();
         let decision = Self::decision_name(&refusal);
+        if refusal.verdict.mode == Mode::Interrupt {
+            let rule = refusal.verdict.rule.unwrap_or(usize::MAX);
+            let context =
+                format!("{} {} {} (waits for approval)", decision, refusal.op.as_str(), refusal.path);
+            let mut err = FsError::denied(errno, rule, context);
+            err.interrupt = Some(Box::new(Interrupted { operation: operation.to_string(), refusal }));
+            return err;
+        }
         let command = match ctx.door {
             Door::Fuse => command_line(ctx.caller.pid),
             Door::Tool => String::new(),
@@ -139,13 +160,17 @@ impl Engine {
     }
 
     fn check(&self, ctx: &Ctx, operation: &str, op: Op, path: &VPath, is_dir: bool) -> FsResult<Permit> {
-        self.gate.check(op, path, is_dir).map_err(|r| self.refuse(ctx, operation, r))
+        self.gate
+            .check(op, path, is_dir)
+            .or_else(|r| self.gate.approve(r, ctx.approval))
+            .map_err(|r| self.refuse(ctx, operation, r))
     }
 
     /// Decides `op` on an existing node, learning its kind only when a rule depends on it.
     fn check_node(&self, ctx: &Ctx, operation: &str, op: Op, path: &VPath) -> FsResult<Permit> {
         self.gate
             .check_node(op, path, |probe| Ok(self.router.getattr(probe)?.kind == FileKind::Dir))?
+            .or_else(|r| self.gate.approve(r, ctx.approval))
             .map_err(|r| self.refuse(ctx, operation, r))
     }
 
@@ -163,10 +188,20 @@ impl Engine {
         self.check(ctx, operation, Op::Write, path, is_dir)
     }
 
+    /// Looking a name up (and `getattr`) does not ask a human under an interrupt rule: the
+    /// content is what the rule protects, and it is asked for when the file is opened or the
+    /// directory listed. Asking here too would ask twice for one `cat`.
     pub fn lookup(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
         let attr = self.router.getattr(&self.gate.probe(path))?;
-        self.check(ctx, "lookup", Op::Read, path, attr.kind == FileKind::Dir)?;
+        self.check_metadata(ctx, "lookup", path, attr.kind == FileKind::Dir)?;
         Ok(attr)
+    }
+
+    fn check_metadata(&self, ctx: &Ctx, operation: &str, path: &VPath, is_dir: bool) -> FsResult<()> {
+        match self.check(ctx, operation, Op::Read, path, is_dir) {
+            Err(e) if e.interrupt.is_none() => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// The root's own attributes are never refused: a mount whose root cannot be stat'ed is
@@ -174,16 +209,30 @@ impl Engine {
     pub fn getattr(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
         let attr = self.router.getattr(&self.gate.probe(path))?;
         if !path.is_root() {
-            self.check(ctx, "getattr", Op::Read, path, attr.kind == FileKind::Dir)?;
+            self.check_metadata(ctx, "getattr", path, attr.kind == FileKind::Dir)?;
         }
         Ok(attr)
     }
 
     /// The visible entries of a directory: hidden ones are left out, as if absent.
+    ///
+    /// Through the mount, a listing that would show entries under an interrupt-read rule
+    /// asks once for the whole directory (not once per entry). The tool door asks per call
+    /// instead, before the tool runs (TOOLS §2.8).
     pub fn readdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<DirEntry>> {
         let permit = self.check(ctx, "readdir", Op::Read, path, true)?;
         let mut entries = self.router.readdir(&permit)?;
         entries.retain(|e| self.gate.is_visible(&path.join(&e.name), e.kind == FileKind::Dir));
+        if ctx.door == Door::Fuse {
+            let ask = entries
+                .iter()
+                .map(|e| self.gate.decide(Op::Read, &path.join(&e.name), e.kind == FileKind::Dir))
+                .find(|v| v.mode == Mode::Interrupt);
+            if let Some(verdict) = ask {
+                let refusal = Refusal { op: Op::Read, path: path.clone(), verdict };
+                self.gate.approve(refusal, ctx.approval).map_err(|r| self.refuse(ctx, "readdir", r))?;
+            }
+        }
         Ok(entries)
     }
 
@@ -200,7 +249,7 @@ impl Engine {
         }
         let permit = permit.expect("every access mode reads or writes");
         let file = self.router.open(&permit, flags)?;
-        Ok(OpenHandle { path: path.clone(), file })
+        Ok(OpenHandle { path: path.clone(), file, writable: wants_write(flags) })
     }
 
     pub fn create(&self, ctx: &Ctx, path: &VPath, mode: u32, flags: i32) -> FsResult<(Attr, OpenHandle)> {
@@ -210,7 +259,7 @@ impl Engine {
         }
         let (attr, file) = self.router.create(&permit, mode, flags, &ctx.caller)?;
         self.note_change(ctx, path);
-        Ok((attr, OpenHandle { path: path.clone(), file }))
+        Ok((attr, OpenHandle { path: path.clone(), file, writable: true }))
     }
 
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {
@@ -336,10 +385,22 @@ impl Engine {
         changes: &SetAttr,
         handle: Option<&OpenHandle>,
     ) -> FsResult<Attr> {
-        let permit = self.check_node(ctx, "setattr", Op::Write, path)?;
         let attr = match handle {
-            Some(h) => h.file.setattr(changes)?,
-            None => self.router.setattr(&permit, changes)?,
+            // Writes through a handle opened for writing do not ask again (an approved
+            // `O_TRUNC` open is followed by a truncate through its handle).
+            Some(h) if h.writable => match self.check_node(ctx, "setattr", Op::Write, path) {
+                Ok(_) => h.file.setattr(changes)?,
+                Err(e) if e.interrupt.is_some() => h.file.setattr(changes)?,
+                Err(e) => return Err(e),
+            },
+            Some(h) => {
+                self.check_node(ctx, "setattr", Op::Write, path)?;
+                h.file.setattr(changes)?
+            }
+            None => {
+                let permit = self.check_node(ctx, "setattr", Op::Write, path)?;
+                self.router.setattr(&permit, changes)?
+            }
         };
         self.note_change(ctx, path);
         Ok(attr)

@@ -28,7 +28,7 @@ fn engine(rules: Vec<Rule>) -> Engine {
 }
 
 fn ctx() -> Ctx {
-    Ctx { door: Door::Tool, caller: Caller { uid: 0, gid: 0, pid: 1 } }
+    Ctx::new(Door::Tool, Caller { uid: 0, gid: 0, pid: 1 })
 }
 
 fn p(s: &str) -> VPath {

@@ -12,21 +12,23 @@ pub struct FsError {
     pub context: String,
     /// Index of the rule that refused the operation, when the gate refused it.
     pub denied_by: Option<usize>,
+    /// Set when the refusal is an interrupt rule's: a door may ask a human instead.
+    pub interrupt: Option<Box<crate::policy::approvals::Interrupted>>,
 }
 
 pub type FsResult<T> = Result<T, FsError>;
 
 impl FsError {
     pub fn new(errno: Errno, context: impl Into<String>) -> Self {
-        FsError { errno, context: context.into(), denied_by: None }
+        FsError { errno, context: context.into(), denied_by: None, interrupt: None }
     }
 
     pub fn errno(errno: Errno) -> Self {
-        FsError { errno, context: String::new(), denied_by: None }
+        FsError { errno, context: String::new(), denied_by: None, interrupt: None }
     }
 
     pub fn denied(errno: Errno, rule: usize, context: impl Into<String>) -> Self {
-        FsError { errno, context: context.into(), denied_by: Some(rule) }
+        FsError { errno, context: context.into(), denied_by: Some(rule), interrupt: None }
     }
 
     pub fn not_found(what: impl Into<String>) -> Self {

@@ -83,6 +83,19 @@ impl Client {
         self.read_reply(id)
     }
 
+    /// The next message the daemon sends, whatever it is (for notifications after
+    /// `interrupts/subscribe`); `None` when the daemon closed the connection.
+    pub fn next_message(&mut self) -> Result<Option<Value>, ClientError> {
+        match self.lines.read_line() {
+            Ok(Line::Complete(line)) => serde_json::from_slice(&line)
+                .map(Some)
+                .map_err(|e| ClientError::Protocol(format!("unreadable message from the daemon: {e}"))),
+            Ok(Line::TooLong) => Err(ClientError::Protocol("the daemon's message is too long".into())),
+            Ok(Line::Eof) => Ok(None),
+            Err(e) => Err(ClientError::Io(self.path.clone(), e)),
+        }
+    }
+
     fn read_reply(&mut self, id: u64) -> Result<Value, ClientError> {
         loop {
             let line = match self.lines.read_line() {

@@ -10,10 +10,11 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::config::{BackendConfig, Config};
+use crate::control::interrupts;
 use crate::control::proto::{self, RpcError};
 use crate::control::session::{Observation, Session};
 use crate::control::tools::execute::ExecEnv;
-use crate::control::tools::{self, registry, Listed, ToolEnv};
+use crate::control::tools::{registry, Listed, ToolEnv};
 use crate::control::vfs::ToolFs;
 use crate::engine::Engine;
 use crate::policy::{Mode, Op, RuleSet};
@@ -133,6 +134,10 @@ impl State {
                     format!("reload failed, keeping the current rules: {e}"),
                 )),
             },
+            "interrupts/list" => Ok(interrupts::list(&self.engine.gate.approvals)),
+            "interrupts/resolve" => {
+                interrupts::resolve(&self.engine.gate.approvals, peer, &proto::params_object(params)?)
+            }
             _ => Err(RpcError::new(proto::METHOD_NOT_FOUND, format!("method not found: {method}"))),
         }
     }
@@ -163,8 +168,8 @@ impl State {
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         };
-        let env = ToolEnv { fs, session, exec: self.exec.as_ref(), call_id };
-        match tools::call(&env, name, &arguments) {
+        let mut env = ToolEnv { fs, session, exec: self.exec.as_ref(), call_id };
+        match interrupts::call(&mut env, peer, name, &arguments) {
             Some(output) => {
                 self.counters.tool_calls.fetch_add(1, Ordering::Relaxed);
                 Ok(output.to_mcp())
@@ -198,7 +203,7 @@ impl State {
                 route
             }).collect::<Vec<_>>(),
             "rules": self.engine.gate.rules().len(),
-            "pending_interrupts": 0,
+            "pending_interrupts": self.engine.gate.approvals.pending_count(),
             "observation": match self.config.observation {
                 Observation::Strict => "strict",
                 Observation::Off => "off",

@@ -3,6 +3,7 @@
 //! door, it reaches storage only through the engine.
 
 pub mod client;
+pub mod interrupts;
 pub mod methods;
 pub mod proto;
 pub mod server;

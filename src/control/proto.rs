@@ -47,6 +47,9 @@
 //! | `vfs/paths` | — | `{mountpoint, routes: [{virtual, shell, backend, location}], prompt}` |
 //! | `vfs/explain` | `{operation: "read"\|"write", path}` (a trailing `/` judges a directory) | `{operation, path, directory, decision, hidden, effect, rule, rule_text}` |
 //! | `vfs/reload` | — | `{rules, config, warnings}`; a failure is error `-32000` and the old rules stay |
+//! | `interrupts/list` | — | `{interrupts: [{id, door, operation, class, path, rule, pid, uid, command, created, expires, expires_in_seconds, tool?}]}` |
+//! | `interrupts/resolve` | `{id, decision: "approve"\|"reject"\|"edit"\|"respond", scope?: "once"\|"session", arguments?, message?}` | the ticket with `decision` and `resolved_by`; not pending, or edit/respond on a syscall, is `-32000` |
+//! | `interrupts/subscribe` | — | `{subscribed: true, interrupts}`; then `notifications/interrupt` lines `{event: "created"\|"resolved", interrupt}` on this connection |
 //!
 //! # Errors
 //!

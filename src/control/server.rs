@@ -272,13 +272,16 @@ struct Writer {
 }
 
 impl Writer {
-    fn send(&self, message: &Value) {
+    /// Whether the line went out.
+    fn send(&self, message: &Value) -> bool {
         let line = proto::encode(message);
         let mut stream = self.stream.lock();
         if let Err(e) = stream.write_all(&line) {
             tracing::debug!("control reply lost ({e}); closing the connection");
             let _ = stream.shutdown(std::net::Shutdown::Both);
+            return false;
         }
+        true
     }
 }
 
@@ -369,6 +372,8 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
     let session = Arc::new(Session::new(shared.state.config.observation));
     let in_flight = Arc::new(InFlight { count: Mutex::new(0), done: Condvar::new() });
     let mut lines = LineReader::new(reader, proto::MAX_LINE);
+    let approvals = shared.state.engine.gate.approvals.clone();
+    let mut subscriptions = Vec::new();
     loop {
         let line = match lines.read_line() {
             Ok(Line::Complete(line)) => line,
@@ -399,6 +404,15 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
                 continue;
             }
         };
+        // A subscription lives as long as the connection and writes on it, so it is the
+        // transport's business rather than a method's.
+        if method == "interrupts/subscribe" {
+            let notify = writer.clone();
+            subscriptions.push(approvals.subscribe(move |message| notify.send(message)));
+            let result = serde_json::json!({"subscribed": true, "interrupts": approvals.list()});
+            writer.send(&proto::response(&id, Ok(result)));
+            continue;
+        }
         if !in_flight.try_enter() {
             let message = format!("too many requests in flight on this connection (limit {MAX_IN_FLIGHT})");
             writer.send(&proto::response(&id, Err(RpcError::new(proto::OVERLOADED, message))));
@@ -432,6 +446,9 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
                 Err(RpcError::internal(format!("cannot start the request: {e}"))),
             ));
         }
+    }
+    for subscription in subscriptions {
+        approvals.unsubscribe(subscription);
     }
     in_flight.wait_idle();
 }

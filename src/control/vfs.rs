@@ -49,7 +49,7 @@ impl<'e> ToolFs<'e> {
     pub fn new(engine: &'e Engine) -> ToolFs<'e> {
         ToolFs {
             engine,
-            ctx: Ctx { door: Door::Tool, caller: crate::backend::Caller::daemon() },
+            ctx: Ctx::new(Door::Tool, crate::backend::Caller::daemon()),
             tool: String::new(),
             arguments: String::new(),
         }

@@ -3,6 +3,7 @@
 
 pub mod inodes;
 pub mod invalidate;
+mod park;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -33,18 +34,21 @@ struct DirHandle {
     entries: Vec<DirEntry>,
 }
 
-/// An open file and the inode it was opened through.
+/// An open file, the inode it was opened through, and the process that opened it.
 struct DoorFile {
     ino: u64,
+    pid: u32,
     handle: OpenHandle,
 }
 
+/// Cheap to clone (shared state only): a paused operation keeps a clone to finish with.
+#[derive(Clone)]
 pub struct FuseDoor {
     engine: Arc<Engine>,
     inodes: Arc<Inodes>,
-    files: RwLock<HashMap<u64, Arc<DoorFile>>>,
-    dirs: RwLock<HashMap<u64, Arc<DirHandle>>>,
-    next_handle: AtomicU64,
+    files: Arc<RwLock<HashMap<u64, Arc<DoorFile>>>>,
+    dirs: Arc<RwLock<HashMap<u64, Arc<DirHandle>>>>,
+    next_handle: Arc<AtomicU64>,
 }
 
 fn file_type(kind: FileKind) -> FileType {
@@ -84,7 +88,7 @@ fn errno(e: &FsError) -> FuseErrno {
 }
 
 fn ctx(req: &Request) -> Ctx {
-    Ctx { door: Door::Fuse, caller: Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() } }
+    Ctx::new(Door::Fuse, Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() })
 }
 
 fn time_set(t: TimeOrNow) -> TimeSet {
@@ -101,9 +105,9 @@ impl FuseDoor {
         FuseDoor {
             engine,
             inodes,
-            files: RwLock::new(HashMap::new()),
-            dirs: RwLock::new(HashMap::new()),
-            next_handle: AtomicU64::new(1),
+            files: Arc::new(RwLock::new(HashMap::new())),
+            dirs: Arc::new(RwLock::new(HashMap::new())),
+            next_handle: Arc::new(AtomicU64::new(1)),
         }
     }
 
@@ -116,10 +120,17 @@ impl FuseDoor {
         self.files.read().get(&fh.0).cloned().ok_or_else(|| FsError::errno(Errno::EBADF))
     }
 
-    fn add_file(&self, ino: u64, handle: OpenHandle) -> u64 {
+    fn add_file(&self, ino: u64, pid: u32, handle: OpenHandle) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.write().insert(fh, Arc::new(DoorFile { ino, handle }));
+        self.files.write().insert(fh, Arc::new(DoorFile { ino, pid, handle }));
         fh
+    }
+
+    /// A handle `pid` opened for writing on `ino`. The kernel truncates for `open(O_TRUNC)`
+    /// with a separate setattr that names no handle; that truncate belongs to the open the
+    /// gate (or a human) just allowed, so it is served through the opener's handle.
+    fn writable_file_of(&self, ino: u64, pid: u32) -> Option<Arc<DoorFile>> {
+        self.files.read().values().find(|f| f.ino == ino && f.pid == pid && f.handle.writable).cloned()
     }
 
     /// Any open handle of an inode (for `fstat` of a file whose names were all removed).
@@ -140,10 +151,10 @@ impl FuseDoor {
 
     /// The preferred path of an inode, after the gate allowed `op` under its other names
     /// (hard links) as well.
-    fn node_path(&self, req: &Request, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
+    fn node_path(&self, ctx: &Ctx, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
         let mut paths = self.inodes.paths(ino.0)?;
         if paths.len() > 1 {
-            self.engine.check_aliases(&ctx(req), operation, op, &paths[1..])?;
+            self.engine.check_aliases(ctx, operation, op, &paths[1..])?;
         }
         Ok(paths.swap_remove(0))
     }
@@ -185,7 +196,7 @@ impl Filesystem for FuseDoor {
         let open = fh.and_then(|fh| self.file(fh).ok());
         let result = match open {
             Some(f) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
-            None => match self.node_path(req, ino, "getattr", Op::Read) {
+            None => match self.node_path(&ctx(req), ino, "getattr", Op::Read) {
                 Ok(p) => self.engine.getattr(&ctx(req), &p).map(|a| (a, p)),
                 // Every name was removed, but the file is still open (fstat after unlink).
                 Err(e) if e.is(Errno::ENOENT) => match self.any_file_of(ino.0) {
@@ -227,26 +238,31 @@ impl Filesystem for FuseDoor {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        let open = fh.and_then(|fh| self.file(fh).ok());
-        let result = match &open {
-            Some(f) => Ok(f.handle.path.clone()),
-            None => self.node_path(req, ino, "setattr", Op::Write),
-        }
-        .and_then(|p| {
-            Ok((self.engine.setattr(&ctx(req), &p, &changes, open.as_ref().map(|f| &f.handle))?, p))
-        });
-        match result {
-            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
+        let open = match fh {
+            Some(fh) => self.file(fh).ok(),
+            None if size.is_some() => self.writable_file_of(ino.0, req.pid()),
+            None => None,
+        };
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = match &open {
+                Some(f) => f.handle.path.clone(),
+                None => d.node_path(c, ino, "setattr", Op::Write)?,
+            };
+            Ok((d.engine.setattr(c, &p, &changes, open.as_ref().map(|f| &f.handle))?, p))
+        };
+        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyAttr| match result {
+            Ok((attr, path)) => reply.attr(&d.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.node_path(req, ino, "readlink", Op::Read).and_then(|p| self.engine.readlink(&ctx(req), &p))
-        {
+        let work =
+            move |d: &FuseDoor, c: &Ctx| d.engine.readlink(c, &d.node_path(c, ino, "readlink", Op::Read)?);
+        self.serve(ctx(req), reply, work, |_, result, reply: ReplyData| match result {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn mknod(
@@ -259,50 +275,60 @@ impl Filesystem for FuseDoor {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let result =
-            self.child(parent, name).and_then(|p| Ok((self.engine.mknod(&ctx(req), &p, mode, rdev)?, p)));
-        match result {
-            Ok((attr, path)) => self.entry(&path, &attr, reply),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let name = name.to_owned();
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.child(parent, &name)?;
+            Ok((d.engine.mknod(c, &p, mode, rdev)?, p))
+        };
+        self.serve(ctx(req), reply, work, reply_entry)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        let result = self.child(parent, name).and_then(|p| Ok((self.engine.mkdir(&ctx(req), &p, mode)?, p)));
-        match result {
-            Ok((attr, path)) => self.entry(&path, &attr, reply),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let name = name.to_owned();
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.child(parent, &name)?;
+            Ok((d.engine.mkdir(c, &p, mode)?, p))
+        };
+        self.serve(ctx(req), reply, work, reply_entry)
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.child(parent, name).and_then(|p| self.engine.unlink(&ctx(req), &p).map(|_| p)) {
+        let name = name.to_owned();
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.child(parent, &name)?;
+            d.engine.unlink(c, &p).map(|_| p)
+        };
+        self.serve(ctx(req), reply, work, |d, result, reply: ReplyEmpty| match result {
             Ok(path) => {
-                self.inodes.removed(&path);
+                d.inodes.removed(&path);
                 reply.ok()
             }
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.child(parent, name).and_then(|p| self.engine.rmdir(&ctx(req), &p).map(|_| p)) {
+        let name = name.to_owned();
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.child(parent, &name)?;
+            d.engine.rmdir(c, &p).map(|_| p)
+        };
+        self.serve(ctx(req), reply, work, |d, result, reply: ReplyEmpty| match result {
             Ok(path) => {
-                self.inodes.removed(&path);
+                d.inodes.removed(&path);
                 reply.ok()
             }
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let result = self
-            .child(parent, link_name)
-            .and_then(|p| Ok((self.engine.symlink(&ctx(req), &p, target.as_os_str().as_bytes())?, p)));
-        match result {
-            Ok((attr, path)) => self.entry(&path, &attr, reply),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let (name, target) = (link_name.to_owned(), target.as_os_str().as_bytes().to_vec());
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.child(parent, &name)?;
+            Ok((d.engine.symlink(c, &p, &target)?, p))
+        };
+        self.serve(ctx(req), reply, work, reply_entry)
     }
 
     fn rename(
@@ -315,45 +341,47 @@ impl Filesystem for FuseDoor {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let result = self.child(parent, name).and_then(|from| {
-            let to = self.child(newparent, newname)?;
-            self.engine.rename(&ctx(req), &from, &to, flags.bits())?;
+        let (name, newname, flags) = (name.to_owned(), newname.to_owned(), flags.bits());
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let (from, to) = (d.child(parent, &name)?, d.child(newparent, &newname)?);
+            d.engine.rename(c, &from, &to, flags)?;
             Ok((from, to))
-        });
-        match result {
+        };
+        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyEmpty| match result {
             Ok((from, to)) => {
-                if flags.bits() & crate::backend::RENAME_EXCHANGE != 0 {
-                    self.inodes.exchanged(&from, &to);
+                if flags & crate::backend::RENAME_EXCHANGE != 0 {
+                    d.inodes.exchanged(&from, &to);
                 } else {
-                    self.inodes.renamed(&from, &to);
+                    d.inodes.renamed(&from, &to);
                 }
                 reply.ok()
             }
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let result = self.node_path(req, ino, "link", Op::Write).and_then(|existing| {
-            let new_path = self.child(newparent, newname)?;
-            Ok((self.engine.link(&ctx(req), &existing, &new_path)?, new_path))
-        });
-        match result {
-            Ok((attr, path)) => self.entry(&path, &attr, reply),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let newname = newname.to_owned();
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let existing = d.node_path(c, ino, "link", Op::Write)?;
+            let new_path = d.child(newparent, &newname)?;
+            Ok((d.engine.link(c, &existing, &new_path)?, new_path))
+        };
+        self.serve(ctx(req), reply, work, reply_entry)
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
-        match self.node_path(req, ino, "open", op).and_then(|p| self.engine.open(&ctx(req), &p, flags.0)) {
+        let pid = req.pid();
+        let work = move |d: &FuseDoor, c: &Ctx| d.engine.open(c, &d.node_path(c, ino, "open", op)?, flags.0);
+        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| match result {
             // Keep the page cache across opens; the kernel drops it when it sees the file
             // change size or mtime (FUSE_AUTO_INVAL_DATA).
             Ok(handle) => {
-                reply.opened(FileHandle(self.add_file(ino.0, handle)), FopenFlags::FOPEN_KEEP_CACHE)
+                reply.opened(FileHandle(d.add_file(ino.0, pid, handle)), FopenFlags::FOPEN_KEEP_CACHE)
             }
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn read(
@@ -436,18 +464,18 @@ impl Filesystem for FuseDoor {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let result = self
-            .inodes
-            .path(ino.0)
-            .and_then(|p| Ok(DirHandle { entries: self.engine.readdir(&ctx(req), &p)?, path: p }));
-        match result {
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.inodes.path(ino.0)?;
+            Ok(DirHandle { entries: d.engine.readdir(c, &p)?, path: p })
+        };
+        self.serve(ctx(req), reply, work, |d, result, reply: ReplyOpen| match result {
             Ok(dir) => {
-                let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-                self.dirs.write().insert(fh, Arc::new(dir));
+                let fh = d.next_handle.fetch_add(1, Ordering::Relaxed);
+                d.dirs.write().insert(fh, Arc::new(dir));
                 reply.opened(FileHandle(fh), FopenFlags::empty())
             }
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
@@ -561,40 +589,39 @@ impl Filesystem for FuseDoor {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let result = self.node_path(req, ino, "setxattr", Op::Write).and_then(|p| {
+        let (name, value) = (name.to_owned(), value.to_vec());
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.node_path(c, ino, "setxattr", Op::Write)?;
             let name = name.to_str().ok_or_else(|| FsError::errno(Errno::EINVAL))?;
-            self.engine.setxattr(&ctx(req), &p, name, value, flags)
-        });
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+            d.engine.setxattr(c, &p, name, &value, flags)
+        };
+        self.serve(ctx(req), reply, work, reply_empty)
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let result = self.node_path(req, ino, "getxattr", Op::Read).and_then(|p| {
+        let name = name.to_owned();
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.node_path(c, ino, "getxattr", Op::Read)?;
             let name = name.to_str().ok_or_else(|| FsError::errno(Errno::ENODATA))?;
-            self.engine.getxattr(&ctx(req), &p, name)
-        });
-        reply_xattr(result, size, reply)
+            d.engine.getxattr(c, &p, name)
+        };
+        self.serve(ctx(req), reply, work, move |_, result, reply| reply_xattr(result, size, reply))
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let result = self
-            .node_path(req, ino, "listxattr", Op::Read)
-            .and_then(|p| self.engine.listxattr(&ctx(req), &p));
-        reply_xattr(result, size, reply)
+        let work =
+            move |d: &FuseDoor, c: &Ctx| d.engine.listxattr(c, &d.node_path(c, ino, "listxattr", Op::Read)?);
+        self.serve(ctx(req), reply, work, move |_, result, reply| reply_xattr(result, size, reply))
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.node_path(req, ino, "removexattr", Op::Write).and_then(|p| {
+        let name = name.to_owned();
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.node_path(c, ino, "removexattr", Op::Write)?;
             let name = name.to_str().ok_or_else(|| FsError::errno(Errno::ENODATA))?;
-            self.engine.removexattr(&ctx(req), &p, name)
-        });
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+            d.engine.removexattr(c, &p, name)
+        };
+        self.serve(ctx(req), reply, work, reply_empty)
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -612,14 +639,17 @@ impl Filesystem for FuseDoor {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let result =
-            self.child(parent, name).and_then(|p| Ok((self.engine.create(&ctx(req), &p, mode, flags)?, p)));
-        match result {
+        let (name, pid) = (name.to_owned(), req.pid());
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let p = d.child(parent, &name)?;
+            Ok((d.engine.create(c, &p, mode, flags)?, p))
+        };
+        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyCreate| match result {
             Ok(((attr, handle), path)) => {
-                let ino = self.remember(&path, &attr);
-                let fh = self.add_file(ino, handle);
+                let ino = d.remember(&path, &attr);
+                let fh = d.add_file(ino, pid, handle);
                 reply.created(
-                    &self.engine.ttl(&path),
+                    &d.engine.ttl(&path),
                     &fuse_attr(ino, &attr),
                     GEN,
                     FileHandle(fh),
@@ -627,7 +657,7 @@ impl Filesystem for FuseDoor {
                 )
             }
             Err(e) => reply.error(errno(&e)),
-        }
+        })
     }
 
     fn fallocate(
@@ -644,6 +674,20 @@ impl Filesystem for FuseDoor {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+fn reply_entry(door: &FuseDoor, result: FsResult<(Attr, VPath)>, reply: ReplyEntry) {
+    match result {
+        Ok((attr, path)) => door.entry(&path, &attr, reply),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_empty(_: &FuseDoor, result: FsResult<()>, reply: ReplyEmpty) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 

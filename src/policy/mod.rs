@@ -1,6 +1,7 @@
 //! The policy gate: every operation from either door is decided here before a backend is
 //! touched. A [`Permit`] can only be built by this module, and the router only acts on one.
 
+pub mod approvals;
 pub mod overlap;
 pub mod rules;
 
@@ -57,15 +58,33 @@ impl Refusal {
 /// The rules in force. Reading them is lock-free; a reload swaps them atomically.
 pub struct Gate {
     rules: ArcSwap<RuleSet>,
+    /// Pending interrupts and the session grants they left; grants end with the rules.
+    pub approvals: Arc<approvals::Approvals>,
 }
 
 impl Gate {
     pub fn new(rules: RuleSet) -> Gate {
-        Gate { rules: ArcSwap::from_pointee(rules) }
+        Gate { rules: ArcSwap::from_pointee(rules), approvals: Arc::new(approvals::Approvals::default()) }
     }
 
     pub fn reload(&self, rules: RuleSet) {
         self.rules.store(Arc::new(rules));
+        self.approvals.clear_grants();
+    }
+
+    /// Lets an interrupt verdict pass when a human approved it: under `approval` (the
+    /// operation re-running after its ticket was approved) or under a session grant.
+    pub fn approve(
+        &self,
+        refusal: Refusal,
+        approval: Option<approvals::ApprovalId>,
+    ) -> Result<Permit, Refusal> {
+        if refusal.verdict.mode == Mode::Interrupt
+            && self.approvals.covers(approval, refusal.op, &refusal.path)
+        {
+            return Ok(Permit { path: refusal.path, op: refusal.op });
+        }
+        Err(refusal)
     }
 
     pub fn rules(&self) -> Arc<RuleSet> {

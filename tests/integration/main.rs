@@ -7,6 +7,7 @@ mod control;
 mod doors;
 mod execute;
 mod file_ops;
+mod interrupts;
 mod lifecycle;
 mod persistence;
 mod rules;

@@ -1,0 +1,324 @@
+//! Interrupts at the tool door: Deep Agents' predicates deciding which tool calls wait for a
+//! human (TOOLS §2.8), the wait itself, what each decision makes of the call, and the
+//! `interrupts/list` and `interrupts/resolve` methods.
+//!
+//! A waiting call holds only its own request thread (the server runs one per request), so
+//! the connection keeps answering meanwhile.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::control::methods::Peer;
+use crate::control::proto::{self, RpcError};
+use crate::control::tools::{self, Block, ErrorCode, ToolEnv, ToolOutput};
+use crate::control::vfs::{validate_path, ToolFs};
+use crate::policy::approvals::{Approvals, Decision, Outcome, Request, Scope};
+use crate::policy::overlap::{glob_anchor, paths_overlap};
+use crate::policy::{Mode, Op};
+use crate::vpath::VPath;
+
+/// Which tools ask per exact path, and which ask for anything their subtree could reach.
+fn scope_of(name: &str) -> Option<(Op, &'static str, bool)> {
+    Some(match name {
+        "read_file" => (Op::Read, "file_path", true),
+        "write_file" | "edit_file" => (Op::Write, "file_path", true),
+        "ls" | "glob" | "grep" => (Op::Read, "path", false),
+        "delete" => (Op::Write, "file_path", false),
+        _ => return None,
+    })
+}
+
+/// Whether the call `name(args)` waits for a human, and on what (operation class, path).
+pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<(Op, VPath)> {
+    let (op, key, exact) = scope_of(name)?;
+    let rules = fs.engine.gate.rules();
+    let anchors: Vec<VPath> = rules
+        .rules()
+        .iter()
+        .filter(|r| r.mode == Mode::Interrupt && r.applies_to(op))
+        .flat_map(|r| r.paths.iter().map(|p| glob_anchor(p)))
+        .collect();
+    if anchors.is_empty() {
+        return None;
+    }
+    let raw = match args.get(key) {
+        // A pathless bulk call searches from the root (loophole 1).
+        None | Some(Value::Null) if !exact => return Some((op, VPath::root())),
+        Some(Value::String(s)) => s,
+        _ => return None,
+    };
+    // `""`, `"."` and `"./"` become `/`, which overlaps every anchor (loophole 2).
+    let path = validate_path(raw).ok()?;
+    let real = fs
+        .resolve(&path, true)
+        .ok()
+        .map(|r| (r.path, r.attr.is_some_and(|a| a.kind == crate::backend::FileKind::Dir)));
+    if exact {
+        // First match wins for the path as given and where it leads: any interrupt and no
+        // deny fires (a denied path is refused by the tool itself).
+        let mut verdicts = vec![fs.decide(op, &path, false)];
+        if let Some((real, is_dir)) = &real {
+            verdicts.push(fs.decide(op, real, *is_dir));
+        }
+        let fires = verdicts.iter().any(|v| v.mode == Mode::Interrupt)
+            && verdicts.iter().all(|v| v.mode != Mode::Deny);
+        return fires.then_some((op, path));
+    }
+    let overlaps = |p: &VPath| anchors.iter().any(|a| paths_overlap(p, a));
+    if overlaps(&path) || real.as_ref().is_some_and(|(r, _)| overlaps(r)) {
+        return Some((op, path));
+    }
+    // glob's pattern can reach outside its path (loophole 3).
+    if name == "glob" {
+        if let Some(Value::String(pattern)) = args.get("pattern") {
+            let reaches = if pattern.starts_with('/') {
+                overlaps(&glob_anchor(pattern))
+            } else {
+                pattern.split('/').any(|c| c == "..")
+            };
+            if reaches {
+                return Some((op, path));
+            }
+        }
+    }
+    None
+}
+
+/// Python's `json.dumps` layout (`{"a": 1, "b": [2, 3]}`), as the reviewer note shows it.
+fn py_json(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let items: Vec<String> =
+                map.iter().map(|(k, v)| format!("{}: {}", Value::String(k.clone()), py_json(v))).collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(py_json).collect::<Vec<_>>().join(", ")),
+        other => other.to_string(),
+    }
+}
+
+/// Runs a tool call, first asking a human when an interrupt rule says so.
+pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<ToolOutput> {
+    let Some((op, path)) = asks(&env.fs, name, args) else {
+        return tools::call(env, name, args);
+    };
+    let approvals = env.fs.engine.gate.approvals.clone();
+    let (tx, rx) = mpsc::channel();
+    let request = Request {
+        door: "tool",
+        operation: name.to_string(),
+        op,
+        rule: env.fs.decide(op, &path, false).rule,
+        path,
+        pid: peer.pid,
+        uid: peer.uid,
+        command: String::new(),
+        tool: Some((name.to_string(), args.clone())),
+    };
+    approvals.submit(request, None, Box::new(move |id, outcome| drop(tx.send((id, outcome)))));
+    // The sweeper answers at the deadline; the margin only guards against its absence.
+    let (id, outcome) =
+        rx.recv_timeout(approvals.timeout() + Duration::from_secs(5)).unwrap_or((0, Outcome::TimedOut));
+    Some(match outcome {
+        Outcome::Decided(Decision::Approve(_)) => run_approved(env, &approvals, id, name, args),
+        Outcome::Decided(Decision::Edit(edited)) => {
+            let output = run_approved(env, &approvals, id, name, &edited);
+            reviewer_note(name, &edited, output)
+        }
+        Outcome::Decided(Decision::Respond(message)) => ToolOutput::text(message),
+        Outcome::Decided(Decision::Reject(Some(message))) => ToolOutput::error(
+            ErrorCode::InterruptRejected,
+            format!("User rejected the tool call for `{name}` with reason: {message}"),
+        ),
+        Outcome::Decided(Decision::Reject(None)) => ToolOutput::error(
+            ErrorCode::InterruptRejected,
+            format!("User rejected the tool call for `{name}` with id {id}. The tool was not executed. Do not retry this tool call unless the user explicitly requests it."),
+        ),
+        Outcome::TimedOut => ToolOutput::error(
+            ErrorCode::InterruptTimeout,
+            format!(
+                "Error: nobody approved the tool call for `{name}` within {}s. The tool was not executed.",
+                approvals.timeout().as_secs()
+            ),
+        ),
+        Outcome::Cancelled => ToolOutput::error(
+            ErrorCode::InterruptRejected,
+            format!("Error: the daemon is stopping; the tool call for `{name}` was not executed."),
+        ),
+        Outcome::Overloaded | Outcome::CallerGone => ToolOutput::error(
+            ErrorCode::InterruptRejected,
+            format!("Error: the tool call for `{name}` needs approval, but too many approvals are pending. The tool was not executed."),
+        ),
+    })
+    .map(|o| o.with("interrupt_id", json!(id)))
+}
+
+/// Runs the call under approval `id`: its interrupt verdicts pass, deny rules still refuse
+/// (so edited arguments cannot reach a denied path).
+fn run_approved(env: &mut ToolEnv, approvals: &Approvals, id: u64, name: &str, args: &Value) -> ToolOutput {
+    env.fs.ctx.approval = Some(id);
+    let output = tools::call(env, name, args).unwrap_or_else(|| {
+        ToolOutput::error(ErrorCode::InvalidArgument, format!("Error: unknown tool {name:?}"))
+    });
+    env.fs.ctx.approval = None;
+    approvals.finish(id);
+    output
+}
+
+/// Deep Agents' note in front of the result of an edited call.
+fn reviewer_note(name: &str, edited: &Value, mut output: ToolOutput) -> ToolOutput {
+    let note = format!(
+        "Note: a human reviewer replaced this tool call before it ran. The call recorded in your message is the one you produced, not the one that executed. This was intentional and authorized. Do not re-issue your original call. Executed instead: {name} with arguments {}.",
+        py_json(edited)
+    );
+    match output.content.first_mut() {
+        Some(Block::Text(text)) if !text.is_empty() => *text = format!("{note}\n\nTool response:\n{text}"),
+        Some(_) => output.content.insert(0, Block::Text(format!("{note}\n\nTool response:"))),
+        None => output.content.push(Block::Text(note)),
+    }
+    output
+}
+
+/// `interrupts/list`.
+pub fn list(approvals: &Approvals) -> Value {
+    json!({"interrupts": approvals.list()})
+}
+
+/// `interrupts/resolve {id, decision, scope?, arguments?, message?}`.
+pub fn resolve(approvals: &Approvals, peer: &Peer, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let id = params
+        .get("id")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| RpcError::invalid_params("parameter `id` must be the approval's number"))?;
+    let message = match params.get("message") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!("`message` must be a string, got {other}")))
+        }
+    };
+    let decision = match params.get("decision").and_then(Value::as_str) {
+        Some("approve") => Decision::Approve(match params.get("scope").and_then(Value::as_str) {
+            None | Some("once") => Scope::Once,
+            Some("session") => Scope::Session,
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!(
+                    "unknown scope {other:?} (expected \"once\" or \"session\")"
+                )))
+            }
+        }),
+        Some("reject") => Decision::Reject(message),
+        Some("edit") => match params.get("arguments") {
+            Some(a @ Value::Object(_)) => Decision::Edit(a.clone()),
+            _ => return Err(RpcError::invalid_params("`edit` needs `arguments` (an object)")),
+        },
+        Some("respond") => Decision::Respond(
+            message.ok_or_else(|| RpcError::invalid_params("`respond` needs `message` (a string)"))?,
+        ),
+        _ => {
+            return Err(RpcError::invalid_params(
+                "parameter `decision` must be \"approve\", \"reject\", \"edit\" or \"respond\"",
+            ))
+        }
+    };
+    let by = format!("uid {} (pid {})", peer.uid, peer.pid);
+    approvals.resolve(id, decision, &by).map_err(|e| RpcError::new(proto::OPERATION_FAILED, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::audit::Audit;
+    use crate::backend::memory::MemoryBackend;
+    use crate::backend::{Backend, Caller};
+    use crate::engine::{Ctx, Door, Engine};
+    use crate::policy::{Gate, Rule, RuleSet};
+    use crate::route::{Route, Router};
+
+    fn engine(rules: Vec<(Op, &str, Mode)>) -> Engine {
+        let rules = rules
+            .into_iter()
+            .map(|(op, path, mode)| Rule { operations: vec![op], paths: vec![path.into()], mode, hide: true })
+            .collect();
+        let route = Route {
+            prefix: VPath::root(),
+            backend: Arc::new(MemoryBackend::new(None)) as Arc<dyn Backend>,
+            ttl: Duration::from_secs(1),
+            kind: "memory",
+        };
+        let engine = Engine::new(
+            Gate::new(RuleSet::new(vec![]).unwrap()),
+            Router::new(vec![route]),
+            Arc::new(Audit::open(None).unwrap()),
+        );
+        let ctx = Ctx::new(Door::Tool, Caller::daemon());
+        engine.mkdir(&ctx, &VPath::parse("/secrets").unwrap(), 0o755).unwrap();
+        engine.mkdir(&ctx, &VPath::parse("/workspace").unwrap(), 0o755).unwrap();
+        engine.gate.reload(RuleSet::new(rules).unwrap());
+        engine
+    }
+
+    fn fires(engine: &Engine, name: &str, args: Value) -> bool {
+        asks(&ToolFs::new(engine), name, &args).is_some()
+    }
+
+    #[test]
+    fn bulk_predicate_matches_deep_agents_examples() {
+        let e = engine(vec![(Op::Read, "/secrets/**", Mode::Interrupt)]);
+        assert!(fires(&e, "ls", json!({})), "pathless (loophole 1)");
+        assert!(fires(&e, "grep", json!({"pattern": "x", "path": "."})), "`.` is `/` (loophole 2)");
+        assert!(fires(&e, "ls", json!({"path": "/"})));
+        assert!(fires(&e, "ls", json!({"path": "/secrets/sub"})));
+        assert!(!fires(&e, "ls", json!({"path": "/secret"})));
+        assert!(!fires(&e, "ls", json!({"path": 7})), "non-string");
+        assert!(fires(&e, "glob", json!({"pattern": "/secrets/**", "path": "/workspace"})), "loophole 3");
+        assert!(fires(&e, "glob", json!({"pattern": "../secrets/*", "path": "/workspace"})));
+        assert!(!fires(&e, "glob", json!({"pattern": "*.txt", "path": "/workspace"})));
+        assert!(fires(&e, "glob", json!({"pattern": "/**/key.pem", "path": "/workspace"})));
+        assert!(
+            !fires(&e, "write_file", json!({"file_path": "/secrets/a", "content": ""})),
+            "read-only rule"
+        );
+    }
+
+    #[test]
+    fn bulk_predicate_ignores_order_and_deny_rules() {
+        let e =
+            engine(vec![(Op::Write, "/secrets/**", Mode::Deny), (Op::Write, "/secrets/**", Mode::Interrupt)]);
+        assert!(fires(&e, "delete", json!({"file_path": "/secrets/a"})));
+        assert!(!fires(&e, "write_file", json!({"file_path": "/secrets/a", "content": ""})));
+    }
+
+    #[test]
+    fn exact_predicate_respects_first_match() {
+        let e = engine(vec![
+            (Op::Write, "/secrets/public/**", Mode::Allow),
+            (Op::Write, "/secrets/**", Mode::Interrupt),
+        ]);
+        assert!(fires(&e, "write_file", json!({"file_path": "/secrets/a", "content": ""})));
+        assert!(fires(&e, "edit_file", json!({"file_path": "/secrets/a"})));
+        assert!(!fires(&e, "write_file", json!({"file_path": "/secrets/public/a", "content": ""})));
+        assert!(!fires(&e, "write_file", json!({"file_path": "/workspace/a", "content": ""})));
+        assert!(!fires(&e, "write_file", json!({"file_path": "/secrets/../x", "content": ""})), "invalid");
+        assert!(!fires(&e, "read_file", json!({"file_path": "/secrets/a"})));
+        assert!(!fires(&e, "no_such_tool", json!({})));
+    }
+
+    #[test]
+    fn the_reviewer_note_prefixes_the_result() {
+        let out = reviewer_note(
+            "write_file",
+            &json!({"file_path": "/a", "content": "x"}),
+            ToolOutput::text("done"),
+        );
+        assert_eq!(
+            out.joined_text(),
+            "Note: a human reviewer replaced this tool call before it ran. The call recorded in your message is the one you produced, not the one that executed. This was intentional and authorized. Do not re-issue your original call. Executed instead: write_file with arguments {\"content\": \"x\", \"file_path\": \"/a\"}.\n\nTool response:\ndone"
+        );
+    }
+}

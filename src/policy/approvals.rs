@@ -1,0 +1,472 @@
+//! Pending approvals (interrupts): tickets waiting for a human, their resolution, expiry,
+//! subscribers, and the session-scope grants that approvals leave behind.
+//!
+//! A ticket owns a *waiter*: a callback that receives the outcome. The FUSE door's waiter
+//! holds the kernel's reply object and re-runs the operation, so a paused syscall occupies no
+//! thread; the tool door's waiter wakes the request thread that asked. Waiters always run
+//! outside the lock, on the thread that resolved (or expired) the ticket.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use crate::audit::{Audit, AuditEvent};
+use crate::policy::{Op, Refusal};
+use crate::vpath::VPath;
+
+pub type ApprovalId = u64;
+
+/// Past this many pending approvals new interrupts are refused at once: a runaway agent must
+/// not be able to pile up unbounded tickets (each may hold a kernel request).
+pub const MAX_PENDING: usize = 1024;
+
+/// How often the sweeper looks for expired tickets and callers that died.
+const SWEEP_EVERY: Duration = Duration::from_millis(200);
+
+/// What the engine hands a door when the gate wants a human: the refusal and the syscall
+/// or tool operation that met it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interrupted {
+    pub operation: String,
+    pub refusal: Refusal,
+}
+
+/// What a ticket asks about.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// "fuse" or "tool".
+    pub door: &'static str,
+    /// The syscall or tool name.
+    pub operation: String,
+    pub op: Op,
+    pub path: VPath,
+    pub rule: Option<usize>,
+    pub pid: u32,
+    pub uid: u32,
+    /// The process's command line (syscalls).
+    pub command: String,
+    /// The tool name and arguments (tool calls).
+    pub tool: Option<(String, Value)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Once,
+    Session,
+}
+
+/// A human's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Approve(Scope),
+    Reject(Option<String>),
+    /// Tool calls only: run these arguments instead.
+    Edit(Value),
+    /// Tool calls only: do not run; this is the result.
+    Respond(String),
+}
+
+impl Decision {
+    fn name(&self) -> &'static str {
+        match self {
+            Decision::Approve(Scope::Once) => "approve",
+            Decision::Approve(Scope::Session) => "approve-session",
+            Decision::Reject(_) => "reject",
+            Decision::Edit(_) => "edit",
+            Decision::Respond(_) => "respond",
+        }
+    }
+}
+
+/// What the waiter is told.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Decided(Decision),
+    TimedOut,
+    /// The calling process exited while it waited.
+    CallerGone,
+    /// Refused at once: too many approvals pending.
+    Overloaded,
+    /// The daemon is stopping.
+    Cancelled,
+}
+
+pub type Waiter = Box<dyn FnOnce(ApprovalId, Outcome) + Send>;
+
+struct Ticket {
+    request: Request,
+    created: SystemTime,
+    expires: SystemTime,
+    deadline: Instant,
+    /// Pairs an earlier approval of the same operation already covered (a rename whose two
+    /// paths both interrupt asks twice, and the second run needs both).
+    inherited: Vec<(Op, VPath)>,
+    waiter: Waiter,
+}
+
+/// What an approval lets pass while its operation re-runs.
+enum Cover {
+    /// A syscall: exactly these (operation class, path) pairs.
+    Pairs(Vec<(Op, VPath)>),
+    /// A tool call: every interrupt verdict of that one call (deny rules still apply).
+    Call,
+}
+
+/// A session-scope approval: `op` on `root` and everything beneath it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub op: Op,
+    pub root: VPath,
+}
+
+type Subscriber = Box<dyn Fn(&Value) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    pending: BTreeMap<ApprovalId, Ticket>,
+    covers: HashMap<ApprovalId, Cover>,
+    grants: Vec<Grant>,
+    subscribers: Vec<(u64, Arc<Subscriber>)>,
+}
+
+pub struct Approvals {
+    inner: Mutex<Inner>,
+    next_id: AtomicU64,
+    next_subscriber: AtomicU64,
+    timeout_ms: AtomicU64,
+    max_pending: usize,
+    audit: OnceLock<Arc<Audit>>,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Approvals::new(Duration::from_secs(300), MAX_PENDING)
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The kernel aborts a FUSE request after `fs.fuse.max_request_timeout` seconds (0: never);
+/// a paused syscall must be answered before that, so the timeout stays a second below it.
+pub fn effective_timeout(configured: Duration, kernel_max_seconds: u64) -> Duration {
+    if kernel_max_seconds == 0 {
+        return configured;
+    }
+    let cap = Duration::from_secs(kernel_max_seconds.saturating_sub(1).max(1));
+    configured.min(cap)
+}
+
+/// The kernel's `fs.fuse.max_request_timeout` (0 when unset or unknown).
+pub fn kernel_max_request_timeout() -> u64 {
+    std::fs::read_to_string("/proc/sys/fs/fuse/max_request_timeout")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Where a session grant for `path` is rooted. An operation on a directory (mkdir, readdir,
+/// rmdir) is rooted at the directory itself; anything else at its parent. So the first
+/// `mkdir /secrets/dst` of `cp -r src /secrets/dst` grants `/secrets/dst/**` and every file
+/// cp then creates there passes, while `cp a b /secrets/` grants `/secrets/**` from the
+/// first file. Never rooted at `/` for a file directly under it: that would grant everything.
+pub fn grant_root(path: &VPath, is_dir_operation: bool) -> VPath {
+    if is_dir_operation || path.parent().is_root() {
+        path.clone()
+    } else {
+        path.parent()
+    }
+}
+
+fn is_dir_operation(operation: &str) -> bool {
+    matches!(operation, "mkdir" | "rmdir" | "readdir" | "opendir" | "ls" | "glob" | "grep")
+}
+
+impl Approvals {
+    pub fn new(timeout: Duration, max_pending: usize) -> Approvals {
+        Approvals {
+            inner: Mutex::new(Inner::default()),
+            next_id: AtomicU64::new(1),
+            next_subscriber: AtomicU64::new(1),
+            timeout_ms: AtomicU64::new(timeout.as_millis() as u64),
+            max_pending,
+            audit: OnceLock::new(),
+        }
+    }
+
+    pub fn set_audit(&self, audit: Arc<Audit>) {
+        let _ = self.audit.set(audit);
+    }
+
+    /// Sets the timeout, capped below the kernel's request timeout.
+    pub fn set_timeout(&self, timeout: Duration) {
+        let timeout = effective_timeout(timeout, kernel_max_request_timeout());
+        self.timeout_ms.store(timeout.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.inner.lock().pending.len()
+    }
+
+    /// Opens a ticket; the waiter is told the outcome exactly once. `inherit` names the
+    /// approval under which the operation was re-running, whose pairs the new one keeps.
+    pub fn submit(&self, request: Request, inherit: Option<ApprovalId>, waiter: Waiter) {
+        let mut inner = self.inner.lock();
+        if inner.pending.len() >= self.max_pending {
+            drop(inner);
+            tracing::warn!(
+                "refusing {} {} {}: {} approvals are already pending (the limit)",
+                request.operation,
+                request.op.as_str(),
+                request.path,
+                self.max_pending
+            );
+            self.record(&request, "interrupt-overloaded", "");
+            return waiter(0, Outcome::Overloaded);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let inherited = match inherit.and_then(|i| inner.covers.get(&i)) {
+            Some(Cover::Pairs(pairs)) => pairs.clone(),
+            _ => Vec::new(),
+        };
+        let created = SystemTime::now();
+        let timeout = self.timeout();
+        let ticket = Ticket {
+            request,
+            created,
+            expires: created + timeout,
+            deadline: Instant::now() + timeout,
+            inherited,
+            waiter,
+        };
+        let view = describe(id, &ticket);
+        self.record(&ticket.request, "interrupt", "");
+        inner.pending.insert(id, ticket);
+        let subscribers = inner.subscribers.clone();
+        drop(inner);
+        self.notify(subscribers, json!({"event": "created", "interrupt": view}));
+    }
+
+    /// The pending approvals, oldest first.
+    pub fn list(&self) -> Vec<Value> {
+        self.inner.lock().pending.iter().map(|(id, t)| describe(*id, t)).collect()
+    }
+
+    /// Resolves ticket `id`; `by` says who, for the audit log.
+    pub fn resolve(&self, id: ApprovalId, decision: Decision, by: &str) -> Result<Value, String> {
+        let mut inner = self.inner.lock();
+        let Some(ticket) = inner.pending.get(&id) else {
+            return Err(format!("no pending approval #{id} (it was resolved, expired, or never existed)"));
+        };
+        let is_tool = ticket.request.tool.is_some();
+        if matches!(decision, Decision::Edit(_) | Decision::Respond(_)) && !is_tool {
+            return Err(format!(
+                "approval #{id} is a syscall; only `approve` and `reject` apply (edit and respond are for tool calls)"
+            ));
+        }
+        let ticket = inner.pending.remove(&id).expect("present");
+        if matches!(decision, Decision::Approve(_) | Decision::Edit(_)) {
+            let cover = if is_tool {
+                Cover::Call
+            } else {
+                let mut pairs = ticket.inherited.clone();
+                pairs.push((ticket.request.op, ticket.request.path.clone()));
+                Cover::Pairs(pairs)
+            };
+            inner.covers.insert(id, cover);
+        }
+        if decision == Decision::Approve(Scope::Session) {
+            let root = grant_root(&ticket.request.path, is_dir_operation(&ticket.request.operation));
+            let grant = Grant { op: ticket.request.op, root };
+            if !inner.grants.contains(&grant) {
+                inner.grants.push(grant);
+            }
+        }
+        let mut view = describe(id, &ticket);
+        view["decision"] = json!(decision.name());
+        view["resolved_by"] = json!(by);
+        let subscribers = inner.subscribers.clone();
+        drop(inner);
+        self.record(&ticket.request, decision.name(), by);
+        self.notify(subscribers, json!({"event": "resolved", "interrupt": view.clone()}));
+        (ticket.waiter)(id, Outcome::Decided(decision));
+        Ok(view)
+    }
+
+    /// Ends the run an approval allowed: its cover no longer lets anything pass.
+    pub fn finish(&self, id: ApprovalId) {
+        self.inner.lock().covers.remove(&id);
+    }
+
+    /// Whether an interrupt verdict on (`op`, `path`) may pass: under the approval the
+    /// operation re-runs with, or under a session grant.
+    pub fn covers(&self, approval: Option<ApprovalId>, op: Op, path: &VPath) -> bool {
+        let inner = self.inner.lock();
+        let by_ticket = approval.and_then(|id| inner.covers.get(&id)).is_some_and(|c| match c {
+            Cover::Call => true,
+            Cover::Pairs(pairs) => pairs.iter().any(|(o, p)| *o == op && p == path),
+        });
+        by_ticket || inner.grants.iter().any(|g| g.op == op && path.starts_with(&g.root))
+    }
+
+    pub fn grants(&self) -> Vec<Grant> {
+        self.inner.lock().grants.clone()
+    }
+
+    /// Session grants last until the rules change.
+    pub fn clear_grants(&self) {
+        self.inner.lock().grants.clear();
+    }
+
+    /// Calls `send` with every notification until it returns false (the peer went away) or
+    /// [`Approvals::unsubscribe`] is called.
+    pub fn subscribe(&self, send: impl Fn(&Value) -> bool + Send + Sync + 'static) -> u64 {
+        let id = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        self.inner.lock().subscribers.push((id, Arc::new(Box::new(send))));
+        id
+    }
+
+    pub fn unsubscribe(&self, id: u64) {
+        self.inner.lock().subscribers.retain(|(s, _)| *s != id);
+    }
+
+    fn notify(&self, subscribers: Vec<(u64, Arc<Subscriber>)>, params: Value) {
+        let message = json!({"jsonrpc": "2.0", "method": "notifications/interrupt", "params": params});
+        let dead: Vec<u64> =
+            subscribers.iter().filter(|(_, send)| !send(&message)).map(|(id, _)| *id).collect();
+        if !dead.is_empty() {
+            self.inner.lock().subscribers.retain(|(id, _)| !dead.contains(id));
+        }
+    }
+
+    /// Answers every pending ticket (the daemon is stopping: paused callers get EACCES
+    /// rather than hold the unmount up).
+    pub fn cancel_all(&self) {
+        self.sweep_with(true);
+    }
+
+    /// Expires tickets past their deadline and those whose calling process has exited.
+    pub fn sweep(&self) {
+        self.sweep_with(false);
+    }
+
+    fn sweep_with(&self, cancel: bool) {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        let mut done = Vec::new();
+        for (id, t) in &inner.pending {
+            if cancel {
+                done.push((*id, Outcome::Cancelled));
+            } else if t.deadline <= now {
+                done.push((*id, Outcome::TimedOut));
+            } else if t.request.door == "fuse" && !process_alive(t.request.pid) {
+                done.push((*id, Outcome::CallerGone));
+            }
+        }
+        let tickets: Vec<(ApprovalId, Outcome, Ticket)> = done
+            .into_iter()
+            .filter_map(|(id, outcome)| inner.pending.remove(&id).map(|t| (id, outcome, t)))
+            .collect();
+        let subscribers = inner.subscribers.clone();
+        drop(inner);
+        for (id, outcome, ticket) in tickets {
+            let name = match outcome {
+                Outcome::TimedOut => "timeout",
+                Outcome::Cancelled => "cancelled",
+                _ => "caller-gone",
+            };
+            let mut view = describe(id, &ticket);
+            view["decision"] = json!(name);
+            self.record(&ticket.request, name, "agentvfs");
+            self.notify(subscribers.clone(), json!({"event": "resolved", "interrupt": view}));
+            (ticket.waiter)(id, outcome);
+        }
+    }
+
+    /// Starts the sweeper thread; it ends when the approvals are dropped.
+    pub fn start_sweeper(self: &Arc<Self>) {
+        let weak: Weak<Approvals> = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new().name("interrupt-sweeper".into()).spawn(move || loop {
+            std::thread::sleep(SWEEP_EVERY);
+            match weak.upgrade() {
+                Some(approvals) => approvals.sweep(),
+                None => return,
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the interrupt sweeper: {e}");
+        }
+    }
+
+    fn record(&self, request: &Request, decision: &str, by: &str) {
+        let Some(audit) = self.audit.get() else { return };
+        let command = match &request.tool {
+            Some((name, args)) => format!("{name} {args}"),
+            None => request.command.clone(),
+        };
+        let decision = if by.is_empty() { decision.to_string() } else { format!("{decision} by {by}") };
+        audit.record(AuditEvent {
+            time: SystemTime::now(),
+            door: request.door,
+            pid: request.pid,
+            uid: request.uid,
+            command,
+            operation: request.operation.clone(),
+            class: request.op.as_str(),
+            path: request.path.to_string(),
+            rule: request.rule,
+            decision,
+        });
+    }
+}
+
+/// Whether `pid` still wants its answer. A caller killed while its FUSE request is with us
+/// cannot die until the request is answered (the kernel waits for the reply), so a pending
+/// SIGKILL (which every fatal signal becomes) counts as gone, as do zombies and exited ones.
+fn process_alive(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    !status.lines().any(|line| match line.split_once(':') {
+        Some(("State", state)) => state.trim_start().starts_with(['Z', 'X']),
+        Some(("SigPnd" | "ShdPnd", mask)) => {
+            u64::from_str_radix(mask.trim(), 16).is_ok_and(|m| m & SIGKILL_BIT != 0)
+        }
+        _ => false,
+    })
+}
+
+/// A ticket as `interrupts/list` and the notifications show it.
+fn describe(id: ApprovalId, t: &Ticket) -> Value {
+    let r = &t.request;
+    let mut v = json!({
+        "id": id,
+        "door": r.door,
+        "operation": r.operation,
+        "class": r.op.as_str(),
+        "path": r.path.as_str(),
+        "rule": r.rule,
+        "pid": r.pid,
+        "uid": r.uid,
+        "command": r.command,
+        "created": unix_seconds(t.created),
+        "expires": unix_seconds(t.expires),
+        "expires_in_seconds": t.deadline.saturating_duration_since(Instant::now()).as_secs_f64(),
+    });
+    if let Some((name, args)) = &r.tool {
+        v["tool"] = json!({"name": name, "arguments": args});
+    }
+    v
+}
+
+#[cfg(test)]
+#[path = "approvals_tests.rs"]
+mod tests;

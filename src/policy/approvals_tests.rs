@@ -1,0 +1,179 @@
+//! Unit tests of the approvals: tickets, decisions, bounds, expiry, grants, subscribers.
+
+use std::sync::mpsc;
+
+use super::*;
+
+fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) -> Request {
+    Request {
+        door,
+        operation: operation.into(),
+        op,
+        path: VPath::parse(path).unwrap(),
+        rule: Some(0),
+        pid,
+        uid: 0,
+        command: "sh -c echo".into(),
+        tool: (door == "tool").then(|| ("write_file".to_string(), json!({"file_path": path}))),
+    }
+}
+
+fn me() -> u32 {
+    std::process::id()
+}
+
+fn p(s: &str) -> VPath {
+    VPath::parse(s).unwrap()
+}
+
+/// Submits and returns the receiver of the outcome.
+fn ask(a: &Approvals, r: Request, inherit: Option<ApprovalId>) -> mpsc::Receiver<(ApprovalId, Outcome)> {
+    let (tx, rx) = mpsc::channel();
+    a.submit(r, inherit, Box::new(move |id, o| tx.send((id, o)).unwrap()));
+    rx
+}
+
+fn only_id(a: &Approvals) -> ApprovalId {
+    let list = a.list();
+    assert_eq!(list.len(), 1, "{list:?}");
+    list[0]["id"].as_u64().unwrap()
+}
+
+#[test]
+fn approve_once_covers_exactly_the_pair_until_finished() {
+    let a = Approvals::default();
+    let rx = ask(&a, request("fuse", "create", Op::Write, "/s/k", me()), None);
+    let id = only_id(&a);
+    assert_eq!(a.pending_count(), 1);
+    let view = a.resolve(id, Decision::Approve(Scope::Once), "uid 0").unwrap();
+    assert_eq!(view["decision"], "approve");
+    assert_eq!(rx.try_recv().unwrap(), (id, Outcome::Decided(Decision::Approve(Scope::Once))));
+    assert_eq!(a.pending_count(), 0);
+    assert!(a.covers(Some(id), Op::Write, &p("/s/k")));
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/other")));
+    assert!(!a.covers(Some(id), Op::Read, &p("/s/k")));
+    assert!(!a.covers(None, Op::Write, &p("/s/k")), "once leaves no grant");
+    a.finish(id);
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")));
+    assert!(a.resolve(id, Decision::Reject(None), "x").is_err(), "resolved twice");
+}
+
+#[test]
+fn a_second_ticket_of_one_operation_keeps_the_first_pair() {
+    let a = Approvals::default();
+    let _rx = ask(&a, request("fuse", "rename", Op::Write, "/s/a", me()), None);
+    let first = only_id(&a);
+    a.resolve(first, Decision::Approve(Scope::Once), "u").unwrap();
+    let _rx2 = ask(&a, request("fuse", "rename", Op::Write, "/s/b", me()), Some(first));
+    a.finish(first);
+    let second = only_id(&a);
+    a.resolve(second, Decision::Approve(Scope::Once), "u").unwrap();
+    assert!(a.covers(Some(second), Op::Write, &p("/s/a")));
+    assert!(a.covers(Some(second), Op::Write, &p("/s/b")));
+}
+
+#[test]
+fn tool_approvals_cover_the_whole_call() {
+    let a = Approvals::default();
+    let _rx = ask(&a, request("tool", "write_file", Op::Write, "/s/k", me()), None);
+    let id = only_id(&a);
+    a.resolve(id, Decision::Approve(Scope::Once), "u").unwrap();
+    assert!(a.covers(Some(id), Op::Write, &p("/s/.tmp-k")));
+    assert!(a.covers(Some(id), Op::Read, &p("/anything")));
+}
+
+#[test]
+fn edit_and_respond_are_for_tool_calls_only() {
+    let a = Approvals::default();
+    let rx = ask(&a, request("fuse", "open", Op::Write, "/s/k", me()), None);
+    let id = only_id(&a);
+    assert!(a.resolve(id, Decision::Edit(json!({})), "u").unwrap_err().contains("syscall"));
+    assert!(a.resolve(id, Decision::Respond("no".into()), "u").is_err());
+    assert!(rx.try_recv().is_err(), "still pending");
+    a.resolve(id, Decision::Reject(Some("no".into())), "u").unwrap();
+    assert_eq!(rx.try_recv().unwrap().1, Outcome::Decided(Decision::Reject(Some("no".into()))));
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")), "a rejection covers nothing");
+}
+
+#[test]
+fn past_the_bound_new_tickets_are_refused_at_once() {
+    let a = Approvals::new(Duration::from_secs(60), 2);
+    let _r1 = ask(&a, request("fuse", "create", Op::Write, "/s/1", me()), None);
+    let _r2 = ask(&a, request("fuse", "create", Op::Write, "/s/2", me()), None);
+    let r3 = ask(&a, request("fuse", "create", Op::Write, "/s/3", me()), None);
+    assert_eq!(r3.try_recv().unwrap().1, Outcome::Overloaded);
+    assert_eq!(a.pending_count(), 2);
+}
+
+#[test]
+fn unanswered_tickets_expire_and_dead_callers_are_cleaned_up() {
+    let a = Approvals::new(Duration::from_millis(0), 10);
+    let rx = ask(&a, request("tool", "write_file", Op::Write, "/s/k", me()), None);
+    a.sweep();
+    assert_eq!(rx.try_recv().unwrap().1, Outcome::TimedOut);
+
+    let a = Approvals::new(Duration::from_secs(60), 10);
+    let alive = ask(&a, request("fuse", "create", Op::Write, "/s/a", me()), None);
+    // No process has this pid (pid_max is at most 2^22).
+    let dead = ask(&a, request("fuse", "create", Op::Write, "/s/b", 4_000_000_000), None);
+    a.sweep();
+    assert_eq!(dead.try_recv().unwrap().1, Outcome::CallerGone);
+    assert!(alive.try_recv().is_err());
+    assert_eq!(a.pending_count(), 1);
+}
+
+#[test]
+fn session_grants_cover_the_subtree_and_end_with_the_rules() {
+    let a = Approvals::default();
+    let _rx = ask(&a, request("fuse", "mkdir", Op::Write, "/s/dst", me()), None);
+    a.resolve(only_id(&a), Decision::Approve(Scope::Session), "u").unwrap();
+    assert!(a.covers(None, Op::Write, &p("/s/dst")));
+    assert!(a.covers(None, Op::Write, &p("/s/dst/sub/f")));
+    assert!(!a.covers(None, Op::Write, &p("/s/other")));
+    assert!(!a.covers(None, Op::Read, &p("/s/dst/f")));
+
+    let _rx = ask(&a, request("fuse", "create", Op::Write, "/t/f1", me()), None);
+    a.resolve(only_id(&a), Decision::Approve(Scope::Session), "u").unwrap();
+    assert!(a.covers(None, Op::Write, &p("/t/f2")), "a file's grant is its directory");
+    assert!(!a.covers(None, Op::Write, &p("/u/f")));
+    assert_eq!(a.grants().len(), 2);
+    a.clear_grants();
+    assert!(!a.covers(None, Op::Write, &p("/t/f2")));
+}
+
+#[test]
+fn grant_roots() {
+    assert_eq!(grant_root(&p("/a/b/c"), false), p("/a/b"));
+    assert_eq!(grant_root(&p("/a/b/c"), true), p("/a/b/c"));
+    assert_eq!(grant_root(&p("/top"), false), p("/top"), "never everything");
+}
+
+#[test]
+fn subscribers_hear_creation_and_resolution_until_they_go_away() {
+    let a = Approvals::default();
+    let (tx, rx) = mpsc::channel::<Value>();
+    a.subscribe(move |m| tx.send(m.clone()).is_ok());
+    let _r = ask(&a, request("fuse", "create", Op::Write, "/s/k", me()), None);
+    let created = rx.try_recv().unwrap();
+    assert_eq!(created["method"], "notifications/interrupt");
+    assert_eq!(created["params"]["event"], "created");
+    assert_eq!(created["params"]["interrupt"]["path"], "/s/k");
+    assert_eq!(created["params"]["interrupt"]["command"], "sh -c echo");
+    let id = created["params"]["interrupt"]["id"].as_u64().unwrap();
+    a.resolve(id, Decision::Reject(None), "uid 7").unwrap();
+    let resolved = rx.try_recv().unwrap();
+    assert_eq!(resolved["params"]["event"], "resolved");
+    assert_eq!(resolved["params"]["interrupt"]["decision"], "reject");
+    assert_eq!(resolved["params"]["interrupt"]["resolved_by"], "uid 7");
+    drop(rx);
+    let _r = ask(&a, request("fuse", "create", Op::Write, "/s/k2", me()), None);
+    assert!(a.inner.lock().subscribers.is_empty(), "a dead subscriber is dropped");
+}
+
+#[test]
+fn the_timeout_stays_below_the_kernel_limit() {
+    assert_eq!(effective_timeout(Duration::from_secs(300), 0), Duration::from_secs(300));
+    assert_eq!(effective_timeout(Duration::from_secs(300), 120), Duration::from_secs(119));
+    assert_eq!(effective_timeout(Duration::from_secs(30), 120), Duration::from_secs(30));
+    assert_eq!(effective_timeout(Duration::from_secs(30), 1), Duration::from_secs(1));
+}

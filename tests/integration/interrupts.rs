@@ -1,0 +1,512 @@
+//! Interrupts on a real mount and socket: shells paused until a human answers, tool calls
+//! waiting while their connection keeps working, every decision, scopes, and subscribers.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::harness::{Fixture, BIN};
+
+/// Writes under `/host/secrets` ask a human; `/host/private` is denied outright.
+const RULES: &str = r#"
+[[rules]]
+operations = ["write"]
+paths = ["/host/secrets/**"]
+mode = "interrupt"
+
+[[rules]]
+operations = ["read", "write"]
+paths = ["/host/private/**"]
+mode = "deny"
+"#;
+
+fn fixture(timeout_seconds: u64) -> Fixture {
+    let f = Fixture::new(&format!("{RULES}\n[interrupts]\ntimeout_seconds = {timeout_seconds}\n"));
+    std::fs::create_dir_all(f.host_root.join("secrets")).unwrap();
+    std::fs::create_dir_all(f.host_root.join("private")).unwrap();
+    f
+}
+
+fn socket(f: &Fixture) -> PathBuf {
+    f.scratch.path().join("agentvfs.sock")
+}
+
+/// One connection: requests out, lines in (replies and notifications, in arrival order).
+struct Conn {
+    stream: UnixStream,
+    lines: BufReader<UnixStream>,
+}
+
+impl Conn {
+    fn open(socket: &Path) -> Conn {
+        let stream = UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
+    }
+
+    fn send(&mut self, id: u64, method: &str, params: Value) {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+    }
+
+    fn recv(&mut self) -> Value {
+        let mut line = String::new();
+        self.lines.read_line(&mut line).expect("a line from the daemon");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
+    }
+
+    /// The reply to `id`, skipping notifications.
+    fn reply(&mut self, id: u64) -> Value {
+        loop {
+            let m = self.recv();
+            if m["id"] == json!(id) {
+                return m;
+            }
+            assert!(m.get("method").is_some(), "a reply to another request: {m}");
+        }
+    }
+
+    fn result(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(id, method, params);
+        let reply = self.reply(id);
+        assert!(reply.get("error").is_none(), "{method}: {reply}");
+        reply["result"].clone()
+    }
+}
+
+/// Waits until `n` approvals are pending and returns them.
+fn pending(f: &Fixture, n: usize) -> Vec<Value> {
+    let mut c = Conn::open(&socket(f));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let list = c.result(1, "interrupts/list", json!({}))["interrupts"].as_array().unwrap().clone();
+        if list.len() == n {
+            return list;
+        }
+        assert!(Instant::now() < deadline, "wanted {n} pending approvals, have {}: {list:?}", list.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn resolve(f: &Fixture, params: Value) -> Value {
+    Conn::open(&socket(f)).result(9, "interrupts/resolve", params)
+}
+
+fn shell(cwd: &Path, script: &str) -> Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` (at most `within`): (exit code, stderr).
+fn finish(mut child: Child, within: Duration) -> (i32, String) {
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the process did not finish within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn cli(f: &Fixture, args: &[&str]) -> String {
+    let out =
+        Command::new(BIN).args(args).arg("--socket").arg(socket(f)).env("RUST_LOG", "warn").output().unwrap();
+    assert!(out.status.success(), "agentvfs {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_shell_write_waits_for_approval_then_completes() {
+    let f = fixture(300);
+    let child = shell(&f.p("/host"), "echo key > secrets/k");
+    let list = pending(&f, 1);
+    let t = &list[0];
+    assert_eq!((t["door"].as_str(), t["operation"].as_str()), (Some("fuse"), Some("create")), "{t}");
+    assert_eq!((t["class"].as_str(), t["path"].as_str()), (Some("write"), Some("/host/secrets/k")));
+    assert_eq!(t["pid"], json!(child.id()), "{t}");
+    assert!(t["command"].as_str().unwrap().contains("echo key > secrets/k"), "{t}");
+    assert!(t["expires_in_seconds"].as_f64().unwrap() > 250.0, "{t}");
+    assert_eq!(t["uid"], json!(0));
+    // The CLI shows it readably.
+    let listed = cli(&f, &["interrupts"]);
+    assert!(
+        listed.starts_with(&format!("#{} write /host/secrets/k by pid {}", t["id"], child.id())),
+        "{listed}"
+    );
+    assert!(listed.contains("expires in 4m") || listed.contains("expires in 5m00s"), "{listed}");
+    assert!(!f.host_root.join("secrets/k").exists(), "nothing happens before the approval");
+    let status = Conn::open(&socket(&f)).result(2, "vfs/status", json!({}));
+    assert_eq!(status["pending_interrupts"], json!(1));
+
+    let out = cli(&f, &["approve", &t["id"].to_string()]);
+    assert!(out.contains("approve by uid 0"), "{out}");
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/k")).unwrap(), "key\n");
+
+    // Truncating an existing file asks once (the open), and the write through the approved
+    // handle does not ask again.
+    let child = shell(&f.p("/host"), "echo more > secrets/k");
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(t["operation"], "open", "{t}");
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/k")).unwrap(), "more\n");
+    pending(&f, 0);
+}
+
+#[test]
+fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
+    let f = fixture(300);
+    let child = shell(&f.p("/host"), "echo key > secrets/k");
+    let t = pending(&f, 1).remove(0);
+    let out = cli(&f, &["reject", &t["id"].to_string(), "--reason", "not today"]);
+    assert!(out.contains("reject by uid 0"), "{out}");
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert_ne!(code, 0);
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(!f.host_root.join("secrets/k").exists());
+    // The audit log has the interrupt and who resolved it.
+    std::thread::sleep(Duration::from_millis(300));
+    let db = rusqlite::Connection::open(f.scratch.path().join("audit.db")).unwrap();
+    let decisions: Vec<String> = db
+        .prepare("SELECT decision FROM audit WHERE path = '/host/secrets/k' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions[0], "interrupt");
+    assert!(decisions[1].starts_with("reject by uid 0 (pid "), "{decisions:?}");
+}
+
+#[test]
+fn an_unanswered_interrupt_times_out() {
+    let f = fixture(1);
+    let started = Instant::now();
+    let child = shell(&f.p("/host"), "echo key > secrets/k");
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert_ne!(code, 0);
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    assert!(!f.host_root.join("secrets/k").exists());
+    // A tool call times out with its own code.
+    let mut c = Conn::open(&socket(&f));
+    let r = c.result(
+        1,
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"file_path": "/host/secrets/t", "content": "x"}}),
+    );
+    assert_eq!(r["structuredContent"]["error_code"], "FS_INTERRUPT_TIMEOUT", "{r}");
+    assert_eq!(r["isError"], json!(true));
+    pending(&f, 0);
+}
+
+#[test]
+fn two_hundred_paused_writes_do_not_slow_other_work() {
+    let f = fixture(300);
+    std::fs::write(f.host_root.join("readme"), "hello").unwrap();
+    // Existing files: the kernel holds a directory's lock across a create, so creates in one
+    // directory queue in the kernel behind a paused one; opens do not.
+    for i in 0..200 {
+        std::fs::write(f.host_root.join(format!("secrets/f{i}")), "").unwrap();
+    }
+    let writers: Vec<_> = (0..200)
+        .map(|i| {
+            let path = f.p(&format!("/host/secrets/f{i}"));
+            std::thread::spawn(move || std::fs::write(path, format!("{i}")))
+        })
+        .collect();
+    let list = pending(&f, 200);
+    // Unrelated reads stay fast while every write waits.
+    let started = Instant::now();
+    for _ in 0..200 {
+        assert_eq!(std::fs::read_to_string(f.p("/host/readme")).unwrap(), "hello");
+        std::fs::metadata(f.p("/mem")).unwrap();
+    }
+    std::fs::write(f.p("/mem/free"), "ok").unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "reads took {:?}", started.elapsed());
+    let mut c = Conn::open(&socket(&f));
+    for (i, t) in list.iter().enumerate() {
+        c.result(100 + i as u64, "interrupts/resolve", json!({"id": t["id"], "decision": "approve"}));
+    }
+    for w in writers {
+        w.join().unwrap().unwrap();
+    }
+    for i in 0..200 {
+        assert_eq!(
+            std::fs::read_to_string(f.host_root.join(format!("secrets/f{i}"))).unwrap(),
+            format!("{i}")
+        );
+    }
+}
+
+#[test]
+fn a_session_approval_covers_a_recursive_copy() {
+    let f = fixture(300);
+    let src = f.scratch.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    for i in 0..50 {
+        let dir = if i % 2 == 0 { src.clone() } else { src.join("sub") };
+        std::fs::write(dir.join(format!("file{i}")), format!("content {i}\n")).unwrap();
+    }
+    let child = shell(&f.p("/host"), &format!("cp -r {} secrets/dst", src.display()));
+    let t = pending(&f, 1).remove(0);
+    assert_eq!((t["operation"].as_str(), t["path"].as_str()), (Some("mkdir"), Some("/host/secrets/dst")));
+    cli(&f, &["approve", &t["id"].to_string(), "--scope", "session"]);
+    let (code, err) = finish(child, Duration::from_secs(20));
+    assert_eq!(code, 0, "{err}");
+    for i in 0..50 {
+        let rel =
+            if i % 2 == 0 { format!("secrets/dst/file{i}") } else { format!("secrets/dst/sub/file{i}") };
+        assert_eq!(std::fs::read_to_string(f.host_root.join(rel)).unwrap(), format!("content {i}\n"));
+    }
+    pending(&f, 0);
+    // Outside the granted directory a write still asks; a reload ends the grant.
+    let child = shell(&f.p("/host"), "echo x > secrets/elsewhere");
+    let t = pending(&f, 1).remove(0);
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
+    finish(child, Duration::from_secs(10));
+    Conn::open(&socket(&f)).result(3, "vfs/reload", json!({}));
+    let child = shell(&f.p("/host"), "echo x > secrets/dst/again");
+    let t = pending(&f, 1).remove(0);
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
+    finish(child, Duration::from_secs(10));
+}
+
+/// Starts `write_file` on `conn` (request id 1) and returns the ticket once it is pending;
+/// meanwhile the same connection answers another request.
+fn paused_write(f: &Fixture, conn: &mut Conn, path: &str) -> Value {
+    conn.send(
+        1,
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"file_path": path, "content": "original"}}),
+    );
+    let t = pending(f, 1).remove(0);
+    let status = conn.result(2, "vfs/status", json!({}));
+    assert_eq!(status["pending_interrupts"], json!(1), "the connection keeps working");
+    assert_eq!(t["door"], "tool");
+    assert_eq!(t["tool"]["name"], "write_file");
+    assert_eq!(t["tool"]["arguments"]["file_path"], path);
+    t
+}
+
+fn text(result: &Value) -> String {
+    result["content"][0]["text"].as_str().unwrap_or("").to_string()
+}
+
+#[test]
+fn tool_calls_wait_and_every_decision_does_its_part() {
+    let f = fixture(300);
+    let mut c = Conn::open(&socket(&f));
+
+    // approve: runs as proposed.
+    let t = paused_write(&f, &mut c, "/host/secrets/a");
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    let r = c.reply(1)["result"].clone();
+    assert_eq!(r["isError"], json!(false), "{r}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/a")).unwrap(), "original");
+
+    // reject, with and without a reason.
+    let t = paused_write(&f, &mut c, "/host/secrets/b");
+    resolve(&f, json!({"id": t["id"], "decision": "reject", "message": "not now"}));
+    let r = c.reply(1)["result"].clone();
+    assert_eq!(text(&r), "User rejected the tool call for `write_file` with reason: not now");
+    assert_eq!(r["structuredContent"]["error_code"], "FS_INTERRUPT_REJECTED");
+    assert!(!f.host_root.join("secrets/b").exists());
+    let t = paused_write(&f, &mut c, "/host/secrets/b");
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
+    let r = c.reply(1)["result"].clone();
+    assert_eq!(
+        text(&r),
+        format!("User rejected the tool call for `write_file` with id {}. The tool was not executed. Do not retry this tool call unless the user explicitly requests it.", t["id"])
+    );
+
+    // edit: the replaced arguments run, and the result says so.
+    let t = paused_write(&f, &mut c, "/host/secrets/c");
+    let edited = json!({"file_path": "/host/secrets/d", "content": "edited"});
+    resolve(&f, json!({"id": t["id"], "decision": "edit", "arguments": edited}));
+    let r = c.reply(1)["result"].clone();
+    assert_eq!(r["isError"], json!(false), "{r}");
+    assert!(text(&r).starts_with("Note: a human reviewer replaced this tool call before it ran. The call recorded in your message is the one you produced, not the one that executed. This was intentional and authorized. Do not re-issue your original call. Executed instead: write_file with arguments {\"content\": \"edited\", \"file_path\": \"/host/secrets/d\"}.\n\nTool response:\n"), "{r}");
+    assert!(!f.host_root.join("secrets/c").exists());
+    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/d")).unwrap(), "edited");
+
+    // respond: nothing runs; the message is the result.
+    let t = paused_write(&f, &mut c, "/host/secrets/e");
+    resolve(&f, json!({"id": t["id"], "decision": "respond", "message": "I wrote it myself"}));
+    let r = c.reply(1)["result"].clone();
+    assert_eq!((text(&r).as_str(), &r["isError"]), ("I wrote it myself", &json!(false)));
+    assert!(!f.host_root.join("secrets/e").exists());
+
+    // Edit and respond make no sense for a syscall.
+    let child = shell(&f.p("/host"), "echo x > secrets/s");
+    let t = pending(&f, 1).remove(0);
+    let mut o = Conn::open(&socket(&f));
+    o.send(1, "interrupts/resolve", json!({"id": t["id"], "decision": "respond", "message": "m"}));
+    assert!(o.reply(1)["error"]["message"].as_str().unwrap().contains("syscall"));
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
+    finish(child, Duration::from_secs(10));
+}
+
+#[test]
+fn an_edit_cannot_smuggle_a_denied_path() {
+    let f = fixture(300);
+    let mut c = Conn::open(&socket(&f));
+    let t = paused_write(&f, &mut c, "/host/secrets/a");
+    let edited = json!({"file_path": "/host/private/x", "content": "sneaky"});
+    resolve(&f, json!({"id": t["id"], "decision": "edit", "arguments": edited}));
+    let r = c.reply(1)["result"].clone();
+    assert_eq!(r["isError"], json!(true), "{r}");
+    assert_eq!(r["structuredContent"]["error_code"], "FS_PERMISSION_DENIED", "{r}");
+    assert!(text(&r).contains("Error: permission denied for write on /host/private/x"), "{r}");
+    assert!(!f.host_root.join("private/x").exists());
+    assert!(!f.host_root.join("secrets/a").exists());
+}
+
+#[test]
+fn a_subscriber_hears_interrupts_appear_and_resolve() {
+    let f = fixture(300);
+    let mut s = Conn::open(&socket(&f));
+    let first = s.result(1, "interrupts/subscribe", json!({}));
+    assert_eq!(first["interrupts"], json!([]));
+    let child = shell(&f.p("/host"), "echo key > secrets/k");
+    let created = s.recv();
+    assert_eq!(created["method"], "notifications/interrupt", "{created}");
+    assert_eq!(created["params"]["event"], "created");
+    assert_eq!(created["params"]["interrupt"]["path"], "/host/secrets/k");
+    assert_eq!(created["params"]["interrupt"]["pid"], json!(child.id()));
+    let id = created["params"]["interrupt"]["id"].clone();
+    resolve(&f, json!({"id": id, "decision": "approve"}));
+    let resolved = s.recv();
+    assert_eq!(resolved["params"]["event"], "resolved", "{resolved}");
+    assert_eq!(resolved["params"]["interrupt"]["id"], id);
+    assert_eq!(resolved["params"]["interrupt"]["decision"], "approve");
+    assert!(resolved["params"]["interrupt"]["resolved_by"].as_str().unwrap().starts_with("uid 0"));
+    assert_eq!(finish(child, Duration::from_secs(10)).0, 0);
+    // The subscription's connection still answers requests.
+    assert_eq!(s.result(2, "ping", json!({})), json!({}));
+
+    // `agentvfs interrupts --watch` prints each request as it comes.
+    let mut watch = Command::new(BIN)
+        .args(["interrupts", "--watch", "--socket"])
+        .arg(socket(&f))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    std::thread::sleep(Duration::from_millis(300));
+    let child = shell(&f.p("/host"), "echo key > secrets/w");
+    let line = lines.next().unwrap().unwrap();
+    assert!(
+        line.contains(&format!(
+            "write /host/secrets/w by pid {} (sh -c echo key > secrets/w) expires in",
+            child.id()
+        )),
+        "{line}"
+    );
+    let t = pending(&f, 1).remove(0);
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
+    let line = lines.next().unwrap().unwrap();
+    assert!(
+        line.ends_with(&format!("#{} write /host/secrets/w: reject by uid 0", t["id"]))
+            || line.contains(": reject by uid 0"),
+        "{line}"
+    );
+    finish(child, Duration::from_secs(10));
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+#[test]
+fn a_caller_that_dies_while_waiting_leaves_no_ticket() {
+    let f = fixture(300);
+    let mut child = shell(&f.p("/host"), "echo key > secrets/k");
+    pending(&f, 1);
+    // The kernel keeps a killed caller until its request is answered; the sweeper sees the
+    // pending SIGKILL, answers, and the caller exits.
+    child.kill().unwrap();
+    pending(&f, 0);
+    finish(child, Duration::from_secs(10));
+    assert!(!f.host_root.join("secrets/k").exists());
+}
+
+#[test]
+fn listing_a_directory_under_an_interrupt_read_rule_asks_once() {
+    let f = Fixture::new(
+        "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/secrets/**\"]\nmode = \"interrupt\"\n",
+    );
+    std::fs::create_dir_all(f.host_root.join("secrets")).unwrap();
+    for i in 0..5 {
+        std::fs::write(f.host_root.join(format!("secrets/f{i}")), format!("{i}")).unwrap();
+    }
+    let child = shell(&f.p("/host"), "ls secrets");
+    let t = pending(&f, 1).remove(0);
+    assert_eq!((t["operation"].as_str(), t["path"].as_str()), (Some("readdir"), Some("/host/secrets")));
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "f0\nf1\nf2\nf3\nf4\n");
+    // Stat needs no approval; reading the content does.
+    assert_eq!(std::fs::metadata(f.p("/host/secrets/f1")).unwrap().len(), 1);
+    let child = shell(&f.p("/host"), "cat secrets/f3");
+    let t = pending(&f, 1).remove(0);
+    assert_eq!((t["operation"].as_str(), t["class"].as_str()), (Some("open"), Some("read")));
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3");
+}
+
+#[test]
+fn stopping_the_daemon_answers_paused_callers() {
+    let mut f = fixture(300);
+    let child = shell(&f.p("/host"), "echo key > secrets/k");
+    pending(&f, 1);
+    let status = f.mount.stop_with(libc::SIGTERM);
+    assert!(status.success(), "{}", f.mount.log_text());
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert_ne!(code, 0);
+    assert!(err.contains("Permission denied"), "{err}");
+}
+
+#[test]
+fn a_command_run_by_execute_pauses_on_the_same_rules() {
+    use std::os::unix::fs::PermissionsExt;
+    let f =
+        Fixture::new(&format!("{RULES}\n[exec]\nenabled = true\ncwd = \"/host\"\ntimeout_seconds = 30\n"));
+    let secrets = f.host_root.join("secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    // The sandbox runs as nobody; the kernel checks modes on the mount.
+    for dir in [f.host_root.clone(), secrets] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let mut c = Conn::open(&socket(&f));
+    c.send(
+        1,
+        "tools/call",
+        json!({"name": "execute", "arguments": {"command": "echo key > secrets/k && echo done"}}),
+    );
+    let t = pending(&f, 1).remove(0);
+    assert_eq!((t["door"].as_str(), t["path"].as_str()), (Some("fuse"), Some("/host/secrets/k")), "{t}");
+    assert!(t["command"].as_str().unwrap().contains("echo key > secrets/k"), "{t}");
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    let r = c.reply(1)["result"].clone();
+    assert!(text(&r).starts_with("done"), "{r}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/k")).unwrap(), "key\n");
+}
