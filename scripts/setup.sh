@@ -21,25 +21,20 @@ if ! command -v pjdfstest >/dev/null 2>&1 && [[ ! -x "$HOME/.cargo/bin/pjdfstest
   cargo install pjdfstest --version 0.2.2 --locked
 fi
 
-# Deep Agents 0.7.32's own file tools are the reference the tool texts are compared with
-# (tests/reference/); without them that comparison is skipped.
-if ! python3 -c 'import importlib.metadata as m; assert m.version("deepagents") == "0.7.32"' 2>/dev/null; then
+# pip_install CHECK PACKAGE: installs PACKAGE unless the Python snippet CHECK succeeds.
+pip_install() {
+  python3 -c "$1" >/dev/null 2>&1 && return 0
   if ! python3 -m pip --version >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q python3 python3-pip
   fi
-  # Debian marks its Python as externally managed; the reference needs no isolation.
-  python3 -m pip install -q deepagents==0.7.32 \
-    || python3 -m pip install -q --break-system-packages deepagents==0.7.32
-fi
+  # Debian marks its Python as externally managed; these test clients need no isolation.
+  python3 -m pip install -q "$2" || python3 -m pip install -q --break-system-packages "$2"
+}
 
-if ! python3 -c 'import mcp' >/dev/null 2>&1; then
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q python3 python3-pip
-  fi
-  # Debian marks its Python as externally managed; the test client needs no isolation.
-  python3 -m pip install -q mcp || python3 -m pip install -q --break-system-packages mcp
-fi
+# Deep Agents 0.7.32's own file tools are the reference the tool texts are compared with
+# (tests/reference/; scripts/test.sh makes that comparison mandatory).
+pip_install 'import importlib.metadata as m; assert m.version("deepagents") == "0.7.32"' deepagents==0.7.32
+# The official MCP Python SDK: the control socket's MCP test runs a real MCP client.
+pip_install 'import mcp' mcp
