@@ -1,26 +1,85 @@
 #!/usr/bin/env bash
 # Benchmarks: the same work on a plain host directory and through agentvfs's host, memory and
-# sqlite routes, in one run (this machine's disk speed drifts between runs). Prints medians
-# and ratios (route time / native time; for throughput rows, route MB/s / native MB/s).
-# Not a test: CI does not run it. Needs root. Usage: scripts/bench.sh [runs]
+# sqlite routes, and through two peer FUSE filesystems installable by package name (Debian's
+# `bindfs`, and libfuse's `passthrough_ll` example compiled from `libfuse3-dev`), all in one run
+# (this machine's disk speed drifts between runs). Prints medians and ratios (route time / native
+# time; for throughput rows, route MB/s / native MB/s), then the gate's cost with 1, 100 and
+# 10,000 rules, the daemon's RSS after a `find` over many files, and the agent tools against
+# ripgrep. Not a test: CI does not run it. Needs root (installs missing Debian packages).
+# Usage: scripts/bench.sh [runs]   (RSS_FILES=N changes the size of the RSS tree, default 200000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
+RSS_FILES=${RSS_FILES:-200000}
 cargo build --release -q
-BIN=$PWD/target/release/agentvfs
+TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
+BIN=$TARGET_DIR/release/agentvfs
 
 W=$(mktemp -d /tmp/agentvfs-bench.XXXXXX)
 MNT=$W/mnt
-PID=
+# Every mount this script makes, and the process serving it (same index): the trap unmounts
+# them all (lazily if a plain unmount fails) and stops the processes, so no mount outlives it.
+MOUNTS=()
+PIDS=()
+alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null) || return 1; [[ $s != Z* ]]; }
+stop_mount() {
+  local mnt=$1 pid=$2
+  mountpoint -q "$mnt" 2>/dev/null && { umount "$mnt" 2>/dev/null || true; }
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do alive "$pid" || break; sleep 0.05; done
+  alive "$pid" && kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
+  mountpoint -q "$mnt" 2>/dev/null && { umount -l "$mnt" 2>/dev/null || true; }
+  return 0
+}
 cleanup() {
-  [[ -n $PID ]] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
-  mountpoint -q "$MNT" 2>/dev/null && umount -l "$MNT" || true
+  local i
+  for i in "${!MOUNTS[@]}"; do stop_mount "${MOUNTS[$i]}" "${PIDS[$i]}"; done
   rm -rf "$W"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # so that the EXIT trap runs on a signal too
 
-mkdir -p "$W/native" "$W/host-root/bench" "$MNT"
+# Starts the server of one mount in the background (the command's last argument is the
+# mountpoint) and waits until the mount is there; its pid is left in $LAST_PID.
+start_mount() {
+  local mnt=$1 log=$2; shift 2
+  mkdir -p "$mnt"
+  "$@" >"$log" 2>&1 &
+  LAST_PID=$!
+  MOUNTS+=("$mnt"); PIDS+=("$LAST_PID")
+  for _ in $(seq 600); do
+    mountpoint -q "$mnt" && return 0
+    alive "$LAST_PID" || break
+    sleep 0.05
+  done
+  echo "bench: mounting $mnt failed:" >&2; cat "$log" >&2; exit 1
+}
+start_agentvfs() { start_mount "$2" "$W/daemon.$(basename "$2").log" env RUST_LOG=warn "$BIN" mount --config "$1" "$2"; }
+
+# The peers, by package name: Debian's bindfs, and libfuse's passthrough_ll example as
+# libfuse3-dev ships it (fuse3 for fusermount3), compiled here; ripgrep, git and bc too.
+PKGS=()
+command -v bindfs >/dev/null || PKGS+=(bindfs)
+EXAMPLES=/usr/share/doc/libfuse3-dev/examples
+{ ls "$EXAMPLES"/passthrough_ll.c* && pkg-config --exists fuse3 && command -v fusermount3; } >/dev/null 2>&1 ||
+  PKGS+=(libfuse3-dev fuse3)
+command -v rg >/dev/null || PKGS+=(ripgrep)
+command -v git >/dev/null || PKGS+=(git)
+command -v bc >/dev/null || PKGS+=(bc)
+command -v python3 >/dev/null || PKGS+=(python3)
+if ((${#PKGS[@]})); then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PKGS[@]}"; } >/dev/null
+fi
+for f in passthrough_ll.c passthrough_helpers.h; do
+  if [[ -f $EXAMPLES/$f ]]; then cp "$EXAMPLES/$f" "$W/$f"; else zcat "$EXAMPLES/$f.gz" >"$W/$f"; fi
+done
+# shellcheck disable=SC2046
+gcc -O2 -w -I"$W" -o "$W/passthrough_ll" "$W/passthrough_ll.c" $(pkg-config --cflags --libs fuse3)
+
+mkdir -p "$W/native" "$W/host-root/bench" "$MNT" "$W/bindfs-root" "$W/ll-root"
 cat > "$W/config.toml" <<TOML
+socket = "$W/main.sock"
 [default]
 backend = "memory"
 [[routes]]
@@ -36,10 +95,12 @@ operations = ["read", "write"]
 paths = ["/**/.env", "/**/secrets/**"]
 mode = "deny"
 TOML
-RUST_LOG=warn "$BIN" mount --config "$W/config.toml" "$MNT" >"$W/daemon.log" 2>&1 &
-PID=$!
-for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.05; done
+start_agentvfs "$W/config.toml" "$MNT"
 mkdir -p "$MNT/mem"
+# Each peer over its own plain directory on the same disk as the native one, with the
+# options it ships with (bindfs: single-threaded; passthrough_ll: multi-threaded, cache=auto).
+start_mount "$W/mnt-bindfs" "$W/bindfs.log" bindfs -f "$W/bindfs-root" "$W/mnt-bindfs"
+start_mount "$W/mnt-ll" "$W/ll.log" "$W/passthrough_ll" -f -o source="$W/ll-root" "$W/mnt-ll"
 
 # A source-like tree for untar/grep: 380 directories x 20 files of ~1.5 KiB.
 SRC=$W/src-tree
@@ -51,6 +112,22 @@ for d in $(seq 1 380); do
   done
 done
 tar -C "$SRC" -cf "$W/tree.tar" .
+
+# A git repository of 10k committed files (500 directories x 20), for `git status` and
+# `git add -A` (after changing 1,000 files and adding 1,000 new ones). Packed, as a clone is:
+# passthrough_ll holds an open descriptor per inode the kernel knows, and 10k loose objects
+# on top of the 10k files would pass this machine's limit of 20,000 (which root cannot raise).
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*' \
+  GIT_CONFIG_KEY_1=gc.auto GIT_CONFIG_VALUE_1=0
+REPO=$W/repo
+mkdir -p "$REPO"
+for d in $(seq 0 499); do mkdir "$REPO/d$d"; done
+for i in $(seq 1 10000); do printf 'line one of %s\nline two\n' "$i" > "$REPO/d$((i % 500))/f$i.txt"; done
+(cd "$REPO" && git init -q && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm init &&
+  git gc -q)
+tar -C "$REPO" -cf "$W/repo.tar" .
+rm -rf "$REPO"
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
@@ -76,38 +153,76 @@ w_rmtree() { rm -rf t; }
 w_seqwrite() { dd if=/dev/zero of=big bs=1M count=512 conv=fsync status=none; }
 w_seqread() { dd if=big of=/dev/null bs=1M status=none; }
 w_cleanup() { rm -f big; }
-export -f w_create w_stat w_lslr w_delete w_untar w_grep w_rmtree w_seqwrite w_seqread w_cleanup
+w_gitsetup() { mkdir g && tar -C g -xf "$W/repo.tar" && cd g && git status >/dev/null; }
+w_gitstatus() { cd g && git status >/dev/null; }
+w_gitchange() {
+  cd g && for i in $(seq 1 10 10000); do
+    echo changed >> "d$((i % 500))/f$i.txt" && echo new > "d$((i % 500))/n$i.txt"
+  done
+}
+w_gitadd() { cd g && git add -A; }
+w_gitclean() { rm -rf g; }
+export -f w_create w_stat w_lslr w_delete w_untar w_grep w_rmtree w_seqwrite w_seqread w_cleanup \
+  w_gitsetup w_gitstatus w_gitchange w_gitadd w_gitclean
 export W
 
+# run TARGET DIR ROW: times w_ROW in DIR into times.TARGET.ROW; a failure is recorded (and
+# shown as "fail" in the table) instead of stopping the run. Untimed steps pass ROW "-STEP".
+declare -A FAILED
+run() {
+  local target=$1 dir=$2 row=$3 start end
+  start=$(date +%s.%N)
+  if (cd "$dir" && bash -c "w_${row#-}") >/dev/null 2>"$W/err"; then
+    end=$(date +%s.%N)
+    [[ $row == -* ]] || echo "$end - $start" | bc -l >> "$W/times.$target.$row"
+  else
+    FAILED[$target.${row#-}]=1
+    echo "$target: w_${row#-} failed: $(head -c 300 "$W/err" | tr '\n' ' ')" >> "$W/failures"
+  fi
+}
+
 declare -A RESULT
-TARGETS=(native host memory sqlite)
+TARGETS=(native host memory sqlite bindfs ll)
 dir_of() {
   case $1 in
     native) echo "$W/native" ;;
     host) echo "$MNT/host/bench" ;;
     memory) echo "$MNT/mem" ;;
     sqlite) echo "$MNT/db" ;;
+    bindfs) echo "$W/mnt-bindfs" ;;
+    ll) echo "$W/mnt-ll" ;;
   esac
 }
 
-ROWS=(create stat lslr delete untar grep rmtree seqwrite seqread)
+ROWS=(create stat lslr delete untar grep rmtree seqwrite seqread gitstatus gitadd)
 for target in "${TARGETS[@]}"; do
   dir=$(dir_of "$target")
   for row in "${ROWS[@]}"; do : > "$W/times.$target.$row"; done
   for _ in $(seq "$RUNS"); do
     for row in create stat lslr delete untar grep rmtree seqwrite; do
       [[ $row == stat ]] && drop_caches
-      [[ $row == grep ]] && (cd "$dir" && w_grep) >/dev/null 2>&1 # warm
-      time_it "$dir" bash -c "w_$row" >> "$W/times.$target.$row"
+      [[ $row == grep ]] && run "$target" "$dir" -grep # warm
+      run "$target" "$dir" "$row"
     done
     drop_caches
-    time_it "$dir" bash -c w_seqread >> "$W/times.$target.seqread"
-    (cd "$dir" && w_cleanup)
+    run "$target" "$dir" seqread
+    run "$target" "$dir" -cleanup
+    run "$target" "$dir" -gitsetup # also warms the cache and refreshes the index
+    [[ -n ${FAILED[$target.gitsetup]:-} ]] && FAILED[$target.gitstatus]=1 && FAILED[$target.gitadd]=1
+    run "$target" "$dir" gitstatus
+    run "$target" "$dir" -gitchange
+    run "$target" "$dir" gitadd
+    run "$target" "$dir" -gitclean
   done
   for row in "${ROWS[@]}"; do RESULT[$target.$row]=$(median < "$W/times.$target.$row"); done
 done
+# The peers and the main daemon are done: unmount them now (the trap would otherwise).
+for i in "${!MOUNTS[@]}"; do stop_mount "${MOUNTS[$i]}" "${PIDS[$i]}"; done
+MOUNTS=(); PIDS=()
 
-printf '\n%-34s %10s %8s %8s %8s\n' "workload (median of $RUNS)" "native s" host memory sqlite
+COLUMNS_SHOWN=(host memory sqlite bindfs ll)
+printf '\n%-34s %10s %8s %8s %8s %8s %8s\n' "workload (median of $RUNS)" "native s" host memory sqlite \
+  bindfs pt_ll
 label() {
   case $1 in
     create) echo "create 10k 1 KiB files" ;; stat) echo "stat 10k files, cold" ;;
@@ -115,25 +230,108 @@ label() {
     untar) echo "untar 7.6k-file tree + sync" ;; grep) echo "grep -r, warm" ;;
     rmtree) echo "rm -rf the 7.6k-file tree" ;; seqwrite) echo "512 MiB write + fsync (x slower)" ;;
     seqread) echo "512 MiB read, cold (x slower)" ;;
+    gitstatus) echo "git status, 10k-file repo, warm" ;;
+    gitadd) echo "git add -A, 1k changed + 1k new" ;;
   esac
 }
 for row in "${ROWS[@]}"; do
   n=${RESULT[native.$row]}
-  printf '%-34s %10.3f' "$(label "$row")" "$n"
-  for target in host memory sqlite; do
-    printf ' %7.2fx' "$(echo "${RESULT[$target.$row]} / $n" | bc -l)"
+  if [[ -z $n || -n ${FAILED[native.$row]:-} ]]; then printf '%-34s %10s' "$(label "$row")" fail
+  else printf '%-34s %10.3f' "$(label "$row")" "$n"; fi
+  for target in "${COLUMNS_SHOWN[@]}"; do
+    v=${RESULT[$target.$row]}
+    if [[ -z $v || -z $n || -n ${FAILED[$target.$row]:-} ]]; then printf ' %8s' fail
+    else printf ' %7.2fx' "$(echo "$v / $n" | bc -l)"; fi
   done
   printf '\n'
 done
 echo
-echo "ratios are route time / native time (lower is better; 1.00x = native speed)"
+echo "ratios are route time / native time (lower is better; 1.00x = native speed);"
+echo "bindfs = Debian bindfs $(bindfs --version 2>/dev/null | awk '{print $2; exit}'), pt_ll = libfuse $(pkg-config --modversion fuse3) example/passthrough_ll"
+[[ -s $W/failures ]] && { echo "failures:"; sort -u "$W/failures" | sed 's/^/  /'; }
+
+# The gate's cost: the same metadata work through the host route with 1, 100 and 10,000 rules
+# whose patterns match nothing the workload touches, each count on a fresh daemon start.
+GATE_ROOT=$W/gate-root
+mkdir -p "$GATE_ROOT"
+(cd "$GATE_ROOT" && w_create) >/dev/null
+gate_config() {
+  cat <<TOML
+socket = "$W/gate.sock"
+[default]
+backend = "memory"
+[[routes]]
+path = "/host"
+backend = "host"
+root = "$GATE_ROOT"
+TOML
+  awk -v n="$1" 'BEGIN { for (i = 1; i <= n; i++)
+    printf "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/nomatch/%d/**\", \"/**/x%d.secret\"]\nmode = \"deny\"\n", i, i }'
+}
+GATE_COUNTS=(1 100 10000)
+GATE_ROWS=(stat untar)
+for n in "${GATE_COUNTS[@]}"; do
+  gate_config "$n" > "$W/gate-$n.toml"
+  start_agentvfs "$W/gate-$n.toml" "$W/gmnt"
+  for row in "${GATE_ROWS[@]}"; do : > "$W/times.gate$n.$row"; done
+  for _ in $(seq "$RUNS"); do
+    drop_caches
+    run "gate$n" "$W/gmnt/host" stat
+    run "gate$n" "$W/gmnt/host" untar
+    run "gate$n" "$W/gmnt/host" -rmtree
+  done
+  stop_mount "$W/gmnt" "$LAST_PID"
+  for row in "${GATE_ROWS[@]}"; do RESULT[gate$n.$row]=$(median < "$W/times.gate$n.$row"); done
+done
+printf '\n%-34s %10s %10s %10s %8s %8s\n' "gate cost, host route (median of $RUNS)" "1 rule s" "100 s" \
+  "10k s" "100/1" "10k/1"
+for row in "${GATE_ROWS[@]}"; do
+  one=${RESULT[gate1.$row]}
+  printf '%-34s' "$(label "$row")"
+  for n in "${GATE_COUNTS[@]}"; do
+    v=${RESULT[gate$n.$row]}
+    if [[ -z $v || -n ${FAILED[gate$n.$row]:-} ]]; then printf ' %10s' fail; else printf ' %10.3f' "$v"; fi
+  done
+  for n in 100 10000; do
+    v=${RESULT[gate$n.$row]}
+    if [[ -z $v || -z $one ]]; then printf ' %8s' -; else printf ' %7.2fx' "$(echo "$v / $one" | bc -l)"; fi
+  done
+  printf '\n'
+done
+echo "rules are /nomatch/<i>/** and /**/x<i>.secret (deny read+write), none matching the workload"
+
+# The daemon's memory: RSS (VmRSS) of a fresh daemon, after untarring RSS_FILES empty files onto
+# its memory route, and after a `find` over them with a cold kernel cache (the kernel has
+# forgotten the inodes, so the daemon should have released what it kept for them). The tree
+# is streamed by scripts/bench/empty-tar.py, because creating it on disk first is slow here.
+cat > "$W/rss.toml" <<TOML
+socket = "$W/rss.sock"
+[default]
+backend = "memory"
+TOML
+start_agentvfs "$W/rss.toml" "$W/rmnt"
+rss_mib() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+RSS0=$(rss_mib "$LAST_PID")
+start=$(date +%s.%N)
+python3 scripts/bench/empty-tar.py "$RSS_FILES" | tar -C "$W/rmnt" -xf -
+T_FILL=$(echo "$(date +%s.%N) - $start" | bc -l)
+RSS1=$(rss_mib "$LAST_PID")
+drop_caches
+start=$(date +%s.%N)
+FOUND=$(find "$W/rmnt" -type f -printf '%s %p\n' | wc -l) # %s stats, so every file is looked up
+T_FIND=$(echo "$(date +%s.%N) - $start" | bc -l)
+RSS2=$(rss_mib "$LAST_PID")
+stop_mount "$W/rmnt" "$LAST_PID"
+printf '\n%-34s %10s %10s %10s %10s\n' "daemon RSS, memory route" files "fresh MiB" "filled MiB" \
+  "find MiB"
+printf '%-34s %10s %10s %10s %10s\n' "find over a tree of empty files" "$FOUND" "$RSS0" "$RSS1" "$RSS2"
+printf 'untar took %.1f s, the cold find %.1f s\n' "$T_FILL" "$T_FIND"
 
 # The agent tools against ripgrep over a 100k-file tree on the host route (warm cache): `grep`
 # and `glob` called through the engine (examples/toolbench, no socket, engine built once) versus
 # `rg -F` and `rg --files -g` on the same host directory. Ratio = tool time / rg time.
-command -v rg >/dev/null || { apt-get update -qq && apt-get install -y -qq ripgrep; } >/dev/null
 cargo build --release -q --example toolbench
-TOOLBENCH=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/toolbench
+TOOLBENCH=$TARGET_DIR/release/examples/toolbench
 BIG=$W/host-root/big
 LINES=$(for i in $(seq 1 40); do echo "    let x = $i;"; done)
 for p in $(seq 1 50); do
