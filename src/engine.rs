@@ -197,6 +197,21 @@ impl Engine {
         Ok(attr)
     }
 
+    /// `lookup` of several entries of one directory at once (readdirplus), each judged as
+    /// its own lookup.
+    pub fn lookup_entries(&self, ctx: &Ctx, dir: &VPath, names: &[&str]) -> Vec<FsResult<Attr>> {
+        let attrs = self.router.getattr_entries(&self.gate.probe(dir), names);
+        names
+            .iter()
+            .zip(attrs)
+            .map(|(name, attr)| {
+                let attr = attr?;
+                self.check_metadata(ctx, "lookup", &dir.join(name), attr.kind == FileKind::Dir)?;
+                Ok(attr)
+            })
+            .collect()
+    }
+
     fn check_metadata(&self, ctx: &Ctx, operation: &str, path: &VPath, is_dir: bool) -> FsResult<()> {
         match self.check(ctx, operation, Op::Read, path, is_dir) {
             Err(e) if e.interrupt.is_none() => Err(e),

@@ -111,6 +111,32 @@ impl Router {
         }
     }
 
+    /// Attributes of several entries of the directory `permit` names, in one backend call
+    /// where they share its route (route mount points among them are asked one by one).
+    pub fn getattr_entries(&self, permit: &Permit, names: &[&str]) -> Vec<FsResult<Attr>> {
+        let dir = permit.path();
+        let (route, rel) = self.resolve(dir);
+        let mut results: Vec<Option<FsResult<Attr>>> = vec![None; names.len()];
+        let mut batch = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let child = dir.join(name);
+            if std::ptr::eq(self.route_of(&child), route) && !self.is_mount_point(&child) {
+                batch.push(i);
+            } else {
+                let (child_route, child_rel) = self.resolve(&child);
+                results[i] = Some(match child_route.backend.getattr(child_rel) {
+                    Err(e) if e.is(Errno::ENOENT) && self.is_mount_point(&child) => Ok(self.synthetic_dir()),
+                    other => other,
+                });
+            }
+        }
+        let batch_names: Vec<&str> = batch.iter().map(|&i| names[i]).collect();
+        for (i, attr) in batch.into_iter().zip(route.backend.getattr_entries(rel, &batch_names)) {
+            results[i] = Some(attr);
+        }
+        results.into_iter().map(|r| r.expect("every name answered")).collect()
+    }
+
     pub fn readdir(&self, permit: &Permit) -> FsResult<Vec<DirEntry>> {
         let path = permit.path();
         let (route, rel) = self.resolve(path);

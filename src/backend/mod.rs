@@ -204,6 +204,16 @@ pub trait Backend: Send + Sync {
     /// A short description for status output: `host /home/me/project`, `memory`, ...
     fn describe(&self) -> String;
     fn getattr(&self, path: &str) -> FsResult<Attr>;
+    /// The attributes of several entries of one directory (for readdirplus). Backends that
+    /// can do better than one `getattr` per name (resolving the directory once) override it.
+    fn getattr_entries(&self, dir: &str, names: &[&str]) -> Vec<FsResult<Attr>> {
+        names
+            .iter()
+            .map(|name| {
+                self.getattr(&if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") })
+            })
+            .collect()
+    }
     /// The entries of a directory, without `.` and `..`, in any order.
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>>;
     /// Opens an existing node. `flags` are open(2) flags; `O_CREAT`/`O_EXCL`/`O_TRUNC` are not

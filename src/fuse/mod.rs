@@ -531,9 +531,20 @@ impl Filesystem for FuseDoor {
             }
             next = 2;
         }
-        for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
+        // The kernel takes as many entries as fit in its buffer; look up a window of them in
+        // one engine call (the host backend then resolves the directory once for all).
+        const WINDOW: usize = 32;
+        let start = (next - 2) as usize;
+        let window: Vec<&str> =
+            dir.entries.iter().skip(start).take(WINDOW).map(|e| e.name.as_str()).collect();
+        let mut looked_up = self.engine.lookup_entries(&caller, &dir.path, &window).into_iter();
+        for (i, entry) in dir.entries.iter().enumerate().skip(start) {
             let path = dir.path.join(&entry.name);
-            let (child, ttl, attr) = match self.engine.lookup(&caller, &path) {
+            let found = match looked_up.next() {
+                Some(result) => result,
+                None => self.engine.lookup(&caller, &path),
+            };
+            let (child, ttl, attr) = match found {
                 Ok(attr) => (self.remember(&path, &attr), self.engine.ttl(&path), attr),
                 // Listed but not readable (a deny rule with `hide = false`): the name is shown
                 // with placeholder attributes the kernel may not keep, so a stat asks again

@@ -97,6 +97,16 @@ impl Backend for HostBackend {
         self.stat_at(&dir, name)
     }
 
+    fn getattr_entries(&self, dir: &str, names: &[&str]) -> Vec<FsResult<Attr>> {
+        // One resolution of the directory, then one fstatat per name relative to it.
+        match sys::open_beneath(self.root.as_fd(), dir, libc::O_PATH | libc::O_DIRECTORY, 0) {
+            Ok(fd) => {
+                names.iter().map(|name| Ok(sys::attr_from_stat(&sys::fstatat(fd.as_fd(), name)?))).collect()
+            }
+            Err(e) => names.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
         let fd = sys::open_beneath(self.root.as_fd(), path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
