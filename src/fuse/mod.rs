@@ -374,12 +374,16 @@ impl Filesystem for FuseDoor {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
         let pid = req.pid();
         let work = move |d: &FuseDoor, c: &Ctx| d.engine.open(c, &d.node_path(c, ino, "open", op)?, flags.0);
+        // Keep the page cache across opens; the kernel drops it when it sees the file change
+        // size or mtime (FUSE_AUTO_INVAL_DATA). A read-only handle has nothing to flush, so
+        // its close costs no request (FOPEN_NOFLUSH).
+        let fopen = if op == Op::Read {
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        };
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| match result {
-            // Keep the page cache across opens; the kernel drops it when it sees the file
-            // change size or mtime (FUSE_AUTO_INVAL_DATA).
-            Ok(handle) => {
-                reply.opened(FileHandle(d.add_file(ino.0, pid, handle)), FopenFlags::FOPEN_KEEP_CACHE)
-            }
+            Ok(handle) => reply.opened(FileHandle(d.add_file(ino.0, pid, handle)), fopen),
             Err(e) => reply.error(errno(&e)),
         })
     }
