@@ -354,6 +354,22 @@ fn link_target(env: &ToolEnv, path: &VPath) -> Option<VPath> {
     }
 }
 
+/// The attributes of the regular file at `loc`. Deep Agents reports anything else as not
+/// found (a directory keeps that text but gets `FS_IS_DIRECTORY`).
+pub fn regular_file(loc: &Located) -> Result<Attr, ToolOutput> {
+    match &loc.attr {
+        Some(a) if a.kind == FileKind::File => Ok(a.clone()),
+        other => {
+            let code = if other.as_ref().is_some_and(|a| a.kind == FileKind::Dir) {
+                ErrorCode::IsDirectory
+            } else {
+                ErrorCode::NotFound
+            };
+            Err(ToolOutput::error(code, format!("Error: File '{}' not found", loc.path)))
+        }
+    }
+}
+
 /// Step 3b: a path that leads elsewhere is judged on its target too (deviation 7).
 pub fn check_target(env: &ToolEnv, op: Op, loc: &Located, as_dir: bool) -> Result<(), ToolOutput> {
     if loc.real != loc.path {

@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 
 use super::common::{self, to_lf, Located};
 use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
-use crate::backend::FileKind;
 use crate::control::session::Version;
 use crate::error::FsError;
 use crate::policy::Op;
@@ -89,16 +88,9 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Ok(loc) => loc,
         Err(e) => return e,
     };
-    let attr = match &loc.attr {
-        Some(attr) if attr.kind == FileKind::File => attr.clone(),
-        other => {
-            let code = if other.as_ref().is_some_and(|a| a.kind == FileKind::Dir) {
-                ErrorCode::IsDirectory
-            } else {
-                ErrorCode::NotFound
-            };
-            return ToolOutput::error(code, format!("Error: File '{}' not found", loc.path));
-        }
+    let attr = match common::regular_file(&loc) {
+        Ok(attr) => attr,
+        Err(e) => return e,
     };
     if let Err(e) = common::check_observed(env, &loc, &attr, true) {
         return e;

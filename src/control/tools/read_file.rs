@@ -6,7 +6,6 @@ use serde_json::{json, Value};
 
 use super::common::{self, char_len, is_blank, splitlines_keepends, to_lf, MAX_CHARS};
 use super::{args, Block, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
-use crate::backend::FileKind;
 use crate::control::session::Version;
 use crate::policy::Op;
 
@@ -121,17 +120,9 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Err(e) => return e,
     };
     let path = &loc.path;
-    // Deep Agents reports anything but a regular file as not found.
-    let attr = match &loc.attr {
-        Some(a) if a.kind == FileKind::File => a.clone(),
-        other => {
-            let code = if other.as_ref().is_some_and(|a| a.kind == FileKind::Dir) {
-                ErrorCode::IsDirectory
-            } else {
-                ErrorCode::NotFound
-            };
-            return ToolOutput::error(code, format!("Error: File '{path}' not found"));
-        }
+    let attr = match common::regular_file(&loc) {
+        Ok(attr) => attr,
+        Err(e) => return e,
     };
     let media = media_type(path.as_str());
     if media.is_some() && attr.size > MAX_BINARY_BYTES {
