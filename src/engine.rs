@@ -143,20 +143,10 @@ impl Engine {
             Door::Fuse => command_line(ctx.caller.pid),
             Door::Tool => String::new(),
         };
-        self.audit.record(AuditEvent {
-            time: SystemTime::now(),
-            door: ctx.door.as_str(),
-            pid: ctx.caller.pid,
-            uid: ctx.caller.uid,
-            command,
-            operation: operation.to_string(),
-            class: refusal.op.as_str(),
-            path: refusal.path.to_string(),
-            rule: refusal.verdict.rule,
-            decision: decision.to_string(),
-        });
         let rule = refusal.verdict.rule.unwrap_or(usize::MAX);
-        FsError::denied(errno, rule, format!("{} {} {}", decision, refusal.op.as_str(), refusal.path))
+        let context = format!("{} {} {}", decision, refusal.op.as_str(), refusal.path);
+        self.audit_refusal(ctx, operation, &command, refusal);
+        FsError::denied(errno, rule, context)
     }
 
     fn check(&self, ctx: &Ctx, operation: &str, op: Op, path: &VPath, is_dir: bool) -> FsResult<Permit> {

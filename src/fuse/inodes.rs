@@ -211,14 +211,6 @@ impl Inodes {
         self.tables.read().by_path.get(path).copied()
     }
 
-    pub fn len(&self) -> usize {
-        self.tables.read().by_ino.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Every (parent inode, name) the kernel may have cached, for invalidation after a rule
     /// change.
     pub fn known_entries(&self) -> Vec<(u64, String)> {

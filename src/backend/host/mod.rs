@@ -33,10 +33,6 @@ impl HostBackend {
         Ok(HostBackend { root_path: root.to_path_buf(), root: root_fd })
     }
 
-    pub fn root_path(&self) -> &Path {
-        &self.root_path
-    }
-
     /// The directory holding `path`'s last component, and that component.
     fn parent<'a>(&self, path: &'a str) -> FsResult<(DirFd<'_>, &'a str)> {
         let (parent, name) = split_parent(path);
