@@ -69,6 +69,10 @@ pub struct Config {
     pub audit_database: Option<PathBuf>,
     pub fuse_threads: usize,
     pub allow_other: bool,
+    /// `[fuse] passthrough`: serve host-route file data through kernel FUSE passthrough.
+    pub passthrough: bool,
+    /// `[fuse] xattrs`: serve extended attributes (off: the kernel stops asking at all).
+    pub xattrs: bool,
     /// `[tools] observation`: whether tool writes need a prior read of the current version.
     pub observation: Observation,
     /// `[exec]`: the `execute` tool and its sandbox.
@@ -185,6 +189,8 @@ struct RawExec {
 struct RawFuse {
     threads: Option<usize>,
     allow_other: Option<bool>,
+    passthrough: Option<bool>,
+    xattrs: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -413,6 +419,8 @@ impl Parser<'_> {
             audit_database: raw.audit.as_ref().and_then(|a| a.database.as_ref()).map(|d| self.base.join(d)),
             fuse_threads: if threads == 0 { default_threads() } else { threads },
             allow_other: raw.fuse.as_ref().and_then(|f| f.allow_other).unwrap_or(true),
+            passthrough: raw.fuse.as_ref().and_then(|f| f.passthrough).unwrap_or(true),
+            xattrs: raw.fuse.as_ref().and_then(|f| f.xattrs).unwrap_or(false),
             observation,
             exec,
         })

@@ -20,7 +20,7 @@ use crate::control::methods::{ReloadFn, Reloaded, State};
 use crate::control::server::Listener;
 use crate::engine::Engine;
 use crate::fuse::inodes::Inodes;
-use crate::fuse::FuseDoor;
+use crate::fuse::{DoorOptions, FuseDoor};
 use crate::policy::{Gate, RuleSet};
 use crate::route::{Route, Router};
 
@@ -140,7 +140,11 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let mountpoint = prepare_mountpoint(mountpoint)?;
     let engine = build_engine(&config)?;
     let inodes = Arc::new(Inodes::new());
-    let door = FuseDoor::new(engine.clone(), inodes.clone());
+    let door = FuseDoor::new(
+        engine.clone(),
+        inodes.clone(),
+        DoorOptions { passthrough: config.passthrough, xattrs: config.xattrs },
+    );
     let listener = Listener::bind(&config.socket)?;
 
     // Installed before mounting, so a signal that arrives early is handled rather than

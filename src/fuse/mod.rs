@@ -4,6 +4,7 @@
 pub mod inodes;
 pub mod invalidate;
 mod park;
+mod passthrough;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -27,6 +28,7 @@ use crate::error::{Errno, FsError, FsResult};
 use crate::policy::Op;
 use crate::vpath::VPath;
 use inodes::Inodes;
+use passthrough::Passthrough;
 
 /// An open directory: a snapshot of its visible entries, served by offset.
 struct DirHandle {
@@ -39,6 +41,9 @@ struct DoorFile {
     ino: u64,
     pid: u32,
     handle: OpenHandle,
+    /// The kernel reads and writes this handle's data itself (it holds one of the inode's
+    /// passthrough references, returned at release).
+    passthrough: bool,
 }
 
 /// Cheap to clone (shared state only): a paused operation keeps a clone to finish with.
@@ -49,6 +54,18 @@ pub struct FuseDoor {
     files: Arc<RwLock<HashMap<u64, Arc<DoorFile>>>>,
     dirs: Arc<RwLock<HashMap<u64, Arc<DirHandle>>>>,
     next_handle: Arc<AtomicU64>,
+    passthrough: Arc<Passthrough>,
+    options: DoorOptions,
+}
+
+/// The `[fuse]` choices the door acts on.
+#[derive(Clone, Copy)]
+pub struct DoorOptions {
+    /// Ask the kernel for FUSE passthrough of host-route file data.
+    pub passthrough: bool,
+    /// Serve extended attributes. Off, the door answers ENOSYS once and the kernel stops
+    /// sending xattr requests for the whole mount (`ls -l` sends two per file otherwise).
+    pub xattrs: bool,
 }
 
 fn file_type(kind: FileKind) -> FileType {
@@ -101,13 +118,15 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 const GEN: Generation = Generation(0);
 
 impl FuseDoor {
-    pub fn new(engine: Arc<Engine>, inodes: Arc<Inodes>) -> FuseDoor {
+    pub fn new(engine: Arc<Engine>, inodes: Arc<Inodes>, options: DoorOptions) -> FuseDoor {
         FuseDoor {
             engine,
             inodes,
             files: Arc::new(RwLock::new(HashMap::new())),
             dirs: Arc::new(RwLock::new(HashMap::new())),
             next_handle: Arc::new(AtomicU64::new(1)),
+            passthrough: Arc::default(),
+            options,
         }
     }
 
@@ -120,9 +139,9 @@ impl FuseDoor {
         self.files.read().get(&fh.0).cloned().ok_or_else(|| FsError::errno(Errno::EBADF))
     }
 
-    fn add_file(&self, ino: u64, pid: u32, handle: OpenHandle) -> u64 {
+    fn add_file(&self, ino: u64, pid: u32, handle: OpenHandle, passthrough: bool) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.write().insert(fh, Arc::new(DoorFile { ino, pid, handle }));
+        self.files.write().insert(fh, Arc::new(DoorFile { ino, pid, handle, passthrough }));
         fh
     }
 
@@ -177,6 +196,13 @@ impl Filesystem for FuseDoor {
         }
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_background(64);
+        // Depth 2 lets backing files live on a stacked host fs (overlayfs in a container).
+        if self.options.passthrough
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(2).is_ok()
+        {
+            self.passthrough.enable();
+        }
         Ok(())
     }
 
@@ -382,9 +408,27 @@ impl Filesystem for FuseDoor {
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
         };
-        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| match result {
-            Ok(handle) => reply.opened(FileHandle(d.add_file(ino.0, pid, handle)), fopen),
-            Err(e) => reply.error(errno(&e)),
+        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| {
+            let shared = result.and_then(|handle| {
+                let backing = d
+                    .passthrough
+                    .acquire(ino.0, handle.file.as_ref(), flags.0, |fd| reply.open_backing(fd))?;
+                Ok((handle, backing))
+            });
+            match shared {
+                Ok((handle, Some(backing))) => {
+                    // The kernel takes only these flags with a backing file (the page cache is
+                    // the host file's own).
+                    let fopen = fopen & (FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO);
+                    reply.opened_passthrough(
+                        FileHandle(d.add_file(ino.0, pid, handle, true)),
+                        fopen,
+                        &backing,
+                    )
+                }
+                Ok((handle, None)) => reply.opened(FileHandle(d.add_file(ino.0, pid, handle, false)), fopen),
+                Err(e) => reply.error(errno(&e)),
+            }
         })
     }
 
@@ -448,6 +492,9 @@ impl Filesystem for FuseDoor {
         reply: ReplyEmpty,
     ) {
         let handle = self.files.write().remove(&fh.0);
+        if let Some(f) = handle.as_ref().filter(|f| f.passthrough) {
+            self.passthrough.release(f.ino);
+        }
         // Dropping the last reference closes the backend file; flush first so a backend that
         // buffers reports its error here rather than losing the data silently.
         let result = match handle {
@@ -604,6 +651,9 @@ impl Filesystem for FuseDoor {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if !self.options.xattrs {
+            return reply.error(FuseErrno::ENOSYS);
+        }
         let (name, value) = (name.to_owned(), value.to_vec());
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.node_path(c, ino, "setxattr", Op::Write)?;
@@ -614,6 +664,9 @@ impl Filesystem for FuseDoor {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if !self.options.xattrs {
+            return reply.error(FuseErrno::ENOSYS);
+        }
         let name = name.to_owned();
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.node_path(c, ino, "getxattr", Op::Read)?;
@@ -624,12 +677,18 @@ impl Filesystem for FuseDoor {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if !self.options.xattrs {
+            return reply.error(FuseErrno::ENOSYS);
+        }
         let work =
             move |d: &FuseDoor, c: &Ctx| d.engine.listxattr(c, &d.node_path(c, ino, "listxattr", Op::Read)?);
         self.serve(ctx(req), reply, work, move |_, result, reply| reply_xattr(result, size, reply))
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !self.options.xattrs {
+            return reply.error(FuseErrno::ENOSYS);
+        }
         let name = name.to_owned();
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.node_path(c, ino, "removexattr", Op::Write)?;
@@ -654,7 +713,7 @@ impl Filesystem for FuseDoor {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (name, pid) = (name.to_owned(), req.pid());
+        let (name, pid, flags_in) = (name.to_owned(), req.pid(), flags);
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.child(parent, &name)?;
             Ok((d.engine.create(c, &p, mode, flags)?, p))
@@ -662,14 +721,23 @@ impl Filesystem for FuseDoor {
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyCreate| match result {
             Ok(((attr, handle), path)) => {
                 let ino = d.remember(&path, &attr);
-                let fh = d.add_file(ino, pid, handle);
-                reply.created(
-                    &d.engine.ttl(&path),
-                    &fuse_attr(ino, &attr),
-                    GEN,
-                    FileHandle(fh),
-                    FopenFlags::FOPEN_KEEP_CACHE,
-                )
+                let (ttl, attr) = (d.engine.ttl(&path), fuse_attr(ino, &attr));
+                let flags = FopenFlags::FOPEN_KEEP_CACHE;
+                match d.passthrough.acquire(ino, handle.file.as_ref(), flags_in, |fd| reply.open_backing(fd))
+                {
+                    Ok(Some(backing)) => {
+                        let fh = FileHandle(d.add_file(ino, pid, handle, true));
+                        reply.created_passthrough(&ttl, &attr, GEN, fh, FopenFlags::empty(), &backing)
+                    }
+                    Ok(None) => reply.created(
+                        &ttl,
+                        &attr,
+                        GEN,
+                        FileHandle(d.add_file(ino, pid, handle, false)),
+                        flags,
+                    ),
+                    Err(e) => reply.error(errno(&e)),
+                }
             }
             Err(e) => reply.error(errno(&e)),
         })

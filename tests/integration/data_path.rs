@@ -1,0 +1,105 @@
+//! How file data and attributes reach the kernel: FUSE passthrough of host files, programs
+//! run from the host route, and the `[fuse] xattrs` switch.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{sh, sh_ok, Fixture};
+
+/// With passthrough the kernel reads the host file itself: a change made on the host is seen
+/// at once, even by a descriptor opened before it and with the page cache warm. (Served
+/// through the daemon with the page cache kept, the old bytes would be read until the
+/// attribute cache expired.)
+#[test]
+fn host_file_data_comes_straight_from_the_host_file() {
+    let fx = Fixture::new("");
+    let through_mount = fx.p("/host/data.txt");
+    fs::write(&through_mount, b"aaaa-aaaa").unwrap();
+    let mut open = fs::File::open(&through_mount).unwrap();
+    let mut first = String::new();
+    open.read_to_string(&mut first).unwrap();
+    assert_eq!(first, "aaaa-aaaa");
+    assert_eq!(fs::read_to_string(&through_mount).unwrap(), "aaaa-aaaa");
+
+    // Same size, written in place on the host (not through the mount).
+    fs::OpenOptions::new()
+        .write(true)
+        .open(fx.host_root.join("data.txt"))
+        .unwrap()
+        .write_at(b"bbbb", 0)
+        .unwrap();
+    assert_eq!(fs::read_to_string(&through_mount).unwrap(), "bbbb-aaaa");
+    open.seek(SeekFrom::Start(0)).unwrap();
+    let mut again = String::new();
+    open.read_to_string(&mut again).unwrap();
+    assert_eq!(again, "bbbb-aaaa");
+
+    // Writes through the mount land in the host file, and sizes follow.
+    let big: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut w = fs::OpenOptions::new().write(true).truncate(true).open(&through_mount).unwrap();
+    w.write_all(&big).unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    assert_eq!(fs::metadata(&through_mount).unwrap().len(), big.len() as u64);
+    assert!(fs::read(fx.host_root.join("data.txt")).unwrap() == big, "host file differs");
+    let mut a = fs::OpenOptions::new().append(true).open(&through_mount).unwrap();
+    a.write_all(b"tail").unwrap();
+    drop(a);
+    let all = fs::read(&through_mount).unwrap();
+    assert_eq!(all.len(), big.len() + 4);
+    assert_eq!(&all[big.len()..], b"tail");
+}
+
+/// Running a program from the host route must not hold its host file open for writing
+/// (the host's own `execve` of it would fail with ETXTBSY), and writing to it through the
+/// mount while it runs is refused as on any filesystem.
+#[test]
+fn a_program_running_from_the_mount_leaves_its_host_file_executable() {
+    let fx = Fixture::new("");
+    let program = fx.p("/host/snooze");
+    fs::copy("/usr/bin/sleep", &program).unwrap();
+    fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut running = Command::new(&program).arg("5").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let on_host = Command::new(fx.host_root.join("snooze")).arg("0").status().unwrap();
+    assert!(on_host.success(), "the host could not run its own file: {on_host:?}");
+    let (code, _, err) = sh(&fx.mount.dir, "echo x > host/snooze");
+    assert_ne!(code, 0);
+    assert!(err.contains("Text file busy"), "{err}");
+    // Reading it meanwhile shares the running program's backing file.
+    assert_eq!(fs::read(&program).unwrap(), fs::read("/usr/bin/sleep").unwrap());
+
+    running.kill().unwrap();
+    running.wait().unwrap();
+    // Once it has stopped, the file is writable again.
+    sh_ok(&fx.mount.dir, "echo x > host/snooze");
+    assert_eq!(fs::read_to_string(fx.host_root.join("snooze")).unwrap(), "x\n");
+}
+
+/// Extended attributes are off unless `[fuse] xattrs = true`: off, the kernel learns once
+/// that the mount has none and stops asking (ls -l would otherwise cost two requests a file).
+#[test]
+fn xattrs_are_served_only_when_configured() {
+    let fx = Fixture::new("");
+    fs::write(fx.p("/host/x"), b"x").unwrap();
+    let (code, _, err) = sh(&fx.mount.dir, "setfattr -n user.agent -v hello host/x");
+    assert_ne!(code, 0);
+    assert!(err.contains("Operation not supported"), "{err}");
+    let (code, _, err) = sh(&fx.mount.dir, "getfattr -n user.agent host/x");
+    assert_ne!(code, 0);
+    assert!(err.contains("Operation not supported"), "{err}");
+    drop(fx);
+
+    let fx = Fixture::new("[fuse]\nxattrs = true\n");
+    for route in ["host", "mem", "db"] {
+        fs::write(fx.p(&format!("/{route}/x")), b"x").unwrap();
+        sh_ok(&fx.mount.dir, &format!("setfattr -n user.agent -v hello-{route} {route}/x"));
+        let value = sh_ok(&fx.mount.dir, &format!("getfattr --only-values -n user.agent {route}/x"));
+        assert_eq!(value, format!("hello-{route}"));
+    }
+    assert_eq!(sh_ok(&fx.host_root, "getfattr --only-values -n user.agent x"), "hello-host");
+}
