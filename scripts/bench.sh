@@ -58,7 +58,7 @@ start_mount() {
 start_agentvfs() { start_mount "$2" "$W/daemon.$(basename "$2").log" env RUST_LOG=warn "$BIN" mount --config "$1" "$2"; }
 
 # The peers, by package name: Debian's bindfs, and libfuse's passthrough_ll example as
-# libfuse3-dev ships it (fuse3 for fusermount3), compiled here; ripgrep, git and bc too.
+# libfuse3-dev ships it (fuse3 for fusermount3), compiled here; ripgrep, git, bc and fio too.
 PKGS=()
 command -v bindfs >/dev/null || PKGS+=(bindfs)
 EXAMPLES=/usr/share/doc/libfuse3-dev/examples
@@ -67,6 +67,7 @@ EXAMPLES=/usr/share/doc/libfuse3-dev/examples
 command -v rg >/dev/null || PKGS+=(ripgrep)
 command -v git >/dev/null || PKGS+=(git)
 command -v bc >/dev/null || PKGS+=(bc)
+command -v fio >/dev/null || PKGS+=(fio)
 command -v python3 >/dev/null || PKGS+=(python3)
 if ((${#PKGS[@]})); then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PKGS[@]}"; } >/dev/null
@@ -150,8 +151,26 @@ w_delete() { rm -rf c; }
 w_untar() { mkdir t && tar -C t -xf "$W/tree.tar" && sync; }
 w_grep() { grep -r "let x = 7;" t >/dev/null; }
 w_rmtree() { rm -rf t; }
-w_seqwrite() { dd if=/dev/zero of=big bs=1M count=512 conv=fsync status=none; }
+w_seqwrite() { dd if=/dev/zero of=big bs=1M count=1024 conv=fsync status=none; }
 w_seqread() { dd if=big of=/dev/null bs=1M status=none; }
+w_seqreadwarm() { dd if=big of=/dev/null bs=1M status=none; }
+# 4 KiB buffered random writes over a 256 MiB file: the row's time is 65,536 writes at the
+# IOPS fio measured (fio's own start-up and layout excluded).
+w_randwrite() {
+  fio --name=rw --filename=rw.dat --rw=randwrite --bs=4k --size=256M --ioengine=psync \
+    --output-format=terse --terse-version=3 | awk -F';' '$49 > 0 {print 65536 / $49}' > "$W/rowtime"
+  rm -f rw.dat
+  [[ -s $W/rowtime ]]
+}
+# A small crate (20 modules, no dependencies), built from scratch.
+w_cargosetup() {
+  cargo new -q --vcs none cb && cd cb && for m in $(seq 1 20); do
+    echo "mod m$m;" >> src/main.rs
+    for f in $(seq 1 30); do echo "pub fn f$f(x: u64) -> u64 { x.wrapping_mul($f).rotate_left($m) }"; done > "src/m$m.rs"
+  done
+}
+w_cargo() { cd cb && env -u CARGO_TARGET_DIR cargo build -q --offline; }
+w_cargoclean() { rm -rf cb; }
 w_cleanup() { rm -f big; }
 w_gitsetup() { mkdir g && tar -C g -xf "$W/repo.tar" && cd g && git status >/dev/null; }
 w_gitstatus() { cd g && git status >/dev/null; }
@@ -163,7 +182,8 @@ w_gitchange() {
 w_gitadd() { cd g && git add -A; }
 w_gitclean() { rm -rf g; }
 export -f w_create w_stat w_lslr w_delete w_untar w_grep w_rmtree w_seqwrite w_seqread w_cleanup \
-  w_gitsetup w_gitstatus w_gitchange w_gitadd w_gitclean
+  w_gitsetup w_gitstatus w_gitchange w_gitadd w_gitclean w_seqreadwarm w_randwrite w_cargosetup w_cargo \
+  w_cargoclean
 export W
 
 # run TARGET DIR ROW: times w_ROW in DIR into times.TARGET.ROW; a failure is recorded (and
@@ -171,10 +191,13 @@ export W
 declare -A FAILED
 run() {
   local target=$1 dir=$2 row=$3 start end
+  rm -f "$W/rowtime"
   start=$(date +%s.%N)
   if (cd "$dir" && bash -c "w_${row#-}") >/dev/null 2>"$W/err"; then
     end=$(date +%s.%N)
-    [[ $row == -* ]] || echo "$end - $start" | bc -l >> "$W/times.$target.$row"
+    # A workload that measures itself leaves its own time in $W/rowtime.
+    if [[ -s $W/rowtime ]]; then cat "$W/rowtime" >> "$W/times.$target.$row"
+    elif [[ $row != -* ]]; then echo "$end - $start" | bc -l >> "$W/times.$target.$row"; fi
   else
     FAILED[$target.${row#-}]=1
     echo "$target: w_${row#-} failed: $(head -c 300 "$W/err" | tr '\n' ' ')" >> "$W/failures"
@@ -182,7 +205,11 @@ run() {
 }
 
 declare -A RESULT
-TARGETS=(native host memory sqlite bindfs ll)
+# BENCH_TARGETS picks a subset (native is always measured: every ratio needs it).
+read -r -a TARGETS <<< "native ${BENCH_TARGETS:-host memory sqlite bindfs ll}"
+# BENCH_PARTS picks sections: main (the table), gate, rss, tools.
+PARTS=" ${BENCH_PARTS:-main gate rss tools} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 dir_of() {
   case $1 in
     native) echo "$W/native" ;;
@@ -194,11 +221,16 @@ dir_of() {
   esac
 }
 
-ROWS=(create stat lslr delete untar grep rmtree seqwrite seqread gitstatus gitadd)
+ROWS=(create stat lslr delete untar grep rmtree seqwrite seqread seqreadwarm randwrite gitstatus gitadd cargo)
+part main || TARGETS=()
 for target in "${TARGETS[@]}"; do
-  dir=$(dir_of "$target")
   for row in "${ROWS[@]}"; do : > "$W/times.$target.$row"; done
-  for _ in $(seq "$RUNS"); do
+done
+# Each run goes through every target in turn, so they all meet the disk in a similar state
+# (ext4 gets slower at creating files after many deletions, and the run deletes a lot).
+for _ in $(seq "$RUNS"); do
+  for target in "${TARGETS[@]}"; do
+    dir=$(dir_of "$target")
     for row in create stat lslr delete untar grep rmtree seqwrite; do
       [[ $row == stat ]] && drop_caches
       [[ $row == grep ]] && run "$target" "$dir" -grep # warm
@@ -206,7 +238,12 @@ for target in "${TARGETS[@]}"; do
     done
     drop_caches
     run "$target" "$dir" seqread
+    run "$target" "$dir" seqreadwarm
     run "$target" "$dir" -cleanup
+    run "$target" "$dir" randwrite
+    run "$target" "$dir" -cargosetup
+    run "$target" "$dir" cargo
+    run "$target" "$dir" -cargoclean
     run "$target" "$dir" -gitsetup # also warms the cache and refreshes the index
     [[ -n ${FAILED[$target.gitsetup]:-} ]] && FAILED[$target.gitstatus]=1 && FAILED[$target.gitadd]=1
     run "$target" "$dir" gitstatus
@@ -214,22 +251,27 @@ for target in "${TARGETS[@]}"; do
     run "$target" "$dir" gitadd
     run "$target" "$dir" -gitclean
   done
+done
+for target in "${TARGETS[@]}"; do
   for row in "${ROWS[@]}"; do RESULT[$target.$row]=$(median < "$W/times.$target.$row"); done
 done
 # The peers and the main daemon are done: unmount them now (the trap would otherwise).
 for i in "${!MOUNTS[@]}"; do stop_mount "${MOUNTS[$i]}" "${PIDS[$i]}"; done
 MOUNTS=(); PIDS=()
 
-COLUMNS_SHOWN=(host memory sqlite bindfs ll)
-printf '\n%-34s %10s %8s %8s %8s %8s %8s\n' "workload (median of $RUNS)" "native s" host memory sqlite \
-  bindfs pt_ll
+if part main; then
+COLUMNS_SHOWN=("${TARGETS[@]:1}")
+printf '\n%-34s %10s' "workload (median of $RUNS)" "native s"
+for target in "${COLUMNS_SHOWN[@]}"; do printf ' %8s' "${target/#ll/pt_ll}"; done
+printf '\n'
 label() {
   case $1 in
     create) echo "create 10k 1 KiB files" ;; stat) echo "stat 10k files, cold" ;;
     lslr) echo "ls -lR over 10k files" ;; delete) echo "delete 10k files" ;;
     untar) echo "untar 7.6k-file tree + sync" ;; grep) echo "grep -r, warm" ;;
-    rmtree) echo "rm -rf the 7.6k-file tree" ;; seqwrite) echo "512 MiB write + fsync (x slower)" ;;
-    seqread) echo "512 MiB read, cold (x slower)" ;;
+    rmtree) echo "rm -rf the 7.6k-file tree" ;; seqwrite) echo "1 GiB write + fsync" ;;
+    seqread) echo "1 GiB read, cold" ;; seqreadwarm) echo "1 GiB read, warm" ;;
+    randwrite) echo "4 KiB random writes, 256 MiB" ;; cargo) echo "cargo build, 20-module crate" ;;
     gitstatus) echo "git status, 10k-file repo, warm" ;;
     gitadd) echo "git add -A, 1k changed + 1k new" ;;
   esac
@@ -249,7 +291,9 @@ echo
 echo "ratios are route time / native time (lower is better; 1.00x = native speed);"
 echo "bindfs = Debian bindfs $(bindfs --version 2>/dev/null | awk '{print $2; exit}'), pt_ll = libfuse $(pkg-config --modversion fuse3) example/passthrough_ll"
 [[ -s $W/failures ]] && { echo "failures:"; sort -u "$W/failures" | sed 's/^/  /'; }
+fi
 
+if part gate; then
 # The gate's cost: the same metadata work through the host route with 1, 100 and 10,000 rules
 # whose patterns match nothing the workload touches, each count on a fresh daemon start.
 GATE_ROOT=$W/gate-root
@@ -300,6 +344,9 @@ for row in "${GATE_ROWS[@]}"; do
 done
 echo "rules are /nomatch/<i>/** and /**/x<i>.secret (deny read+write), none matching the workload"
 
+fi
+
+if part rss; then
 # The daemon's memory: RSS (VmRSS) of a fresh daemon, after untarring RSS_FILES empty files onto
 # its memory route, and after a `find` over them with a cold kernel cache (the kernel has
 # forgotten the inodes, so the daemon should have released what it kept for them). The tree
@@ -327,6 +374,9 @@ printf '\n%-34s %10s %10s %10s %10s\n' "daemon RSS, memory route" files "fresh M
 printf '%-34s %10s %10s %10s %10s\n' "find over a tree of empty files" "$FOUND" "$RSS0" "$RSS1" "$RSS2"
 printf 'untar took %.1f s, the cold find %.1f s\n' "$T_FILL" "$T_FIND"
 
+fi
+
+if part tools; then
 # The agent tools against ripgrep over a 100k-file tree on the host route (warm cache): `grep`
 # and `glob` called through the engine (examples/toolbench, no socket, engine built once) versus
 # `rg -F` and `rg --files -g` on the same host directory. Ratio = tool time / rg time.
@@ -375,3 +425,4 @@ for row in grep glob; do
   esac
   printf '%-34s %10.3f %10.3f %7.2fx\n' "$label" "$r" "$t" "$(echo "$t / $r" | bc -l)"
 done
+fi

@@ -768,6 +768,10 @@ impl OpenFile for MemFile {
         Ok(())
     }
 
+    fn needs_flush(&self) -> bool {
+        false
+    }
+
     fn fsync(&self, _datasync: bool) -> FsResult<()> {
         Ok(())
     }

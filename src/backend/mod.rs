@@ -187,6 +187,11 @@ pub trait OpenFile: Send + Sync {
     /// Called on every `close()` of a descriptor. After it returns, what was written is durable
     /// for backends that promise durability (sqlite).
     fn flush(&self) -> FsResult<()>;
+    /// Whether `flush` has anything to do. When it has not (writes already reached the store),
+    /// the kernel is told to skip the flush request on every `close()`.
+    fn needs_flush(&self) -> bool {
+        true
+    }
     fn fsync(&self, datasync: bool) -> FsResult<()>;
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()>;
     fn getattr(&self) -> FsResult<Attr>;

@@ -121,12 +121,13 @@ impl Inodes {
     }
 
     /// The kernel dropped `count` lookups; the inode goes when none are left.
-    pub fn forget(&self, ino: u64, count: u64) {
+    /// Returns whether the inode is gone (the kernel holds no more references).
+    pub fn forget(&self, ino: u64, count: u64) -> bool {
         if ino == ROOT_INO {
-            return;
+            return false;
         }
         let mut tables = self.tables.write();
-        let Some(node) = tables.by_ino.get(&ino) else { return };
+        let Some(node) = tables.by_ino.get(&ino) else { return false };
         let left = node.lookups.load(Ordering::Relaxed).saturating_sub(count);
         node.lookups.store(left, Ordering::Relaxed);
         if left == 0 {
@@ -142,6 +143,7 @@ impl Inodes {
                 }
             }
         }
+        left == 0
     }
 
     /// The name at `path` is gone (unlink, rmdir, or replaced by a rename).

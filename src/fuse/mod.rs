@@ -117,6 +117,19 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 
 const GEN: Generation = Generation(0);
 
+/// Open flags for a passthrough handle: the kernel accepts only these with a backing file
+/// (the page cache is the host file's own).
+fn passthrough_flags(noflush: bool, shared: &passthrough::Shared) -> FopenFlags {
+    let mut flags = FopenFlags::empty();
+    if noflush {
+        flags |= FopenFlags::FOPEN_NOFLUSH;
+    }
+    if shared.direct_io {
+        flags |= FopenFlags::FOPEN_DIRECT_IO;
+    }
+    flags
+}
+
 impl FuseDoor {
     pub fn new(engine: Arc<Engine>, inodes: Arc<Inodes>, options: DoorOptions) -> FuseDoor {
         FuseDoor {
@@ -184,8 +197,9 @@ impl Filesystem for FuseDoor {
         // fuser asks only for async reads and big writes; everything else is requested here.
         // Each flag is optional: an older kernel without it still mounts.
         for flag in [
+            // Always readdirplus (not "auto"): listing a directory then hands the kernel every
+            // entry's attributes, so the stat that usually follows costs no lookup request.
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_AUTO_INVAL_DATA,
             InitFlags::FUSE_CACHE_SYMLINKS,
@@ -215,7 +229,9 @@ impl Filesystem for FuseDoor {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.forget(ino.0, nlookup);
+        if self.inodes.forget(ino.0, nlookup) {
+            self.passthrough.forget(ino.0);
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -400,34 +416,25 @@ impl Filesystem for FuseDoor {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
         let pid = req.pid();
         let work = move |d: &FuseDoor, c: &Ctx| d.engine.open(c, &d.node_path(c, ino, "open", op)?, flags.0);
-        // Keep the page cache across opens; the kernel drops it when it sees the file change
-        // size or mtime (FUSE_AUTO_INVAL_DATA). A read-only handle has nothing to flush, so
-        // its close costs no request (FOPEN_NOFLUSH).
-        let fopen = if op == Op::Read {
-            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
-        } else {
-            FopenFlags::FOPEN_KEEP_CACHE
-        };
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| {
-            let shared = result.and_then(|handle| {
-                let backing = d
-                    .passthrough
-                    .acquire(ino.0, handle.file.as_ref(), flags.0, |fd| reply.open_backing(fd))?;
-                Ok((handle, backing))
-            });
+            let handle = match result {
+                Ok(handle) => handle,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            // Keep the page cache across opens; the kernel drops it when it sees the file
+            // change size or mtime (FUSE_AUTO_INVAL_DATA). A handle with nothing to flush
+            // (read-only, or a backend whose writes are already stored) closes without a
+            // request (FOPEN_NOFLUSH).
+            let noflush = op == Op::Read || !handle.file.needs_flush();
+            let shared =
+                d.passthrough.acquire(ino.0, handle.file.as_ref(), flags.0, |fd| reply.open_backing(fd));
+            let fh = FileHandle(d.add_file(ino.0, pid, handle, shared.is_some()));
             match shared {
-                Ok((handle, Some(backing))) => {
-                    // The kernel takes only these flags with a backing file (the page cache is
-                    // the host file's own).
-                    let fopen = fopen & (FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO);
-                    reply.opened_passthrough(
-                        FileHandle(d.add_file(ino.0, pid, handle, true)),
-                        fopen,
-                        &backing,
-                    )
+                Some(shared) => {
+                    reply.opened_passthrough(fh, passthrough_flags(noflush, &shared), &shared.backing)
                 }
-                Ok((handle, None)) => reply.opened(FileHandle(d.add_file(ino.0, pid, handle, false)), fopen),
-                Err(e) => reply.error(errno(&e)),
+                None if noflush => reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH),
+                None => reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE),
             }
         })
     }
@@ -722,21 +729,23 @@ impl Filesystem for FuseDoor {
             Ok(((attr, handle), path)) => {
                 let ino = d.remember(&path, &attr);
                 let (ttl, attr) = (d.engine.ttl(&path), fuse_attr(ino, &attr));
-                let flags = FopenFlags::FOPEN_KEEP_CACHE;
-                match d.passthrough.acquire(ino, handle.file.as_ref(), flags_in, |fd| reply.open_backing(fd))
-                {
-                    Ok(Some(backing)) => {
-                        let fh = FileHandle(d.add_file(ino, pid, handle, true));
-                        reply.created_passthrough(&ttl, &attr, GEN, fh, FopenFlags::empty(), &backing)
+                let noflush = !handle.file.needs_flush();
+                let shared =
+                    d.passthrough.acquire(ino, handle.file.as_ref(), flags_in, |fd| reply.open_backing(fd));
+                let fh = FileHandle(d.add_file(ino, pid, handle, shared.is_some()));
+                match shared {
+                    Some(shared) => {
+                        let flags = passthrough_flags(noflush, &shared);
+                        reply.created_passthrough(&ttl, &attr, GEN, fh, flags, &shared.backing)
                     }
-                    Ok(None) => reply.created(
+                    None if noflush => reply.created(
                         &ttl,
                         &attr,
                         GEN,
-                        FileHandle(d.add_file(ino, pid, handle, false)),
-                        flags,
+                        fh,
+                        FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
                     ),
-                    Err(e) => reply.error(errno(&e)),
+                    None => reply.created(&ttl, &attr, GEN, fh, FopenFlags::FOPEN_KEEP_CACHE),
                 }
             }
             Err(e) => reply.error(errno(&e)),

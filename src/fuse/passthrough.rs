@@ -2,125 +2,370 @@
 //! trip through the daemon, once an `open` (which the gate has judged) names a backing file.
 //!
 //! The kernel allows one backing file per inode while the inode has passthrough handles, and
-//! refuses to mix passthrough and cached handles on one inode (ETXTBSY). So every open of a
-//! host-route regular file takes the same shared backing, opened read-write when the host lets
-//! the daemon (so later writers can share it), read-only otherwise. The backing is registered
-//! on the first open and closed when the inode's last handle is released.
+//! refuses to mix passthrough and cached handles on one inode. So every open of a host-route
+//! regular file shares the inode's backing:
+//!
+//! - a reader registers its own read-only descriptor, and that backing stays registered after
+//!   the last close (up to [`IDLE_BACKINGS`] of them), so opening the file again costs the
+//!   daemon no extra system call;
+//! - a writer registers a read-write backing, unregistered at the last close: a daemon holding
+//!   a host file open for writing would make the host's own `execve` of it fail (ETXTBSY);
+//! - a writer arriving while readers hold a read-only backing shares it for `mmap` only, and
+//!   its reads and writes go through the daemon (`FOPEN_DIRECT_IO`), on the same host file.
+//!
+//! Programs being executed (`execve`) always get a read-only backing.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fuser::BackingId;
-use nix::errno::Errno;
 use parking_lot::Mutex;
 
 use crate::backend::OpenFile;
-use crate::error::{FsError, FsResult};
 
-/// The kernel's flag on opens made by `execve` (`__FMODE_EXEC`): the backing for a running
-/// program stays read-only, so the daemon never holds the host file open for writing because
-/// someone ran it (which would make the host's own `execve` of it fail with ETXTBSY).
+/// The kernel's flag on opens made by `execve` (`__FMODE_EXEC`).
 const FMODE_EXEC: i32 = 0x20;
 
-struct Backing {
-    id: Arc<BackingId>,
-    writable: bool,
-    handles: usize,
+/// Read-only backings kept registered after their last close, for files opened again.
+pub const IDLE_BACKINGS: usize = 4096;
+
+/// How the kernel should serve one open handle.
+pub struct Shared<Id = BackingId> {
+    pub backing: Arc<Id>,
+    /// Reads and writes of this handle go through the daemon; the backing serves `mmap`.
+    pub direct_io: bool,
 }
 
-#[derive(Default)]
-pub struct Passthrough {
+struct Backing<Id> {
+    id: Arc<Id>,
+    /// The host file behind it (st_dev, st_ino): a name may since lead to another file.
+    identity: (u64, u64),
+    writable: bool,
+    handles: usize,
+    last_used: u64,
+}
+
+/// Generic over the registration handle so the bookkeeping is testable without a kernel.
+pub struct Passthrough<Id = BackingId> {
     /// Set in `init` once the kernel agreed to passthrough and the config asks for it.
     enabled: AtomicBool,
     /// Logged once: registering a backing failed, so opens fall back to the daemon.
     warned: AtomicBool,
-    backings: Mutex<HashMap<u64, Backing>>,
+    clock: AtomicU64,
+    backings: Mutex<HashMap<u64, Backing<Id>>>,
 }
 
-impl Passthrough {
+impl<Id> Default for Passthrough<Id> {
+    fn default() -> Self {
+        Passthrough {
+            enabled: AtomicBool::new(false),
+            warned: AtomicBool::new(false),
+            clock: AtomicU64::new(0),
+            backings: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<Id> Passthrough<Id> {
     pub fn enable(&self) {
         self.enabled.store(true, Ordering::Relaxed);
     }
 
-    pub fn enabled(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed)
-    }
-
-    /// The backing to answer an open of `ino` with, registering one through `register` if the
-    /// inode has none. `None`: serve this handle through the daemon (not a host regular file,
-    /// or passthrough is off). Each `Some` must be paired with one [`Passthrough::release`].
+    /// How to answer an open of `ino` with `flags` whose backend file is `file`, registering a
+    /// backing through `register` when the inode needs one. `None`: serve the handle through
+    /// the daemon (not a host regular file, or passthrough is off). Each `Some` must be paired
+    /// with one [`Passthrough::release`].
     pub fn acquire(
         &self,
         ino: u64,
         file: &dyn OpenFile,
         flags: i32,
-        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
-    ) -> FsResult<Option<Arc<BackingId>>> {
-        if !self.enabled() {
-            return Ok(None);
+        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<Id>,
+    ) -> Option<Shared<Id>> {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return None;
         }
-        let Some(fd) = file.backing_fd() else { return Ok(None) };
+        let fd = file.backing_fd()?;
+        let st = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let identity = (st.st_dev, st.st_ino);
         let wants_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut backings = self.backings.lock();
-        if let Some(backing) = backings.get_mut(&ino) {
-            if wants_write && !backing.writable {
-                // The inode's shared backing is read-only (the host refused a writer when it
-                // was opened, e.g. the file is being executed); the kernel cannot give this
-                // handle another one.
-                return Err(FsError::new(Errno::ETXTBSY, "file is busy: its shared backing is read-only"));
+        if let Some(b) = backings.get_mut(&ino) {
+            let fits = b.identity == identity && (b.writable || !wants_write);
+            if fits || b.handles > 0 {
+                b.handles += 1;
+                b.last_used = now;
+                return Some(Shared { backing: b.id.clone(), direct_io: !fits });
             }
-            backing.handles += 1;
-            return Ok(Some(backing.id.clone()));
+            // Idle and unfit (another host file now, or read-only for a writer): replace it.
+            backings.remove(&ino);
         }
-        if !is_regular(fd) {
-            return Ok(None);
-        }
-        let shared = if flags & FMODE_EXEC != 0 { None } else { reopen_read_write(fd) };
-        let backing_fd = match (&shared, flags & libc::O_ACCMODE) {
-            (Some(f), _) => f.as_fd(),
-            // A write-only descriptor cannot serve later readers: keep this one cached.
-            (None, libc::O_WRONLY) => return Ok(None),
-            (None, _) => fd,
+        let exec = flags & FMODE_EXEC != 0;
+        // A descriptor whose own flags would change how every sharer's I/O is done (direct,
+        // synchronous) is not shared as it is.
+        let plain = flags & (libc::O_DIRECT | libc::O_SYNC | libc::O_DSYNC) == 0;
+        let (reopened, writable) = match flags & libc::O_ACCMODE {
+            libc::O_RDWR if plain && !exec => (None, true),
+            libc::O_RDONLY if plain || exec => (None, false),
+            _ if wants_write && !exec => (Some(reopen(fd, libc::O_RDWR)?), true),
+            _ => (Some(reopen(fd, libc::O_RDONLY)?), false),
         };
-        let writable = shared.is_some() || flags & libc::O_ACCMODE == libc::O_RDWR;
+        let backing_fd = reopened.as_ref().map_or(fd, |f| f.as_fd());
         match register(backing_fd) {
             Ok(id) => {
                 let id = Arc::new(id);
-                backings.insert(ino, Backing { id: id.clone(), writable, handles: 1 });
-                Ok(Some(id))
+                if !writable {
+                    evict_idle(&mut backings);
+                }
+                let backing = Backing { id: id.clone(), identity, writable, handles: 1, last_used: now };
+                backings.insert(ino, backing);
+                Some(Shared { backing: id, direct_io: false })
             }
             Err(e) => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!("FUSE passthrough unavailable ({e}); file data goes through the daemon");
                 }
-                Ok(None)
+                None
             }
         }
     }
 
-    /// One passthrough handle of `ino` closed; the last one unregisters the backing.
+    /// One passthrough handle of `ino` closed. A read-write backing goes with the last one;
+    /// a read-only one stays for the next open.
     pub fn release(&self, ino: u64) {
         let mut backings = self.backings.lock();
-        if let Some(backing) = backings.get_mut(&ino) {
-            backing.handles -= 1;
-            if backing.handles == 0 {
+        if let Some(b) = backings.get_mut(&ino) {
+            b.handles = b.handles.saturating_sub(1);
+            if b.handles == 0 && b.writable {
                 backings.remove(&ino);
             }
         }
     }
+
+    /// The kernel forgot `ino`: nothing will open it again through this inode number.
+    pub fn forget(&self, ino: u64) {
+        let mut backings = self.backings.lock();
+        if backings.get(&ino).is_some_and(|b| b.handles == 0) {
+            backings.remove(&ino);
+        }
+    }
 }
 
-fn is_regular(fd: BorrowedFd<'_>) -> bool {
-    nix::sys::stat::fstat(fd.as_raw_fd()).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+/// Keeps the idle backings under [`IDLE_BACKINGS`]: past it, the oldest eighth of them go at
+/// once, so the scan is paid once per many registrations.
+fn evict_idle<Id>(backings: &mut HashMap<u64, Backing<Id>>) {
+    if backings.len() < IDLE_BACKINGS {
+        return;
+    }
+    let mut idle: Vec<(u64, u64)> =
+        backings.iter().filter(|(_, b)| b.handles == 0).map(|(&ino, b)| (b.last_used, ino)).collect();
+    if idle.len() < IDLE_BACKINGS {
+        return;
+    }
+    let drop = IDLE_BACKINGS / 8;
+    idle.select_nth_unstable(drop);
+    for &(_, ino) in &idle[..drop] {
+        backings.remove(&ino);
+    }
 }
 
-/// The same host file (not the same name: it may have been renamed since) opened read-write
-/// through `/proc/self/fd`. `None` when the host refuses a writer (read-only fs, immutable,
-/// being executed) or `/proc` is missing.
-fn reopen_read_write(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
+/// The same host file (not the same name: it may have been renamed since) opened again
+/// through `/proc/self/fd`, with plain flags. `None` when the host refuses (read-only fs,
+/// immutable file, a program running from it) or `/proc` is missing.
+fn reopen(fd: BorrowedFd<'_>, access: i32) -> Option<OwnedFd> {
     let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
-    let raw = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
+    let raw = unsafe { libc::open(path.as_ptr().cast(), access | libc::O_CLOEXEC) };
     (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Attr, SetAttr};
+    use crate::error::FsResult;
+    use std::cell::Cell;
+    use std::fs::File;
+    use std::io::Write;
+
+    /// An open file whose backing descriptor is a real temporary file.
+    struct TempOpen(File);
+
+    impl OpenFile for TempOpen {
+        fn read(&self, _: u64, _: u32) -> FsResult<Vec<u8>> {
+            unimplemented!()
+        }
+        fn write(&self, _: u64, _: &[u8]) -> FsResult<u32> {
+            unimplemented!()
+        }
+        fn flush(&self) -> FsResult<()> {
+            Ok(())
+        }
+        fn fsync(&self, _: bool) -> FsResult<()> {
+            Ok(())
+        }
+        fn fallocate(&self, _: u64, _: u64, _: i32) -> FsResult<()> {
+            unimplemented!()
+        }
+        fn getattr(&self) -> FsResult<Attr> {
+            unimplemented!()
+        }
+        fn setattr(&self, _: &SetAttr) -> FsResult<Attr> {
+            unimplemented!()
+        }
+        fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
+            Some(self.0.as_fd())
+        }
+    }
+
+    fn temp_file(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
+        let path = dir.path().join(name);
+        File::create(&path).unwrap().write_all(b"data").unwrap();
+        path
+    }
+
+    fn open(path: &std::path::Path, write: bool) -> TempOpen {
+        TempOpen(std::fs::OpenOptions::new().read(true).write(write).open(path).unwrap())
+    }
+
+    /// Registers with ids 1, 2, 3, ... and counts registrations; records the access mode of
+    /// the descriptor each registration was given.
+    struct Kernel {
+        next: Cell<u32>,
+        modes: std::cell::RefCell<Vec<i32>>,
+    }
+
+    impl Kernel {
+        fn new() -> Kernel {
+            Kernel { next: Cell::new(1), modes: Default::default() }
+        }
+        fn register(&self) -> impl FnOnce(BorrowedFd<'_>) -> std::io::Result<u32> + '_ {
+            move |fd| {
+                let flags = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
+                self.modes.borrow_mut().push(flags & libc::O_ACCMODE);
+                let id = self.next.get();
+                self.next.set(id + 1);
+                Ok(id)
+            }
+        }
+        fn registrations(&self) -> usize {
+            self.modes.borrow().len()
+        }
+    }
+
+    fn enabled() -> Passthrough<u32> {
+        let p = Passthrough::default();
+        p.enable();
+        p
+    }
+
+    #[test]
+    fn off_or_not_a_regular_file_means_no_backing() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = open(&temp_file(&dir, "a"), false);
+        let k = Kernel::new();
+        assert!(Passthrough::<u32>::default().acquire(1, &f, libc::O_RDONLY, k.register()).is_none());
+        let d = TempOpen(File::open(dir.path()).unwrap());
+        assert!(enabled().acquire(1, &d, libc::O_RDONLY, k.register()).is_none());
+        assert_eq!(k.registrations(), 0);
+    }
+
+    #[test]
+    fn readers_share_one_read_only_backing_that_outlives_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        let a = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        let b = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        assert_eq!((*a.backing, *b.backing, a.direct_io, b.direct_io), (1, 1, false, false));
+        p.release(7);
+        p.release(7);
+        // Opened again after every handle closed: still no new registration.
+        let c = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        assert_eq!(*c.backing, 1);
+        assert_eq!(*k.modes.borrow(), vec![libc::O_RDONLY]);
+    }
+
+    #[test]
+    fn writers_get_a_read_write_backing_released_with_the_last_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        let r = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        p.release(7);
+        // The idle read-only backing is replaced by a read-write one (a reopen: the handle
+        // itself is write-only).
+        let w = p.acquire(7, &open(&path, true), libc::O_WRONLY, k.register()).unwrap();
+        assert_eq!((*r.backing, *w.backing, w.direct_io), (1, 2, false));
+        let r2 = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        assert_eq!(*r2.backing, 2, "a reader shares the writer's backing");
+        p.release(7);
+        p.release(7);
+        let r3 = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        assert_eq!(*r3.backing, 3, "the read-write backing went with its last handle");
+        assert_eq!(*k.modes.borrow(), vec![libc::O_RDONLY, libc::O_RDWR, libc::O_RDONLY]);
+    }
+
+    #[test]
+    fn a_writer_among_readers_goes_through_the_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        let _r = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        let w = p.acquire(7, &open(&path, true), libc::O_RDWR, k.register()).unwrap();
+        assert_eq!((*w.backing, w.direct_io), (1, true));
+        assert_eq!(k.registrations(), 1);
+    }
+
+    #[test]
+    fn programs_get_read_only_backings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        p.acquire(7, &open(&path, false), libc::O_RDONLY | FMODE_EXEC, k.register()).unwrap();
+        assert_eq!(*k.modes.borrow(), vec![libc::O_RDONLY]);
+    }
+
+    #[test]
+    fn another_host_file_behind_the_inode_replaces_an_idle_backing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (temp_file(&dir, "a"), temp_file(&dir, "b"));
+        let (p, k) = (enabled(), Kernel::new());
+        p.acquire(7, &open(&a, false), libc::O_RDONLY, k.register()).unwrap();
+        // While in use, a handle on another file is served by the daemon.
+        let other = p.acquire(7, &open(&b, false), libc::O_RDONLY, k.register()).unwrap();
+        assert_eq!((*other.backing, other.direct_io), (1, true));
+        p.release(7);
+        p.release(7);
+        let fresh = p.acquire(7, &open(&b, false), libc::O_RDONLY, k.register()).unwrap();
+        assert_eq!((*fresh.backing, fresh.direct_io), (2, false));
+    }
+
+    #[test]
+    fn forgotten_and_surplus_idle_backings_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        p.forget(7);
+        assert_eq!(p.backings.lock().len(), 1, "in use: kept");
+        p.release(7);
+        p.forget(7);
+        assert!(p.backings.lock().is_empty());
+
+        let f = open(&path, false);
+        for ino in 0..(IDLE_BACKINGS as u64 + 10) {
+            p.acquire(ino, &f, libc::O_RDONLY, k.register()).unwrap();
+            p.release(ino);
+        }
+        let left = p.backings.lock();
+        assert!(left.len() <= IDLE_BACKINGS, "{}", left.len());
+        assert!(left.contains_key(&(IDLE_BACKINGS as u64 + 9)), "the newest stays");
+        assert!(!left.contains_key(&0), "the oldest went");
+    }
 }

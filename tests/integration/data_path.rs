@@ -53,6 +53,36 @@ fn host_file_data_comes_straight_from_the_host_file() {
     assert_eq!(&all[big.len()..], b"tail");
 }
 
+/// A writer opening a file that readers hold open shares their read-only backing and writes
+/// through the daemon: everyone sees the same bytes, on the host too.
+#[test]
+fn a_writer_joining_open_readers_sees_and_is_seen() {
+    let fx = Fixture::new("");
+    let path = fx.p("/host/shared.txt");
+    fs::write(&path, b"one\n").unwrap();
+    let mut reader = fs::File::open(&path).unwrap();
+    let mut text = String::new();
+    reader.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "one\n");
+
+    let mut writer = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    writer.seek(SeekFrom::End(0)).unwrap();
+    writer.write_all(b"two\n").unwrap();
+    writer.seek(SeekFrom::Start(0)).unwrap();
+    let mut seen_by_writer = String::new();
+    writer.read_to_string(&mut seen_by_writer).unwrap();
+    assert_eq!(seen_by_writer, "one\ntwo\n");
+
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "two\n", "the reader sees the writer's bytes");
+    assert_eq!(fs::read_to_string(fx.host_root.join("shared.txt")).unwrap(), "one\ntwo\n");
+    drop((reader, writer));
+    // All closed: the next writer gets a backing of its own again.
+    fs::write(&path, b"three\n").unwrap();
+    assert_eq!(fs::read_to_string(fx.host_root.join("shared.txt")).unwrap(), "three\n");
+}
+
 /// Running a program from the host route must not hold its host file open for writing
 /// (the host's own `execve` of it would fail with ETXTBSY), and writing to it through the
 /// mount while it runs is refused as on any filesystem.

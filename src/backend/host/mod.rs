@@ -393,6 +393,10 @@ impl OpenFile for HostFile {
         Ok(())
     }
 
+    fn needs_flush(&self) -> bool {
+        false
+    }
+
     fn fsync(&self, datasync: bool) -> FsResult<()> {
         let ret = unsafe {
             if datasync {
