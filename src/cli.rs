@@ -193,10 +193,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             for route in &loaded.routes {
                 let detail = match &route.backend {
                     crate::config::BackendConfig::Host { root } => format!("host {}", root.display()),
-                    crate::config::BackendConfig::Memory { max_bytes: Some(m) } => {
+                    crate::config::BackendConfig::Memory { max_bytes: Some(m), .. } => {
                         format!("memory (max {m} bytes)")
                     }
-                    crate::config::BackendConfig::Memory { max_bytes: None } => "memory".to_string(),
+                    crate::config::BackendConfig::Memory { max_bytes: None, .. } => "memory".to_string(),
                     crate::config::BackendConfig::Sqlite { database, namespace } => {
                         format!("sqlite {} (namespace {namespace})", database.display())
                     }

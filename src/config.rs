@@ -34,8 +34,18 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackendConfig {
     Host { root: PathBuf },
-    Memory { max_bytes: Option<u64> },
+    Memory { max_bytes: Option<u64>, store: MemoryStore },
     Sqlite { database: PathBuf, namespace: String },
+}
+
+/// Where a memory route keeps its tree (`store = "tmpfs" | "daemon"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MemoryStore {
+    /// A private tmpfs no path leads to, served like a host directory (so file data can go
+    /// through kernel passthrough); the in-daemon store when the daemon may not create one.
+    Tmpfs,
+    /// A tree in the daemon's own memory.
+    Daemon,
 }
 
 impl BackendConfig {
@@ -141,6 +151,7 @@ struct RawBackend {
     database: Option<Spanned<String>>,
     namespace: Option<String>,
     max_bytes: Option<u64>,
+    store: Option<Spanned<String>>,
     cache_ttl_seconds: Option<f64>,
 }
 
@@ -153,6 +164,7 @@ struct RawRoute {
     database: Option<Spanned<String>>,
     namespace: Option<String>,
     max_bytes: Option<u64>,
+    store: Option<Spanned<String>>,
     cache_ttl_seconds: Option<f64>,
 }
 
@@ -238,6 +250,7 @@ impl Parser<'_> {
         database: &Option<Spanned<String>>,
         namespace: &Option<String>,
         max_bytes: Option<u64>,
+        store: &Option<Spanned<String>>,
         span: Range<usize>,
     ) -> Result<BackendConfig, ConfigError> {
         let only = |allowed: &[&str]| -> Result<(), ConfigError> {
@@ -246,6 +259,7 @@ impl Parser<'_> {
                 ("database", database.is_some()),
                 ("namespace", namespace.is_some()),
                 ("max_bytes", max_bytes.is_some()),
+                ("store", store.is_some()),
             ] {
                 if present && !allowed.contains(&key) {
                     return Err(self.err(
@@ -276,8 +290,18 @@ impl Parser<'_> {
                 }
             }
             "memory" => {
-                only(&["max_bytes"])?;
-                Ok(BackendConfig::Memory { max_bytes })
+                only(&["max_bytes", "store"])?;
+                let store = match store.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
+                    None | Some(("tmpfs", _)) => MemoryStore::Tmpfs,
+                    Some(("daemon", _)) => MemoryStore::Daemon,
+                    Some((other, at)) => {
+                        return Err(self.err(
+                            Some(at),
+                            format!("unknown memory store {other:?} (expected \"tmpfs\" or \"daemon\")"),
+                        ))
+                    }
+                };
+                Ok(BackendConfig::Memory { max_bytes, store })
             }
             "sqlite" => {
                 only(&["database", "namespace"])?;
@@ -324,12 +348,22 @@ impl Parser<'_> {
         let default_backend = match &raw.default {
             Some(d) => {
                 let b = d.get_ref();
-                let cfg =
-                    self.backend(&b.backend, &b.root, &b.database, &b.namespace, b.max_bytes, d.span())?;
+                let cfg = self.backend(
+                    &b.backend,
+                    &b.root,
+                    &b.database,
+                    &b.namespace,
+                    b.max_bytes,
+                    &b.store,
+                    d.span(),
+                )?;
                 let ttl = self.ttl(b.cache_ttl_seconds, &cfg, d.span())?;
                 (cfg, ttl)
             }
-            None => (BackendConfig::Memory { max_bytes: None }, Duration::from_secs(3600)),
+            None => (
+                BackendConfig::Memory { max_bytes: None, store: MemoryStore::Tmpfs },
+                Duration::from_secs(3600),
+            ),
         };
         routes.push(RouteConfig {
             path: VPath::root(),
@@ -359,8 +393,15 @@ impl Parser<'_> {
             if routes.iter().any(|x: &RouteConfig| x.path == path) {
                 return Err(self.err(Some(r.path.span()), format!("duplicate route path {text:?}")));
             }
-            let backend =
-                self.backend(&r.backend, &r.root, &r.database, &r.namespace, r.max_bytes, span.clone())?;
+            let backend = self.backend(
+                &r.backend,
+                &r.root,
+                &r.database,
+                &r.namespace,
+                r.max_bytes,
+                &r.store,
+                span.clone(),
+            )?;
             let cache_ttl = self.ttl(r.cache_ttl_seconds, &backend, span)?;
             routes.push(RouteConfig { path, backend, cache_ttl });
         }

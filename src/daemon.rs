@@ -15,7 +15,7 @@ use crate::backend::host::HostBackend;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::sqlite::SqliteBackend;
 use crate::backend::Backend;
-use crate::config::{BackendConfig, Config, RouteConfig};
+use crate::config::{BackendConfig, Config, MemoryStore, RouteConfig};
 use crate::control::methods::{ReloadFn, Reloaded, State};
 use crate::control::server::Listener;
 use crate::engine::Engine;
@@ -30,7 +30,18 @@ pub fn open_backend(config: &BackendConfig) -> Result<Arc<dyn Backend>> {
         BackendConfig::Host { root } => Arc::new(
             HostBackend::new(root).map_err(|e| anyhow!("cannot open host root {}: {e}", root.display()))?,
         ),
-        BackendConfig::Memory { max_bytes } => Arc::new(MemoryBackend::new(*max_bytes)),
+        BackendConfig::Memory { max_bytes, store: MemoryStore::Tmpfs } => {
+            match HostBackend::private_tmpfs(*max_bytes) {
+                Ok(tmpfs) => Arc::new(tmpfs),
+                Err(e) => {
+                    tracing::warn!("memory route kept in the daemon's own memory (no private tmpfs: {e})");
+                    Arc::new(MemoryBackend::new(*max_bytes))
+                }
+            }
+        }
+        BackendConfig::Memory { max_bytes, store: MemoryStore::Daemon } => {
+            Arc::new(MemoryBackend::new(*max_bytes))
+        }
         BackendConfig::Sqlite { database, namespace } => {
             if let Some(dir) = database.parent() {
                 std::fs::create_dir_all(dir)

@@ -197,7 +197,7 @@ impl State {
                 let mut route = json!({"path": r.path.as_str(), "backend": r.backend.kind(), "location": location(&r.backend)});
                 match &r.backend {
                     BackendConfig::Sqlite { namespace, .. } => route["namespace"] = json!(namespace),
-                    BackendConfig::Memory { max_bytes } => route["max_bytes"] = json!(max_bytes),
+                    BackendConfig::Memory { max_bytes, .. } => route["max_bytes"] = json!(max_bytes),
                     BackendConfig::Host { .. } => {}
                 }
                 route

@@ -69,12 +69,12 @@ fn run(dir: &Path, work: &Path) -> Outcome {
     Outcome { passed, failed: named("FAILED"), skipped: named("skipped"), summary: summary.to_string() }
 }
 
-fn check_route(route: &str, known: &[&str]) {
+fn check_route(route: &str, known: &[&str], extra_config: &str) {
     let work = scratch();
     let baseline_dir = work.path().join("plain");
     std::fs::create_dir(&baseline_dir).unwrap();
     let baseline = run(&baseline_dir, work.path());
-    let fx = Fixture::new("");
+    let fx = Fixture::new(extra_config);
     let outcome = run(&fx.p(route), work.path());
     let unexpected: Vec<&String> = outcome
         .failed
@@ -103,15 +103,22 @@ fn check_route(route: &str, known: &[&str]) {
 
 #[test]
 fn pjdfstest_host_route() {
-    check_route("/host", KNOWN_HOST);
+    check_route("/host", KNOWN_HOST, "");
 }
 
 #[test]
 fn pjdfstest_memory_route() {
-    check_route("/mem", KNOWN_MEMORY);
+    check_route("/mem", KNOWN_MEMORY, "");
+}
+
+/// The memory route's other store: the tree in the daemon's own memory.
+#[test]
+fn pjdfstest_memory_route_in_the_daemon() {
+    let route = "[[routes]]\npath = \"/memd\"\nbackend = \"memory\"\nstore = \"daemon\"\n";
+    check_route("/memd", KNOWN_MEMORY, route);
 }
 
 #[test]
 fn pjdfstest_sqlite_route() {
-    check_route("/db", KNOWN_SQLITE);
+    check_route("/db", KNOWN_SQLITE, "");
 }

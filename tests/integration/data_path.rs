@@ -133,3 +133,25 @@ fn xattrs_are_served_only_when_configured() {
     }
     assert_eq!(sh_ok(&fx.host_root, "getfattr --only-values -n user.agent x"), "hello-host");
 }
+
+/// A memory route's `max_bytes` holds on either store: past it, writes fail with ENOSPC, and
+/// freeing space makes room again. `statfs` reports the cap.
+#[test]
+fn memory_route_caps_hold_on_both_stores() {
+    let routes = "[[routes]]\npath = \"/small\"\nbackend = \"memory\"\nmax_bytes = 1048576\n\n\
+                  [[routes]]\npath = \"/smalld\"\nbackend = \"memory\"\nmax_bytes = 1048576\nstore = \"daemon\"\n";
+    let fx = Fixture::new(routes);
+    for route in ["/small", "/smalld"] {
+        let path = fx.p(&format!("{route}/big"));
+        let mut f = fs::File::create(&path).unwrap();
+        let err = f.write_all(&vec![7u8; 3 << 20]).and_then(|()| f.sync_all()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{route}: {err}");
+        drop(f);
+        assert!(fs::metadata(&path).unwrap().len() <= 1 << 20, "{route}");
+        let st = nix::sys::statvfs::statvfs(&fx.p(route)).unwrap();
+        assert_eq!(st.blocks() as u64 * st.fragment_size() as u64, 1 << 20, "{route}: statfs size");
+        fs::remove_file(&path).unwrap();
+        fs::write(&path, vec![1u8; 512 << 10]).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 512 << 10, "{route}");
+    }
+}

@@ -9,16 +9,18 @@
 
 mod creds;
 mod sys;
+mod tmpfs;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::backend::{split_parent, Attr, Backend, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
 use creds::AsCaller;
 
 pub struct HostBackend {
-    root_path: PathBuf,
+    /// What `describe` says: the host directory, or the private tmpfs.
+    description: String,
     root: OwnedFd,
 }
 
@@ -30,7 +32,16 @@ impl HostBackend {
             return Err(FsError::new(Errno::last(), format!("host root {}", root.display())));
         }
         let root_fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        Ok(HostBackend { root_path: root.to_path_buf(), root: root_fd })
+        Ok(HostBackend { description: format!("host {}", root.display()), root: root_fd })
+    }
+
+    /// A memory route's tree on a private tmpfs (see [`tmpfs`]). Needs CAP_SYS_ADMIN.
+    pub fn private_tmpfs(max_bytes: Option<u64>) -> FsResult<HostBackend> {
+        let description = match max_bytes {
+            Some(cap) => format!("memory (private tmpfs, cap {cap} bytes)"),
+            None => "memory (private tmpfs)".to_string(),
+        };
+        Ok(HostBackend { description, root: tmpfs::private_tmpfs(max_bytes)? })
     }
 
     /// The directory holding `path`'s last component, and that component.
@@ -82,7 +93,7 @@ fn kind_of_dirent(d_type: u8) -> Option<FileKind> {
 
 impl Backend for HostBackend {
     fn describe(&self) -> String {
-        format!("host {}", self.root_path.display())
+        self.description.clone()
     }
 
     fn getattr(&self, path: &str) -> FsResult<Attr> {

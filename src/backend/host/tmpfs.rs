@@ -1,0 +1,72 @@
+//! A private tmpfs: created with the mount API (`fsopen`, `fsconfig`, `fsmount`) and never
+//! attached to any path, so only the daemon, through the returned descriptor, can reach it.
+//! The memory route keeps its tree there and is then served exactly like a host directory
+//! (with kernel passthrough for file data). It disappears when the daemon exits.
+
+use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use crate::error::{Errno, FsError, FsResult};
+
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const MOUNT_ATTR_NOSUID: libc::c_uint = 0x2;
+const MOUNT_ATTR_NODEV: libc::c_uint = 0x4;
+
+fn fd_or_error(ret: libc::c_long, what: &str) -> FsResult<OwnedFd> {
+    if ret < 0 {
+        return Err(FsError::new(Errno::last(), what.to_string()));
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+}
+
+fn set_string(fs: &OwnedFd, key: &str, value: &str) -> FsResult<()> {
+    use std::os::fd::AsRawFd;
+    let (key, value) = (CString::new(key).expect("no NUL"), CString::new(value).expect("no NUL"));
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_SET_STRING,
+            key.as_ptr(),
+            value.as_ptr(),
+            0,
+        )
+    };
+    if ret < 0 {
+        return Err(FsError::new(Errno::last(), format!("tmpfs option {key:?}")));
+    }
+    Ok(())
+}
+
+/// The root directory (mode 0755, owned by the daemon) of a new private tmpfs holding at most
+/// `max_bytes` of file data (rounded up to whole pages), or half the machine's memory.
+pub fn private_tmpfs(max_bytes: Option<u64>) -> FsResult<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let fs =
+        fd_or_error(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) }, "fsopen")?;
+    set_string(&fs, "mode", "0755")?;
+    if let Some(bytes) = max_bytes {
+        set_string(&fs, "size", &bytes.max(1).to_string())?;
+    }
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if ret < 0 {
+        return Err(FsError::new(Errno::last(), "creating the tmpfs"));
+    }
+    let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    fd_or_error(
+        unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) },
+        "fsmount",
+    )
+}
