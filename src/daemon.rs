@@ -280,8 +280,14 @@ impl Reloader {
         let rules = RuleSet::new(config.rules).map_err(|e| format!("{}: {e}", path.display()))?;
         let count = rules.len();
         self.engine.gate.reload(rules);
-        for (parent, name) in self.inodes.known_entries() {
-            let _ = self.notifier.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name));
+        let entries = self.inodes.known_entries();
+        for (parent, name) in &entries {
+            let _ = self.notifier.inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::new(name));
+        }
+        // And every cached listing (FOPEN_CACHE_DIR keeps them in the directory's page cache).
+        let dirs: std::collections::BTreeSet<u64> = entries.iter().map(|(parent, _)| *parent).collect();
+        for dir in dirs {
+            let _ = self.notifier.inval_inode(fuser::INodeNo(dir), 0, -1);
         }
         let mut warnings = Vec::new();
         if config.routes != self.routes {

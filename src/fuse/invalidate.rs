@@ -23,6 +23,8 @@ impl ChangeObserver for KernelInvalidator {
         if let Some(parent) = self.inodes.ino_of(&path.parent()) {
             if !path.is_root() {
                 let _ = self.notifier.inval_entry(INodeNo(parent), OsStr::new(path.name()));
+                // The parent's cached listing (FOPEN_CACHE_DIR) and its times.
+                let _ = self.notifier.inval_inode(INodeNo(parent), 0, -1);
             }
         }
         if let Some(ino) = self.inodes.ino_of(path) {

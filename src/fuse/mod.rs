@@ -117,6 +117,9 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 
 const GEN: Generation = Generation(0);
 
+/// Routes whose names are cached at least this long also have their listings cached.
+const LONG_TTL: Duration = Duration::from_secs(60);
+
 /// Open flags for a passthrough handle: the kernel accepts only these with a backing file
 /// (the page cache is the host file's own).
 fn passthrough_flags(noflush: bool, shared: &passthrough::Shared) -> FopenFlags {
@@ -529,8 +532,16 @@ impl Filesystem for FuseDoor {
         self.serve(ctx(req), reply, work, |d, result, reply: ReplyOpen| match result {
             Ok(dir) => {
                 let fh = d.next_handle.fetch_add(1, Ordering::Relaxed);
+                // Where names are cached long (only the daemon changes the route, and it tells
+                // the kernel), the kernel may keep the listing too and answer the next
+                // `readdir` itself. Local changes through the mount reset it.
+                let flags = if d.engine.ttl(&dir.path) >= LONG_TTL {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
                 d.dirs.write().insert(fh, Arc::new(dir));
-                reply.opened(FileHandle(fh), FopenFlags::empty())
+                reply.opened(FileHandle(fh), flags)
             }
             Err(e) => reply.error(errno(&e)),
         })

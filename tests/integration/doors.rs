@@ -134,7 +134,24 @@ fn tool_edits_show_through_the_kernel_cache_at_once() {
     let mut d = Doors::new();
     // The memory and sqlite routes let the kernel cache entries and data for an hour: a
     // change made through the tools must be invalidated, not waited out.
+    let listing = |d: &Doors, path: &str| -> Vec<String> {
+        let dir = d.fx.p(path.rsplit_once('/').unwrap().0);
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
     for path in ["/mem/cached.txt", "/db/cached.txt", "/host/open/cached.txt"] {
+        // A listing the kernel keeps (memory and sqlite) must learn about tool-made files.
+        let before = listing(&d, path);
+        assert_eq!(listing(&d, path), before);
+        let (ok, text) = d.tool("write_file", json!({"file_path": format!("{path}.new"), "content": "x"}));
+        assert!(ok, "{text}");
+        assert!(listing(&d, path).contains(&"cached.txt.new".to_string()), "{path}");
+        let (ok, text) = d.tool("delete", json!({"file_path": format!("{path}.new")}));
+        assert!(ok, "{text}");
+        assert_eq!(listing(&d, path), before, "{path}");
+
         d.mount_write(path, "version one\n").unwrap();
         assert_eq!(d.mount_read(path).unwrap(), "version one\n");
         let (ok, text) = d.tool("read_file", json!({"file_path": path}));

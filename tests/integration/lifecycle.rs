@@ -127,8 +127,13 @@ fn sighup_reloads_rules_and_the_kernel_forgets_cached_entries() {
     fs::create_dir(m.path("/mem")).unwrap();
     fs::write(m.path("/mem/secret.txt"), "s").unwrap();
     fs::write(m.path("/db/secret.txt"), "s").unwrap();
-    // Cached now: the memory and sqlite routes let the kernel keep entries for an hour.
+    // Cached now: the memory and sqlite routes let the kernel keep entries, and listings,
+    // for an hour.
     assert_eq!(fs::read_to_string(m.path("/mem/secret.txt")).unwrap(), "s");
+    for _ in 0..2 {
+        let names: Vec<_> = fs::read_dir(m.path("/mem")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["secret.txt"]);
+    }
     let rules =
         "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/**/secret.txt\"]\nmode = \"deny\"\n";
     let text = fs::read_to_string(&cfg).unwrap() + rules;
