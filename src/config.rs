@@ -64,6 +64,8 @@ pub struct RouteConfig {
     pub backend: BackendConfig,
     /// How long the kernel may cache entries and attributes.
     pub cache_ttl: Duration,
+    /// `cache_ttl_seconds` was given (not the backend's default).
+    pub cache_ttl_set: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -369,6 +371,7 @@ impl Parser<'_> {
             path: VPath::root(),
             backend: default_backend.0,
             cache_ttl: default_backend.1,
+            cache_ttl_set: raw.default.as_ref().is_some_and(|d| d.get_ref().cache_ttl_seconds.is_some()),
         });
         for r in &raw.routes {
             let span = r.span();
@@ -403,7 +406,12 @@ impl Parser<'_> {
                 span.clone(),
             )?;
             let cache_ttl = self.ttl(r.cache_ttl_seconds, &backend, span)?;
-            routes.push(RouteConfig { path, backend, cache_ttl });
+            routes.push(RouteConfig {
+                path,
+                backend,
+                cache_ttl,
+                cache_ttl_set: r.cache_ttl_seconds.is_some(),
+            });
         }
         let mut rules = Vec::new();
         for r in &raw.rules {

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use fuser::{Config as FuseConfig, MountOption, SessionACL};
@@ -21,8 +22,10 @@ use crate::control::server::Listener;
 use crate::engine::Engine;
 use crate::fuse::inodes::Inodes;
 use crate::fuse::{DoorOptions, FuseDoor};
+use crate::host_changes::HostChanges;
 use crate::policy::{Gate, RuleSet};
 use crate::route::{Route, Router};
+use crate::vpath::VPath;
 
 /// Opens the storage of one route.
 pub fn open_backend(config: &BackendConfig) -> Result<Arc<dyn Backend>> {
@@ -53,6 +56,42 @@ pub fn open_backend(config: &BackendConfig) -> Result<Arc<dyn Backend>> {
             )
         }
     })
+}
+
+/// How long the kernel may cache a host route's names and attributes when the daemon watches
+/// the host for changes (and the config does not say).
+const WATCHED_HOST_TTL: Duration = Duration::from_secs(3600);
+
+/// Watches the host routes' directories for changes made by other programs. When that works,
+/// their default cache lifetime becomes long (the watcher invalidates what changes); when it
+/// does not (not root, a filesystem without file handles), it stays short, with a warning.
+fn watch_host_routes(config: &Config) -> (Option<HostChanges>, Config) {
+    let roots: Vec<(VPath, PathBuf)> = config
+        .routes
+        .iter()
+        .filter_map(|r| match &r.backend {
+            BackendConfig::Host { root } => Some((r.path.clone(), root.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut config = config.clone();
+    if roots.is_empty() {
+        return (None, config);
+    }
+    match HostChanges::new(&roots) {
+        Ok(changes) => {
+            for route in &mut config.routes {
+                if matches!(route.backend, BackendConfig::Host { .. }) && !route.cache_ttl_set {
+                    route.cache_ttl = WATCHED_HOST_TTL;
+                }
+            }
+            (Some(changes), config)
+        }
+        Err(e) => {
+            tracing::warn!("host changes are not watched ({e}); host routes keep a short cache lifetime");
+            (None, config)
+        }
+    }
 }
 
 /// Builds the engine (gate, router, audit) that both doors share.
@@ -149,7 +188,8 @@ fn check_fuse_device() -> Result<()> {
 pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> Result<()> {
     check_fuse_device()?;
     let mountpoint = prepare_mountpoint(mountpoint)?;
-    let engine = build_engine(&config)?;
+    let (host_changes, engine_config) = watch_host_routes(&config);
+    let engine = build_engine(&engine_config)?;
     let inodes = Arc::new(Inodes::new());
     let door = FuseDoor::new(
         engine.clone(),
@@ -184,10 +224,18 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         anyhow!("cannot mount at {}: {e}{hint}", mountpoint.display())
     })?;
     let mut unmounter = session.unmount_callable();
-    engine.set_observer(Arc::new(crate::fuse::invalidate::KernelInvalidator {
+    let invalidator = Arc::new(crate::fuse::invalidate::KernelInvalidator {
         inodes: inodes.clone(),
         notifier: session.notifier(),
-    }));
+    });
+    engine.set_observer(invalidator.clone());
+    if let Some(changes) = host_changes {
+        let (inodes, notifier) = (inodes.clone(), session.notifier());
+        changes.start(invalidator, move || {
+            tracing::warn!("host changes were lost (queue overflow); the kernel forgets every cached name");
+            crate::fuse::invalidate::forget_everything(&inodes, &notifier);
+        });
+    }
     let reloader = Arc::new(Reloader {
         engine: engine.clone(),
         config_path,
@@ -280,15 +328,7 @@ impl Reloader {
         let rules = RuleSet::new(config.rules).map_err(|e| format!("{}: {e}", path.display()))?;
         let count = rules.len();
         self.engine.gate.reload(rules);
-        let entries = self.inodes.known_entries();
-        for (parent, name) in &entries {
-            let _ = self.notifier.inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::new(name));
-        }
-        // And every cached listing (FOPEN_CACHE_DIR keeps them in the directory's page cache).
-        let dirs: std::collections::BTreeSet<u64> = entries.iter().map(|(parent, _)| *parent).collect();
-        for dir in dirs {
-            let _ = self.notifier.inval_inode(fuser::INodeNo(dir), 0, -1);
-        }
+        crate::fuse::invalidate::forget_everything(&self.inodes, &self.notifier);
         let mut warnings = Vec::new();
         if config.routes != self.routes {
             warnings.push(format!(

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod fuse;
+pub mod host_changes;
 pub mod policy;
 pub mod route;
 pub mod vpath;

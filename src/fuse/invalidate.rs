@@ -32,3 +32,17 @@ impl ChangeObserver for KernelInvalidator {
         }
     }
 }
+
+/// Makes the kernel forget every name it cached, and every listing: after a rule change, or
+/// when changes may have been missed.
+pub fn forget_everything(inodes: &Inodes, notifier: &Notifier) {
+    let entries = inodes.known_entries();
+    for (parent, name) in &entries {
+        let _ = notifier.inval_entry(INodeNo(*parent), OsStr::new(name));
+    }
+    // Listings the kernel keeps (FOPEN_CACHE_DIR) live in the directory's page cache.
+    let dirs: std::collections::BTreeSet<u64> = entries.iter().map(|(parent, _)| *parent).collect();
+    for dir in dirs {
+        let _ = notifier.inval_inode(INodeNo(dir), 0, -1);
+    }
+}

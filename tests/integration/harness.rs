@@ -185,10 +185,16 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new(rules: &str) -> Fixture {
+        Fixture::with_config(rules, |text| text.to_string())
+    }
+
+    /// Like [`Fixture::new`], with the config text passed through `edit` first.
+    pub fn with_config(rules: &str, edit: impl Fn(&str) -> String) -> Fixture {
         let scratch = scratch();
         let host_root = scratch.path().join("host-root");
         std::fs::create_dir_all(&host_root).unwrap();
         let cfg = config(scratch.path(), &host_root, rules);
+        std::fs::write(&cfg, edit(&std::fs::read_to_string(&cfg).unwrap())).unwrap();
         let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
         // The memory route serves `/`; its tests work in a directory of their own.
         std::fs::create_dir(mount.path("/mem")).unwrap();

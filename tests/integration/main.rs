@@ -8,6 +8,7 @@ mod data_path;
 mod doors;
 mod execute;
 mod file_ops;
+mod host_changes;
 mod interrupts;
 mod lifecycle;
 mod persistence;

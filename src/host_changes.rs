@@ -1,0 +1,290 @@
+//! Changes that other programs make under a host route's root, reported to the kernel's caches
+//! of the mount, so that long cache lifetimes never hide them.
+//!
+//! One fanotify group watches the filesystems holding the host roots (`FAN_MARK_FILESYSTEM`,
+//! events naming the directory by file handle and the entry by name). Each event outside the
+//! daemon's own process is mapped back to a virtual path (the directory's current host path,
+//! under which root) and handed to the engine's [`ChangeObserver`], the same path tool-door
+//! changes take. Changes the daemon makes itself are skipped: the kernel made them through the
+//! mount and already knows. When the queue overflows, every cached name is invalidated.
+//!
+//! Delivery is asynchronous: a change made on the host shows through the mount within
+//! milliseconds, not at the instant the host's system call returns.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::engine::ChangeObserver;
+use crate::vpath::VPath;
+
+const EVENTS: u64 = libc::FAN_CREATE
+    | libc::FAN_DELETE
+    | libc::FAN_MOVED_FROM
+    | libc::FAN_MOVED_TO
+    | libc::FAN_ATTRIB
+    | libc::FAN_MODIFY
+    | libc::FAN_ONDIR;
+
+/// Directory handles resolved to virtual paths, kept up to this many entries.
+const RESOLVED_CAP: usize = 65_536;
+
+/// A host route: its virtual prefix and its root directory on the host.
+struct Root {
+    prefix: VPath,
+    host: PathBuf,
+    /// Any descriptor on the root's filesystem, for `open_by_handle_at`.
+    fd: OwnedFd,
+}
+
+pub struct HostChanges {
+    fanotify: OwnedFd,
+    roots: Vec<Root>,
+}
+
+impl HostChanges {
+    /// Starts watching the filesystems of `roots` (virtual prefix, host directory). Needs
+    /// CAP_SYS_ADMIN and a filesystem that reports file handles; the error says which failed.
+    pub fn new(roots: &[(VPath, PathBuf)]) -> Result<HostChanges, String> {
+        let flags = libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_REPORT_DFID_NAME;
+        let fd = unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_CLOEXEC) as u32) };
+        if fd < 0 {
+            return Err(format!("fanotify_init: {}", std::io::Error::last_os_error()));
+        }
+        let fanotify = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut watched = Vec::new();
+        for (prefix, host) in roots {
+            let host = host.canonicalize().map_err(|e| format!("{}: {e}", host.display()))?;
+            let c = CString::new(host.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+            let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+            let ret = unsafe {
+                libc::fanotify_mark(fanotify.as_raw_fd(), flags, EVENTS, libc::AT_FDCWD, c.as_ptr())
+            };
+            if ret < 0 {
+                return Err(format!("watching {}: {}", host.display(), std::io::Error::last_os_error()));
+            }
+            let raw = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+            if raw < 0 {
+                return Err(format!("{}: {}", host.display(), std::io::Error::last_os_error()));
+            }
+            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            watched.push(Root { prefix: prefix.clone(), host, fd });
+        }
+        Ok(HostChanges { fanotify, roots: watched })
+    }
+
+    /// Reports changes to `observer` from a thread of their own, and calls `overflowed` when
+    /// events were lost.
+    pub fn start(self, observer: Arc<dyn ChangeObserver>, overflowed: impl Fn() + Send + 'static) {
+        std::thread::Builder::new()
+            .name("host-changes".into())
+            .spawn(move || self.run(&*observer, &overflowed))
+            .expect("spawning the host-changes thread");
+    }
+
+    fn run(&self, observer: &dyn ChangeObserver, overflowed: &dyn Fn()) {
+        let me = std::process::id() as i32;
+        let mut resolved: HashMap<Vec<u8>, Option<VPath>> = HashMap::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = unsafe { libc::read(self.fanotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                tracing::error!(
+                    "host changes: {}; host-route caches now expire by TTL only",
+                    std::io::Error::last_os_error()
+                );
+                return;
+            }
+            for event in Events::new(&buf[..n as usize]) {
+                if event.mask & libc::FAN_Q_OVERFLOW != 0 {
+                    resolved.clear();
+                    overflowed();
+                    continue;
+                }
+                if event.pid == me {
+                    continue;
+                }
+                // A directory moved or removed: handles may now name other paths.
+                if event.mask & libc::FAN_ONDIR != 0
+                    && event.mask & (libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO | libc::FAN_DELETE) != 0
+                {
+                    resolved.clear();
+                }
+                let Some((dir, name)) = event.dir_and_name else { continue };
+                if resolved.len() >= RESOLVED_CAP {
+                    resolved.clear();
+                }
+                let dir = resolved.entry(dir.key.to_vec()).or_insert_with(|| self.resolve(dir.handle));
+                let (Some(dir), Ok(name)) = (dir.as_ref(), VPath::check_name(name)) else { continue };
+                observer.changed(&dir.join(name));
+            }
+        }
+    }
+
+    /// The virtual path of the directory a file handle (`struct file_handle` bytes) names,
+    /// if it lies under one of the roots.
+    fn resolve(&self, handle: &[u8]) -> Option<VPath> {
+        // `open_by_handle_at` wants the handle aligned as a `struct file_handle`.
+        let mut aligned = vec![0u32; handle.len().div_ceil(4)];
+        unsafe {
+            std::ptr::copy_nonoverlapping(handle.as_ptr(), aligned.as_mut_ptr().cast::<u8>(), handle.len())
+        };
+        for root in &self.roots {
+            let raw = unsafe {
+                libc::syscall(
+                    libc::SYS_open_by_handle_at,
+                    root.fd.as_raw_fd(),
+                    aligned.as_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC,
+                )
+            };
+            if raw < 0 {
+                continue;
+            }
+            let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+            let host = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+            return virtual_path(&root.prefix, &root.host, &host);
+        }
+        None
+    }
+}
+
+/// `host` seen through the route `prefix` whose root is `root`, if it lies beneath it.
+fn virtual_path(prefix: &VPath, root: &Path, host: &Path) -> Option<VPath> {
+    let rel = host.strip_prefix(root).ok()?;
+    let mut path = prefix.clone();
+    for part in rel.components() {
+        path = path.join(VPath::check_name(part.as_os_str().as_bytes()).ok()?);
+    }
+    Some(path)
+}
+
+/// One event: its mask, the process that caused it, and the directory and entry name it
+/// reports.
+struct Event<'a> {
+    mask: u64,
+    pid: i32,
+    dir_and_name: Option<(DirHandle<'a>, &'a [u8])>,
+}
+
+/// A directory as an event names it.
+#[derive(Clone, Copy)]
+struct DirHandle<'a> {
+    /// The filesystem id and the handle together: unique across the watched filesystems.
+    key: &'a [u8],
+    /// `struct file_handle`: 4-byte size, 4-byte type, the bytes.
+    handle: &'a [u8],
+}
+
+/// The events in one `read` of a fanotify descriptor (`struct fanotify_event_metadata`, each
+/// followed by information records).
+struct Events<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Events<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Events { buf }
+    }
+}
+
+impl<'a> Iterator for Events<'a> {
+    type Item = Event<'a>;
+
+    fn next(&mut self) -> Option<Event<'a>> {
+        const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
+        if self.buf.len() < META {
+            return None;
+        }
+        let meta: libc::fanotify_event_metadata =
+            unsafe { std::ptr::read_unaligned(self.buf.as_ptr().cast()) };
+        let len = (meta.event_len as usize).min(self.buf.len());
+        if len < META {
+            return None;
+        }
+        let (event, rest) = self.buf.split_at(len);
+        self.buf = rest;
+        if meta.fd >= 0 {
+            // Not a handle-reporting event; close what the kernel opened for us.
+            unsafe { libc::close(meta.fd) };
+        }
+        Some(Event {
+            mask: meta.mask,
+            pid: meta.pid,
+            dir_and_name: dir_and_name(&event[meta.metadata_len as usize..]),
+        })
+    }
+}
+
+/// The `FAN_EVENT_INFO_TYPE_DFID_NAME` record among `records`: the directory and the entry's
+/// name.
+fn dir_and_name(mut records: &[u8]) -> Option<(DirHandle<'_>, &[u8])> {
+    const HEADER: usize = 4;
+    const FSID: usize = 8;
+    while records.len() >= HEADER {
+        let (kind, len) = (records[0], u16::from_ne_bytes([records[2], records[3]]) as usize);
+        if len < HEADER || len > records.len() {
+            return None;
+        }
+        let (record, rest) = records.split_at(len);
+        records = rest;
+        if kind != libc::FAN_EVENT_INFO_TYPE_DFID_NAME {
+            continue;
+        }
+        let fsid_handle_name = record.get(HEADER..)?;
+        let size = u32::from_ne_bytes(fsid_handle_name.get(FSID..FSID + 4)?.try_into().ok()?) as usize;
+        let (key, name) = fsid_handle_name.split_at_checked(FSID + 8 + size)?;
+        let name = CStr::from_bytes_until_nul(name).ok()?.to_bytes();
+        return Some((DirHandle { key, handle: &key[FSID..] }, name));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: u8, handle: &[u8], name: &str) -> Vec<u8> {
+        let mut body = vec![0u8; 8]; // fsid
+        body.extend((handle.len() as u32).to_ne_bytes());
+        body.extend(1i32.to_ne_bytes()); // handle type
+        body.extend(handle);
+        body.extend(name.as_bytes());
+        body.push(0);
+        let len = 4 + body.len();
+        let mut out = vec![kind, 0];
+        out.extend((len as u16).to_ne_bytes());
+        out.extend(body);
+        out
+    }
+
+    #[test]
+    fn the_dir_record_gives_handle_and_name() {
+        let mut records = record(1, b"xxxx", "ignored");
+        records.extend(record(libc::FAN_EVENT_INFO_TYPE_DFID_NAME, b"abcdefgh", "file.txt"));
+        let (dir, name) = dir_and_name(&records).unwrap();
+        assert_eq!(&dir.handle[..4], &8u32.to_ne_bytes());
+        assert_eq!(&dir.handle[8..], b"abcdefgh");
+        assert_eq!(dir.key.len(), 8 + dir.handle.len());
+        assert_eq!(name, b"file.txt");
+        assert!(dir_and_name(&records[..3]).is_none());
+        assert!(dir_and_name(&record(1, b"x", "n")).is_none());
+    }
+
+    #[test]
+    fn host_paths_map_beneath_their_root_only() {
+        let prefix = VPath::parse("/workspace").unwrap();
+        let root = Path::new("/home/u/project");
+        let at = |p: &str| virtual_path(&prefix, root, Path::new(p)).map(|v| v.to_string());
+        assert_eq!(at("/home/u/project").as_deref(), Some("/workspace"));
+        assert_eq!(at("/home/u/project/src/a").as_deref(), Some("/workspace/src/a"));
+        assert_eq!(at("/home/u/projects/x"), None);
+        assert_eq!(at("/home/u"), None);
+    }
+}

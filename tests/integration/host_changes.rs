@@ -1,0 +1,60 @@
+//! Changes made on the host, behind the daemon's back, show through the mount at once even
+//! though the kernel may cache host-route names, attributes and listings for an hour.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::harness::Fixture;
+
+/// Waits (up to 3 s, far below the hour the kernel may cache) for `check` to hold.
+fn soon(what: &str, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !check() {
+        assert!(Instant::now() < deadline, "not seen through the mount: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn host_side_changes_reach_cached_names_attributes_and_listings() {
+    // The host route caches for an hour here, whatever the default is.
+    let fx = Fixture::with_config("", |text| {
+        assert!(text.contains("backend = \"host\"\n"));
+        text.replacen("backend = \"host\"\n", "backend = \"host\"\ncache_ttl_seconds = 3600\n", 1)
+    });
+
+    let host = fx.host_root.join("dir");
+    let mnt = fx.p("/host/dir");
+    fs::create_dir(&host).unwrap();
+    fs::write(host.join("a.txt"), "one").unwrap();
+    fs::write(host.join("gone.txt"), "x").unwrap();
+    // Cache everything: the listing, the names, the attributes.
+    for _ in 0..2 {
+        assert_eq!(names(&mnt), ["a.txt", "gone.txt"]);
+        assert_eq!(fs::metadata(mnt.join("a.txt")).unwrap().len(), 3);
+    }
+
+    fs::write(host.join("a.txt"), "one, two").unwrap();
+    soon("a new size", || fs::metadata(mnt.join("a.txt")).unwrap().len() == 8);
+    fs::set_permissions(host.join("a.txt"), fs::Permissions::from_mode(0o600)).unwrap();
+    soon("a new mode", || fs::metadata(mnt.join("a.txt")).unwrap().permissions().mode() & 0o777 == 0o600);
+    fs::write(host.join("new.txt"), "n").unwrap();
+    soon("a new file in the listing", || names(&mnt).contains(&"new.txt".to_string()));
+    fs::remove_file(host.join("gone.txt")).unwrap();
+    soon("a removed file gone", || {
+        !mnt.join("gone.txt").exists() && !names(&mnt).contains(&"gone.txt".into())
+    });
+    fs::rename(host.join("new.txt"), host.join("renamed.txt")).unwrap();
+    soon("a rename", || names(&mnt) == ["a.txt", "renamed.txt"]);
+    fs::rename(&host, fx.host_root.join("moved")).unwrap();
+    soon("a moved directory", || !mnt.exists() && names(&fx.p("/host/moved")) == ["a.txt", "renamed.txt"]);
+}
