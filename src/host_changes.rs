@@ -120,8 +120,12 @@ impl HostChanges {
                 if resolved.len() >= RESOLVED_CAP {
                     resolved.clear();
                 }
-                let dir = resolved.entry(dir.key.to_vec()).or_insert_with(|| self.resolve(dir.handle));
-                let (Some(dir), Ok(name)) = (dir.as_ref(), VPath::check_name(name)) else { continue };
+                if !resolved.contains_key(dir.key) {
+                    resolved.insert(dir.key.to_vec(), self.resolve(dir.handle));
+                }
+                let (Some(Some(dir)), Ok(name)) = (resolved.get(dir.key), VPath::check_name(name)) else {
+                    continue;
+                };
                 observer.changed(&dir.join(name));
             }
         }
