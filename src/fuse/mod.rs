@@ -6,7 +6,7 @@ pub mod invalidate;
 mod park;
 mod passthrough;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -20,7 +20,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{Attr, Caller, DirEntry, FileKind, SetAttr, TimeSet};
 use crate::engine::{Ctx, Door, Engine, OpenHandle};
@@ -55,6 +55,11 @@ pub struct FuseDoor {
     dirs: Arc<RwLock<HashMap<u64, Arc<DirHandle>>>>,
     next_handle: Arc<AtomicU64>,
     passthrough: Arc<Passthrough>,
+    /// Directories with files read through passthrough since they were last listed. Such a
+    /// read makes the kernel distrust the file's cached atime, so the next `stat` would cost
+    /// a request per file; listing these directories afresh (readdirplus, not the kernel's
+    /// cached listing) refreshes all their attributes in one go instead.
+    read_since_listed: Arc<Mutex<HashSet<u64>>>,
     options: DoorOptions,
 }
 
@@ -142,6 +147,7 @@ impl FuseDoor {
             dirs: Arc::new(RwLock::new(HashMap::new())),
             next_handle: Arc::new(AtomicU64::new(1)),
             passthrough: Arc::default(),
+            read_since_listed: Arc::default(),
             options,
         }
     }
@@ -504,6 +510,15 @@ impl Filesystem for FuseDoor {
         let handle = self.files.write().remove(&fh.0);
         if let Some(f) = handle.as_ref().filter(|f| f.passthrough) {
             self.passthrough.release(f.ino);
+            if !f.handle.writable {
+                if let Some(dir) = self.inodes.ino_of(&f.handle.path.parent()) {
+                    let mut dirs = self.read_since_listed.lock();
+                    if dirs.len() >= 65_536 {
+                        dirs.clear(); // only an optimisation: forgetting costs a request per file
+                    }
+                    dirs.insert(dir);
+                }
+            }
         }
         // Dropping the last reference closes the backend file; flush first so a backend that
         // buffers reports its error here rather than losing the data silently.
@@ -529,13 +544,14 @@ impl Filesystem for FuseDoor {
             let p = d.inodes.path(ino.0)?;
             Ok(DirHandle { entries: d.engine.readdir(c, &p)?, path: p })
         };
-        self.serve(ctx(req), reply, work, |d, result, reply: ReplyOpen| match result {
+        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| match result {
             Ok(dir) => {
                 let fh = d.next_handle.fetch_add(1, Ordering::Relaxed);
-                // Where names are cached long (only the daemon changes the route, and it tells
-                // the kernel), the kernel may keep the listing too and answer the next
-                // `readdir` itself. Local changes through the mount reset it.
-                let flags = if d.engine.ttl(&dir.path) >= LONG_TTL {
+                // Where names are cached long (the daemon tells the kernel about every change),
+                // the kernel may keep the listing too and answer the next `readdir` itself.
+                // Local changes through the mount reset it.
+                let refresh = d.read_since_listed.lock().remove(&ino.0);
+                let flags = if d.engine.ttl(&dir.path) >= LONG_TTL && !refresh {
                     FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
                 } else {
                     FopenFlags::empty()
