@@ -48,6 +48,9 @@ pub fn private_tmpfs(max_bytes: Option<u64>) -> FsResult<OwnedFd> {
     let fs =
         fd_or_error(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) }, "fsopen")?;
     set_string(&fs, "mode", "0755")?;
+    // Large folios for files big enough (as ext4 has): warm reads of a 1 GiB file went from
+    // 2.8x native time to 1.0x. Optional: a kernel without transparent huge pages says no.
+    let _ = set_string(&fs, "huge", "within_size");
     if let Some(bytes) = max_bytes {
         set_string(&fs, "size", &bytes.max(1).to_string())?;
     }
