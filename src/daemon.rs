@@ -186,6 +186,10 @@ fn check_fuse_device() -> Result<()> {
 /// socket is bound before mounting (so a socket problem stops the start before anything is
 /// mounted), serves once the mount is live, and is removed when the daemon exits.
 pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> Result<()> {
+    // glibc gives every thread that allocates its own arena; with a dozen threads each keeps
+    // freed inode-table memory of its own, and the RSS after a `find` over 200k files was
+    // 68 MiB with them against 54 MiB with one. Two arenas keep most of that saving.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
     check_fuse_device()?;
     let mountpoint = prepare_mountpoint(mountpoint)?;
     let (host_changes, engine_config) = watch_host_routes(&config);

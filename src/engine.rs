@@ -472,8 +472,8 @@ impl Engine {
 
     /// The backend node behind a non-directory (route, backend inode), which tells hard links
     /// of one file apart from different files.
-    pub fn identity(&self, path: &VPath, attr: &Attr) -> Option<(usize, u64)> {
-        (attr.kind != FileKind::Dir).then(|| (self.router.route_index(path), attr.ino))
+    pub fn identity(&self, path: &VPath, attr: &Attr) -> Option<(u32, u64)> {
+        (attr.kind != FileKind::Dir).then(|| (self.router.route_index(path) as u32, attr.ino))
     }
 
     /// How long the kernel may cache what it learned about `path`.
