@@ -66,7 +66,8 @@ pub struct FuseDoor {
 /// The `[fuse]` choices the door acts on.
 #[derive(Clone, Copy)]
 pub struct DoorOptions {
-    /// Ask the kernel for FUSE passthrough of host-route file data.
+    /// Ask the kernel for FUSE passthrough of file data in real files (host routes, the
+    /// memory route's tmpfs).
     pub passthrough: bool,
     /// Serve extended attributes. Off, the door answers ENOSYS once and the kernel stops
     /// sending xattr requests for the whole mount (`ls -l` sends two per file otherwise).
