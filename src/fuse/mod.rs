@@ -1,6 +1,7 @@
 //! The FUSE door: translates kernel requests (inodes, handles) into engine calls on virtual
 //! paths and sends the replies. No logic lives here beyond that translation.
 
+mod convert;
 pub mod inodes;
 pub mod invalidate;
 mod park;
@@ -15,18 +16,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    AccessFlags, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{Attr, Caller, DirEntry, FileKind, SetAttr, TimeSet};
-use crate::engine::{Ctx, Door, Engine, OpenHandle};
+use crate::backend::{Attr, DirEntry, SetAttr};
+use crate::engine::{Ctx, Engine, OpenHandle};
 use crate::error::{Errno, FsError, FsResult};
 use crate::policy::Op;
 use crate::vpath::VPath;
+use convert::{ctx, errno, file_type, fuse_attr, time_set};
 use inodes::Inodes;
 use passthrough::Passthrough;
 
@@ -72,53 +74,6 @@ pub struct DoorOptions {
     /// Serve extended attributes. Off, the door answers ENOSYS once and the kernel stops
     /// sending xattr requests for the whole mount (`ls -l` sends two per file otherwise).
     pub xattrs: bool,
-}
-
-fn file_type(kind: FileKind) -> FileType {
-    match kind {
-        FileKind::File => FileType::RegularFile,
-        FileKind::Dir => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-    }
-}
-
-fn fuse_attr(ino: u64, a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-        crtime: a.crtime,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: a.blksize,
-        flags: 0,
-    }
-}
-
-fn errno(e: &FsError) -> FuseErrno {
-    FuseErrno::from_i32(e.errno as i32)
-}
-
-fn ctx(req: &Request) -> Ctx {
-    Ctx::new(Door::Fuse, Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() })
-}
-
-fn time_set(t: TimeOrNow) -> TimeSet {
-    match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(t) => TimeSet::At(t),
-    }
 }
 
 const GEN: Generation = Generation(0);

@@ -1,0 +1,55 @@
+//! Conversions between the engine's types and fuser's: attributes, file kinds, errnos, times,
+//! and the caller context of a request.
+
+use fuser::{Errno as FuseErrno, FileAttr, FileType, INodeNo, Request, TimeOrNow};
+
+use crate::backend::{Attr, Caller, FileKind, TimeSet};
+use crate::engine::{Ctx, Door};
+use crate::error::FsError;
+
+pub fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+pub fn fuse_attr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.crtime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+pub fn errno(e: &FsError) -> FuseErrno {
+    FuseErrno::from_i32(e.errno as i32)
+}
+
+pub fn ctx(req: &Request) -> Ctx {
+    Ctx::new(Door::Fuse, Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() })
+}
+
+pub fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(t),
+    }
+}
