@@ -9,6 +9,7 @@ mod passthrough;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    AccessFlags, BackingId, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
@@ -81,19 +82,6 @@ const GEN: Generation = Generation(0);
 /// Routes whose names are cached at least this long also have their listings cached.
 const LONG_TTL: Duration = Duration::from_secs(60);
 
-/// Open flags for a passthrough handle: the kernel accepts only these with a backing file
-/// (the page cache is the host file's own).
-fn passthrough_flags(noflush: bool, shared: &passthrough::Shared) -> FopenFlags {
-    let mut flags = FopenFlags::empty();
-    if noflush {
-        flags |= FopenFlags::FOPEN_NOFLUSH;
-    }
-    if shared.direct_io {
-        flags |= FopenFlags::FOPEN_DIRECT_IO;
-    }
-    flags
-}
-
 impl FuseDoor {
     pub fn new(engine: Arc<Engine>, inodes: Arc<Inodes>, options: DoorOptions) -> FuseDoor {
         FuseDoor {
@@ -117,10 +105,34 @@ impl FuseDoor {
         self.files.read().get(&fh.0).cloned().ok_or_else(|| FsError::errno(Errno::EBADF))
     }
 
-    fn add_file(&self, ino: u64, pid: u32, handle: OpenHandle, passthrough: bool) -> u64 {
+    /// Registers a handle the engine opened (or created) and decides how the kernel serves
+    /// it: the file handle, the open flags, and the backing file to name when the kernel does
+    /// the I/O itself (passthrough). Otherwise the page cache is kept across opens; the kernel
+    /// drops it when it sees the file change size or mtime (FUSE_AUTO_INVAL_DATA). `noflush`:
+    /// the handle has nothing to flush, so its close costs no request.
+    fn admit_file(
+        &self,
+        ino: u64,
+        pid: u32,
+        handle: OpenHandle,
+        flags: i32,
+        noflush: bool,
+        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
+    ) -> (FileHandle, FopenFlags, Option<Arc<BackingId>>) {
+        let shared = self.passthrough.acquire(ino, handle.file.as_ref(), flags, register);
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.write().insert(fh, Arc::new(DoorFile { ino, pid, handle, passthrough }));
-        fh
+        let door_file = DoorFile { ino, pid, handle, passthrough: shared.is_some() };
+        self.files.write().insert(fh, Arc::new(door_file));
+        let noflush = if noflush { FopenFlags::FOPEN_NOFLUSH } else { FopenFlags::empty() };
+        match shared {
+            // The kernel takes only these flags with a backing file (the page cache is the
+            // host file's own).
+            Some(shared) if shared.direct_io => {
+                (FileHandle(fh), noflush | FopenFlags::FOPEN_DIRECT_IO, Some(shared.backing))
+            }
+            Some(shared) => (FileHandle(fh), noflush, Some(shared.backing)),
+            None => (FileHandle(fh), noflush | FopenFlags::FOPEN_KEEP_CACHE, None),
+        }
     }
 
     /// A handle `pid` opened for writing on `ino`. The kernel truncates for `open(O_TRUNC)`
@@ -386,20 +398,13 @@ impl Filesystem for FuseDoor {
                 Ok(handle) => handle,
                 Err(e) => return reply.error(errno(&e)),
             };
-            // Keep the page cache across opens; the kernel drops it when it sees the file
-            // change size or mtime (FUSE_AUTO_INVAL_DATA). A handle with nothing to flush
-            // (read-only, or a backend whose writes are already stored) closes without a
-            // request (FOPEN_NOFLUSH).
+            // Nothing to flush: read-only, or a backend whose writes are already stored.
             let noflush = op == Op::Read || !handle.file.needs_flush();
-            let shared =
-                d.passthrough.acquire(ino.0, handle.file.as_ref(), flags.0, |fd| reply.open_backing(fd));
-            let fh = FileHandle(d.add_file(ino.0, pid, handle, shared.is_some()));
-            match shared {
-                Some(shared) => {
-                    reply.opened_passthrough(fh, passthrough_flags(noflush, &shared), &shared.backing)
-                }
-                None if noflush => reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH),
-                None => reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE),
+            let (fh, fopen, backing) =
+                d.admit_file(ino.0, pid, handle, flags.0, noflush, |fd| reply.open_backing(fd));
+            match backing {
+                Some(backing) => reply.opened_passthrough(fh, fopen, &backing),
+                None => reply.opened(fh, fopen),
             }
         })
     }
@@ -703,7 +708,7 @@ impl Filesystem for FuseDoor {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (name, pid, flags_in) = (name.to_owned(), req.pid(), flags);
+        let (name, pid) = (name.to_owned(), req.pid());
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.child(parent, &name)?;
             Ok((d.engine.create(c, &p, mode, flags)?, p))
@@ -713,22 +718,11 @@ impl Filesystem for FuseDoor {
                 let ino = d.remember(&path, &attr);
                 let (ttl, attr) = (d.engine.ttl(&path), fuse_attr(ino, &attr));
                 let noflush = !handle.file.needs_flush();
-                let shared =
-                    d.passthrough.acquire(ino, handle.file.as_ref(), flags_in, |fd| reply.open_backing(fd));
-                let fh = FileHandle(d.add_file(ino, pid, handle, shared.is_some()));
-                match shared {
-                    Some(shared) => {
-                        let flags = passthrough_flags(noflush, &shared);
-                        reply.created_passthrough(&ttl, &attr, GEN, fh, flags, &shared.backing)
-                    }
-                    None if noflush => reply.created(
-                        &ttl,
-                        &attr,
-                        GEN,
-                        fh,
-                        FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
-                    ),
-                    None => reply.created(&ttl, &attr, GEN, fh, FopenFlags::FOPEN_KEEP_CACHE),
+                let (fh, fopen, backing) =
+                    d.admit_file(ino, pid, handle, flags, noflush, |fd| reply.open_backing(fd));
+                match backing {
+                    Some(backing) => reply.created_passthrough(&ttl, &attr, GEN, fh, fopen, &backing),
+                    None => reply.created(&ttl, &attr, GEN, fh, fopen),
                 }
             }
             Err(e) => reply.error(errno(&e)),

@@ -16,13 +16,14 @@
 //! Programs being executed (`execve`) always get a read-only backing.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fuser::BackingId;
 use parking_lot::Mutex;
 
+use crate::backend::host::reopen;
 use crate::backend::OpenFile;
 
 /// The kernel's flag on opens made by `execve` (`__FMODE_EXEC`).
@@ -173,15 +174,6 @@ fn evict_idle<Id>(backings: &mut HashMap<u64, Backing<Id>>) {
     for &(_, ino) in &idle[..drop] {
         backings.remove(&ino);
     }
-}
-
-/// The same host file (not the same name: it may have been renamed since) opened again
-/// through `/proc/self/fd`, with plain flags. `None` when the host refuses (read-only fs,
-/// immutable file, a program running from it) or `/proc` is missing.
-fn reopen(fd: BorrowedFd<'_>, access: i32) -> Option<OwnedFd> {
-    let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
-    let raw = unsafe { libc::open(path.as_ptr().cast(), access | libc::O_CLOEXEC) };
-    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 #[cfg(test)]

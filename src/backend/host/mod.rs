@@ -11,6 +11,8 @@ mod creds;
 mod sys;
 mod tmpfs;
 
+pub use sys::reopen;
+
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
