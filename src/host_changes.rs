@@ -42,6 +42,8 @@ struct Root {
     host: PathBuf,
     /// Any descriptor on the root's filesystem, for `open_by_handle_at`.
     fd: OwnedFd,
+    /// That filesystem's id, as events report it.
+    fsid: [u8; 8],
 }
 
 pub struct HostChanges {
@@ -75,7 +77,13 @@ impl HostChanges {
                 return Err(format!("{}: {}", host.display(), std::io::Error::last_os_error()));
             }
             let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-            watched.push(Root { prefix: prefix.clone(), host, fd });
+            let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+            if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } < 0 {
+                return Err(format!("{}: {}", host.display(), std::io::Error::last_os_error()));
+            }
+            // `fsid_t` is two ints, as the events' `__kernel_fsid_t`.
+            let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
+            watched.push(Root { prefix: prefix.clone(), host, fd, fsid });
         }
         Ok(HostChanges { fanotify, roots: watched })
     }
@@ -130,7 +138,7 @@ impl HostChanges {
                     resolved.clear();
                 }
                 if !resolved.contains_key(dir.key) {
-                    resolved.insert(dir.key.to_vec(), self.resolve(dir.handle));
+                    resolved.insert(dir.key.to_vec(), self.resolve(dir));
                 }
                 let (Some(Some(dir)), Ok(name)) = (resolved.get(dir.key), VPath::check_name(name)) else {
                     continue;
@@ -141,31 +149,38 @@ impl HostChanges {
         }
     }
 
-    /// The virtual path of the directory a file handle (`struct file_handle` bytes) names,
-    /// if it lies under one of the roots.
-    fn resolve(&self, handle: &[u8]) -> Option<VPath> {
+    /// The virtual path of a directory an event names, if it lies under one of the roots (the
+    /// deepest one, when roots nest).
+    fn resolve(&self, dir: DirHandle<'_>) -> Option<VPath> {
+        let fs_roots: Vec<&Root> = self.roots.iter().filter(|r| dir.key.starts_with(&r.fsid)).collect();
+        let first = fs_roots.first()?;
         // `open_by_handle_at` wants the handle aligned as a `struct file_handle`.
-        let mut aligned = vec![0u32; handle.len().div_ceil(4)];
+        let mut aligned = vec![0u32; dir.handle.len().div_ceil(4)];
         unsafe {
-            std::ptr::copy_nonoverlapping(handle.as_ptr(), aligned.as_mut_ptr().cast::<u8>(), handle.len())
+            std::ptr::copy_nonoverlapping(
+                dir.handle.as_ptr(),
+                aligned.as_mut_ptr().cast::<u8>(),
+                dir.handle.len(),
+            )
         };
-        for root in &self.roots {
-            let raw = unsafe {
-                libc::syscall(
-                    libc::SYS_open_by_handle_at,
-                    root.fd.as_raw_fd(),
-                    aligned.as_ptr(),
-                    libc::O_PATH | libc::O_CLOEXEC,
-                )
-            };
-            if raw < 0 {
-                continue;
-            }
-            let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
-            let host = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-            return virtual_path(&root.prefix, &root.host, &host);
+        let raw = unsafe {
+            libc::syscall(
+                libc::SYS_open_by_handle_at,
+                first.fd.as_raw_fd(),
+                aligned.as_ptr(),
+                libc::O_PATH | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return None;
         }
-        None
+        let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+        let host = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+        fs_roots
+            .iter()
+            .filter(|r| host.starts_with(&r.host))
+            .max_by_key(|r| r.host.components().count())
+            .and_then(|r| virtual_path(&r.prefix, &r.host, &host))
     }
 }
 

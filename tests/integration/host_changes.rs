@@ -58,3 +58,22 @@ fn host_side_changes_reach_cached_names_attributes_and_listings() {
     fs::rename(&host, fx.host_root.join("moved")).unwrap();
     soon("a moved directory", || !mnt.exists() && names(&fx.p("/host/moved")) == ["a.txt", "renamed.txt"]);
 }
+
+/// Two host routes on one filesystem: events under the second root reach its own route.
+#[test]
+fn a_second_host_route_on_the_same_filesystem_is_watched_too() {
+    let fx = Fixture::with_config("", |text| {
+        let root = text.split("root = \"").nth(1).unwrap().split('"').next().unwrap().to_string();
+        let second = format!("{root}-second");
+        fs::create_dir_all(&second).unwrap();
+        format!("{text}\n[[routes]]\npath = \"/second\"\nbackend = \"host\"\nroot = \"{second}\"\ncache_ttl_seconds = 3600\n")
+    });
+    let host = fx.host_root.with_file_name("host-root-second");
+    let mnt = fx.p("/second");
+    fs::write(host.join("a.txt"), "one").unwrap();
+    for _ in 0..2 {
+        assert_eq!(names(&mnt), ["a.txt"]);
+    }
+    fs::write(host.join("b.txt"), "two").unwrap();
+    soon("a new file under the second root", || names(&mnt) == ["a.txt", "b.txt"]);
+}
