@@ -81,7 +81,8 @@ pub struct Config {
     pub audit_database: Option<PathBuf>,
     pub fuse_threads: usize,
     pub allow_other: bool,
-    /// `[fuse] passthrough`: serve host-route file data through kernel FUSE passthrough.
+    /// `[fuse] passthrough`: serve file data kept in real files (host routes, the memory
+    /// route's tmpfs) through kernel FUSE passthrough.
     pub passthrough: bool,
     /// `[fuse] xattrs`: serve extended attributes (off: the kernel stops asking at all).
     pub xattrs: bool,

@@ -68,6 +68,8 @@ fn config_errors_name_file_line_and_value() {
         ("[[routes]]\npath = \"/a\"\nbackend = \"memory\"\n\n[[routes]]\npath = \"/a\"\nbackend = \"memory\"\n", "FILE:6:", "duplicate route path \"/a\""),
         ("[[routes]]\npath = \"/w\"\nbackend = \"host\"\nroot = \"/nonexistent/agentvfs\"\n", "FILE:4:", "/nonexistent/agentvfs"),
         ("[[routes]]\npath = \"/w\"\nbackend = \"nfs\"\n", "FILE:3:", "unknown backend \"nfs\""),
+        ("[[routes]]\npath = \"/m\"\nbackend = \"memory\"\nstore = \"disk\"\n", "FILE:4:", "unknown memory store \"disk\""),
+        ("[[routes]]\npath = \"/d\"\nbackend = \"sqlite\"\ndatabase = \"x.db\"\nstore = \"tmpfs\"\n", "FILE:1:", "key `store` does not apply to backend \"sqlite\""),
         ("mountpont = \"/x\"\n", "FILE:1:", "unknown field `mountpont`"),
         ("[[rules]]\noperations = [\"delete\"]\npaths = [\"/x\"]\nmode = \"deny\"\n", "FILE:2:", "unknown operation \"delete\""),
         ("[[rules]]\noperations = [\"read\"]\npaths = [\"/x\"]\nmode = \"block\"\n", "FILE:4:", "unknown mode \"block\""),
