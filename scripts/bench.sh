@@ -6,7 +6,8 @@
 # time; for throughput rows, route MB/s / native MB/s), then the gate's cost with 1, 100 and
 # 10,000 rules, the daemon's RSS after a `find` over many files, and the agent tools against
 # ripgrep. Not a test: CI does not run it. Needs root (installs missing Debian packages).
-# Usage: scripts/bench.sh [runs]   (RSS_FILES=N changes the size of the RSS tree, default 200000)
+# Usage: scripts/bench.sh [runs]   (RSS_FILES=N changes the size of the RSS tree, default 200000;
+# BENCH_DIR=/some/dir runs on that directory's filesystem instead of /tmp's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
@@ -15,7 +16,9 @@ cargo build --release -q
 TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 BIN=$TARGET_DIR/release/agentvfs
 
-W=$(mktemp -d /tmp/agentvfs-bench.XXXXXX)
+# BENCH_DIR puts the work (native directory, host-route root, peers' roots) on another
+# filesystem; see doc/performance.md for why the filesystem's state matters.
+W=$(mktemp -d "${BENCH_DIR:-/tmp}/agentvfs-bench.XXXXXX")
 MNT=$W/mnt
 # Every mount this script makes, and the process serving it (same index): the trap unmounts
 # them all (lazily if a plain unmount fails) and stops the processes, so no mount outlives it.

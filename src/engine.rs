@@ -63,7 +63,14 @@ const RENAME_WALK_LIMIT: usize = 100_000;
 /// Told about every change made through a door other than the FUSE one, so the kernel's
 /// caches of the mount can be invalidated (the kernel already knows about its own requests).
 pub trait ChangeObserver: Send + Sync {
+    /// `path` was created, removed or renamed, or its content or attributes changed.
     fn changed(&self, path: &VPath);
+
+    /// Only the content or attributes of the node at `path` changed: its name still leads to
+    /// the same node, and its directory is unchanged.
+    fn content_changed(&self, path: &VPath) {
+        self.changed(path);
+    }
 }
 
 pub struct Engine {

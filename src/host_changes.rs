@@ -5,8 +5,10 @@
 //! events naming the directory by file handle and the entry by name). Each event outside the
 //! daemon's own process is mapped back to a virtual path (the directory's current host path,
 //! under which root) and handed to the engine's [`ChangeObserver`], the same path tool-door
-//! changes take. Changes the daemon makes itself are skipped: the kernel made them through the
-//! mount and already knows. When the queue overflows, every cached name is invalidated.
+//! changes take, once for every route whose root holds it (roots may nest). Changes the daemon
+//! makes itself are skipped, since the kernel made them through the mount and already knows,
+//! unless the file is also seen through a second, nesting route. When the queue overflows,
+//! every cached name is invalidated.
 //!
 //! Delivery is asynchronous and batched (reads at most every 5 ms): a change made on the host
 //! shows through the mount within milliseconds, not at the instant the host's system call
@@ -30,6 +32,9 @@ const EVENTS: u64 = libc::FAN_CREATE
     | libc::FAN_MODIFY
     | libc::FAN_ONDIR;
 
+/// The events that change which node a name leads to (fanotify may merge several into one).
+const NAME_EVENTS: u64 = libc::FAN_CREATE | libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO;
+
 /// How long events may gather between two reads.
 const BATCH: std::time::Duration = std::time::Duration::from_millis(5);
 
@@ -49,6 +54,9 @@ struct Root {
 pub struct HostChanges {
     fanotify: OwnedFd,
     roots: Vec<Root>,
+    /// One root lies inside another: a host file is then seen through two routes, and a
+    /// change the daemon makes through one must still be invalidated in the other.
+    nested: bool,
 }
 
 impl HostChanges {
@@ -85,7 +93,10 @@ impl HostChanges {
             let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
             watched.push(Root { prefix: prefix.clone(), host, fd, fsid });
         }
-        Ok(HostChanges { fanotify, roots: watched })
+        let nested = watched.iter().any(|a| {
+            watched.iter().any(|b| !std::ptr::eq(a, b) && a.fsid == b.fsid && a.host.starts_with(&b.host))
+        });
+        Ok(HostChanges { fanotify, roots: watched, nested })
     }
 
     /// Reports changes to `observer` from a thread of their own, and calls `overflowed` when
@@ -99,7 +110,7 @@ impl HostChanges {
 
     fn run(&self, observer: &dyn ChangeObserver, overflowed: &dyn Fn()) {
         let me = std::process::id() as i32;
-        let mut resolved: HashMap<Vec<u8>, Option<VPath>> = HashMap::new();
+        let mut resolved: HashMap<Vec<u8>, Vec<VPath>> = HashMap::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = unsafe { libc::read(self.fanotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -124,7 +135,10 @@ impl HostChanges {
                     overflowed();
                     continue;
                 }
-                if event.pid == me {
+                // The daemon's own changes came through the mount, and the kernel knows them,
+                // unless the file is also seen through another route.
+                let own = event.pid == me;
+                if own && !self.nested {
                     continue;
                 }
                 // A directory moved or removed: handles may now name other paths.
@@ -140,20 +154,33 @@ impl HostChanges {
                 if !resolved.contains_key(dir.key) {
                     resolved.insert(dir.key.to_vec(), self.resolve(dir));
                 }
-                let (Some(Some(dir)), Ok(name)) = (resolved.get(dir.key), VPath::check_name(name)) else {
+                let (Some(views), Ok(name)) = (resolved.get(dir.key), VPath::check_name(name)) else {
                     continue;
                 };
-                observer.changed(&dir.join(name));
+                if own && views.len() < 2 {
+                    continue;
+                }
+                for dir in views {
+                    // A write or chmod leaves the name and the directory as they were:
+                    // invalidating them too would make the kernel look the name up again
+                    // (every file written through passthrough raises such an event, from the
+                    // writing process).
+                    if event.mask & NAME_EVENTS == 0 {
+                        observer.content_changed(&dir.join(name));
+                    } else {
+                        observer.changed(&dir.join(name));
+                    }
+                }
             }
             std::thread::sleep(batch_until.saturating_duration_since(std::time::Instant::now()));
         }
     }
 
-    /// The virtual path of a directory an event names, if it lies under one of the roots (the
-    /// deepest one, when roots nest).
-    fn resolve(&self, dir: DirHandle<'_>) -> Option<VPath> {
+    /// The virtual paths of a directory an event names: one per route whose root holds it
+    /// (several when roots nest), none when it lies outside every root.
+    fn resolve(&self, dir: DirHandle<'_>) -> Vec<VPath> {
         let fs_roots: Vec<&Root> = self.roots.iter().filter(|r| dir.key.starts_with(&r.fsid)).collect();
-        let first = fs_roots.first()?;
+        let Some(first) = fs_roots.first() else { return Vec::new() };
         // `open_by_handle_at` wants the handle aligned as a `struct file_handle`.
         let mut aligned = vec![0u32; dir.handle.len().div_ceil(4)];
         unsafe {
@@ -172,15 +199,13 @@ impl HostChanges {
             )
         };
         if raw < 0 {
-            return None;
+            return Vec::new();
         }
         let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
-        let host = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-        fs_roots
-            .iter()
-            .filter(|r| host.starts_with(&r.host))
-            .max_by_key(|r| r.host.components().count())
-            .and_then(|r| virtual_path(&r.prefix, &r.host, &host))
+        let Ok(host) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+            return Vec::new();
+        };
+        fs_roots.iter().filter_map(|r| virtual_path(&r.prefix, &r.host, &host)).collect()
     }
 }
 

@@ -39,6 +39,29 @@ pub fn fuse_attr(ino: u64, a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry (inode 0: "this name is absent"); the kernel reads
+/// only the inode number and the entry's lifetime.
+pub fn absent_attr() -> FileAttr {
+    let epoch = std::time::UNIX_EPOCH;
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: epoch,
+        mtime: epoch,
+        ctime: epoch,
+        crtime: epoch,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 pub fn errno(e: &FsError) -> FuseErrno {
     FuseErrno::from_i32(e.errno as i32)
 }

@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use smallvec::SmallVec;
 
 use crate::error::{Errno, FsError, FsResult};
+use crate::fuse::absent::AbsentNames;
 use crate::vpath::VPath;
 
 pub const ROOT_INO: u64 = 1;
@@ -58,6 +59,8 @@ struct Tables {
 pub struct Inodes {
     tables: RwLock<Tables>,
     next: AtomicU64,
+    /// Names the kernel may cache as absent.
+    pub absent: AbsentNames,
 }
 
 impl Default for Inodes {
@@ -72,7 +75,11 @@ impl Inodes {
         let root = Node::new(VPath::root(), None);
         tables.by_ino.insert(ROOT_INO, root);
         tables.by_path.insert(VPath::root(), ROOT_INO);
-        Inodes { tables: RwLock::new(tables), next: AtomicU64::new(ROOT_INO + 1) }
+        Inodes {
+            tables: RwLock::new(tables),
+            next: AtomicU64::new(ROOT_INO + 1),
+            absent: AbsentNames::default(),
+        }
     }
 
     /// The preferred path of an inode; ENOENT once all its names are gone.
@@ -162,6 +169,10 @@ impl Inodes {
                     tables.by_identity.remove(&id);
                 }
             }
+        }
+        drop(tables);
+        if left == 0 {
+            self.absent.forget_parent(ino);
         }
         left == 0
     }

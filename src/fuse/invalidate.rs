@@ -27,17 +27,21 @@ impl ChangeObserver for KernelInvalidator {
                 let _ = self.notifier.inval_inode(INodeNo(parent), 0, -1);
             }
         }
+        self.content_changed(path);
+    }
+
+    fn content_changed(&self, path: &VPath) {
         if let Some(ino) = self.inodes.ino_of(path) {
             let _ = self.notifier.inval_inode(INodeNo(ino), 0, -1);
         }
     }
 }
 
-/// Makes the kernel forget every name it cached, and every listing: after a rule change, or
+/// Makes the kernel forget every name it cached (absent ones too), and every listing: after a rule change, or
 /// when changes may have been missed.
 pub fn forget_everything(inodes: &Inodes, notifier: &Notifier) {
     let entries = inodes.known_entries();
-    for (parent, name) in &entries {
+    for (parent, name) in entries.iter().chain(&inodes.absent.take_all()) {
         let _ = notifier.inval_entry(INodeNo(*parent), OsStr::new(name));
     }
     // Listings the kernel keeps (FOPEN_CACHE_DIR) live in the directory's page cache.

@@ -1,6 +1,7 @@
 //! The FUSE door: translates kernel requests (inodes, handles) into engine calls on virtual
 //! paths and sends the replies. No logic lives here beyond that translation.
 
+pub mod absent;
 mod convert;
 pub mod inodes;
 pub mod invalidate;
@@ -29,7 +30,7 @@ use crate::engine::{Ctx, Engine, OpenHandle};
 use crate::error::{Errno, FsError, FsResult};
 use crate::policy::Op;
 use crate::vpath::VPath;
-use convert::{ctx, errno, file_type, fuse_attr, time_set};
+use convert::{absent_attr, ctx, errno, file_type, fuse_attr, time_set};
 use inodes::Inodes;
 use passthrough::Passthrough;
 
@@ -198,9 +199,16 @@ impl Filesystem for FuseDoor {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let result = self.child(parent, name).and_then(|p| Ok((self.engine.lookup(&ctx(req), &p)?, p)));
-        match result {
-            Ok((attr, path)) => self.entry(&path, &attr, reply),
+        let path = match self.child(parent, name) {
+            Ok(path) => path,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        match self.engine.lookup(&ctx(req), &path) {
+            Ok(attr) => self.entry(&path, &attr, reply),
+            // The kernel may keep the absence as long as it keeps names of this route.
+            Err(e) if e.is(Errno::ENOENT) && self.inodes.absent.remember(parent.0, path.name()) => {
+                reply.entry(&self.engine.ttl(&path), &absent_attr(), GEN)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

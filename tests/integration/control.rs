@@ -520,11 +520,13 @@ fn explain_asks_the_daemon_for_the_rules_in_force() {
 fn reload_applies_new_rules_and_the_kernel_forgets_cached_entries() {
     let (f, socket) = fixture();
     std::fs::write(f.p("/mem/secret.txt"), "s").unwrap();
+    std::fs::write(f.p("/secret.txt"), "top").unwrap();
     assert_eq!(std::fs::read_to_string(f.p("/mem/secret.txt")).unwrap(), "s");
     let cfg = f.config_path();
+    let original = std::fs::read_to_string(&cfg).unwrap();
     let rules =
         "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/**/secret.txt\"]\nmode = \"deny\"\n";
-    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap() + rules).unwrap();
+    std::fs::write(&cfg, original.clone() + rules).unwrap();
     assert_eq!(
         cli_ok(&["reload", "--socket", &socket]),
         format!("reloaded 2 rule(s) from {}\n", cfg.display())
@@ -547,6 +549,16 @@ fn reload_applies_new_rules_and_the_kernel_forgets_cached_entries() {
     let out = cli_ok(&["reload", "--socket", &socket]);
     assert_eq!(out, format!("reloaded 2 rule(s) from {0}\nwarning: the routes in {0} changed; routes are not reloaded (restart the daemon to apply them)\n", cfg.display()));
     assert_eq!(Conn::open(&f.socket()).result(1, "vfs/status", json!({}))["rules"], json!(2));
+    // Lifting the rule shows the files at once, though the kernel was told they were absent
+    // (in the root too, whose own entry cannot be invalidated).
+    assert!(!f.p("/mem/secret.txt").exists() && !f.p("/secret.txt").exists());
+    std::fs::write(&cfg, &original).unwrap();
+    assert_eq!(
+        cli_ok(&["reload", "--socket", &socket]),
+        format!("reloaded 1 rule(s) from {}\n", cfg.display())
+    );
+    assert_eq!(std::fs::read_to_string(f.p("/mem/secret.txt")).unwrap(), "s");
+    assert_eq!(std::fs::read_to_string(f.p("/secret.txt")).unwrap(), "top");
 }
 
 #[test]

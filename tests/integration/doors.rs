@@ -145,8 +145,12 @@ fn tool_edits_show_through_the_kernel_cache_at_once() {
         // A listing the kernel keeps (memory and sqlite) must learn about tool-made files.
         let before = listing(&d, path);
         assert_eq!(listing(&d, path), before);
+        // The kernel may also keep the name's absence.
+        let new = d.fx.p(&format!("{path}.new"));
+        assert!(!new.exists() && !new.exists());
         let (ok, text) = d.tool("write_file", json!({"file_path": format!("{path}.new"), "content": "x"}));
         assert!(ok, "{text}");
+        assert!(new.exists(), "{path}.new");
         assert!(listing(&d, path).contains(&"cached.txt.new".to_string()), "{path}");
         let (ok, text) = d.tool("delete", json!({"file_path": format!("{path}.new")}));
         assert!(ok, "{text}");

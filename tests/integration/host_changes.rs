@@ -47,7 +47,10 @@ fn host_side_changes_reach_cached_names_attributes_and_listings() {
     soon("a new size", || fs::metadata(mnt.join("a.txt")).unwrap().len() == 8);
     fs::set_permissions(host.join("a.txt"), fs::Permissions::from_mode(0o600)).unwrap();
     soon("a new mode", || fs::metadata(mnt.join("a.txt")).unwrap().permissions().mode() & 0o777 == 0o600);
+    // A name the kernel was told is absent.
+    assert!(!mnt.join("new.txt").exists() && !mnt.join("new.txt").exists());
     fs::write(host.join("new.txt"), "n").unwrap();
+    soon("a new file", || mnt.join("new.txt").exists());
     soon("a new file in the listing", || names(&mnt).contains(&"new.txt".to_string()));
     fs::remove_file(host.join("gone.txt")).unwrap();
     soon("a removed file gone", || {
@@ -76,4 +79,31 @@ fn a_second_host_route_on_the_same_filesystem_is_watched_too() {
     }
     fs::write(host.join("b.txt"), "two").unwrap();
     soon("a new file under the second root", || names(&mnt) == ["a.txt", "b.txt"]);
+}
+
+/// Nested roots: one host file seen through two routes. A change through either view of the
+/// mount, or on the host, reaches the other view's cached listing.
+#[test]
+fn nested_host_roots_see_each_others_changes() {
+    let fx = Fixture::with_config("", |text| {
+        let root = text.split("root = \"").nth(1).unwrap().split('"').next().unwrap().to_string();
+        fs::create_dir_all(format!("{root}/sub")).unwrap();
+        let text = text.replacen("backend = \"host\"\n", "backend = \"host\"\ncache_ttl_seconds = 3600\n", 1);
+        format!("{text}\n[[routes]]\npath = \"/inner\"\nbackend = \"host\"\nroot = \"{root}/sub\"\ncache_ttl_seconds = 3600\n")
+    });
+    let (outer, inner) = (fx.p("/host/sub"), fx.p("/inner"));
+    fs::write(fx.host_root.join("sub/a.txt"), "a").unwrap();
+    for _ in 0..2 {
+        assert_eq!(names(&outer), ["a.txt"]);
+        assert_eq!(names(&inner), ["a.txt"]);
+    }
+    fs::write(outer.join("b.txt"), "through the outer route").unwrap();
+    soon("a file made through the outer route, in the inner one", || names(&inner) == ["a.txt", "b.txt"]);
+    assert_eq!(fs::read_to_string(inner.join("b.txt")).unwrap(), "through the outer route");
+    fs::remove_file(inner.join("a.txt")).unwrap();
+    soon("a file removed through the inner route, in the outer one", || names(&outer) == ["b.txt"]);
+    fs::write(fx.host_root.join("sub/c.txt"), "host").unwrap();
+    soon("a host-made file, in both", || {
+        names(&outer) == ["b.txt", "c.txt"] && names(&inner) == ["b.txt", "c.txt"]
+    });
 }
