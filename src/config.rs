@@ -406,6 +406,21 @@ impl Parser<'_> {
                 &r.store,
                 span.clone(),
             )?;
+            if let BackendConfig::Sqlite { database, namespace } = &backend {
+                let same = routes.iter().find(|x| {
+                    matches!(&x.backend, BackendConfig::Sqlite { database: d, namespace: n } if d == database && n == namespace)
+                });
+                if let Some(other) = same {
+                    return Err(self.err(
+                        Some(span),
+                        format!(
+                            "route {text:?} uses namespace {namespace:?} of {}, as route \"{}\" does; give each route a namespace of its own",
+                            database.display(),
+                            other.path
+                        ),
+                    ));
+                }
+            }
             let cache_ttl = self.ttl(r.cache_ttl_seconds, &backend, span)?;
             routes.push(RouteConfig {
                 path,

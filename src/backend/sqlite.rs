@@ -15,9 +15,10 @@
 //! current), otherwise a pooled read connection; WAL readers and the writer never block each
 //! other. Checkpoints run on a thread of their own.
 //!
-//! Several backends may open one file (one namespace each); each has its own connections. Two
-//! backends on the same namespace at once are not supported: each would take the other's open
-//! unlinked files for crash orphans.
+//! Several backends may open one file (one namespace each); each has its own connections. A
+//! namespace in use by another process is refused (EBUSY): each would take the other's open
+//! unlinked files for crash orphans. Within one daemon, the configuration refuses two routes on
+//! one namespace.
 //!
 //! Locks, always taken in this order: an inode's state → the write connection → the inode
 //! registry or the inode-number reservation. The registry, the reservation and the reader pool
@@ -103,6 +104,7 @@ impl SqliteBackend {
     pub fn open(path: &Path, namespace: &str) -> FsResult<SqliteBackend> {
         let mut conn = schema::open_writer(path)?;
         let (ns, root) = schema::namespace(&mut conn, namespace, path)?;
+        schema::claim_namespace(&mut conn, path, namespace, ns)?;
         Ok(SqliteBackend {
             inner: Arc::new(Inner {
                 checkpointer: Checkpointer::start(path)?,

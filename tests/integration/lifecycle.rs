@@ -70,6 +70,7 @@ fn config_errors_name_file_line_and_value() {
         ("[[routes]]\npath = \"/w\"\nbackend = \"nfs\"\n", "FILE:3:", "unknown backend \"nfs\""),
         ("[[routes]]\npath = \"/m\"\nbackend = \"memory\"\nstore = \"disk\"\n", "FILE:4:", "unknown memory store \"disk\""),
         ("[[routes]]\npath = \"/d\"\nbackend = \"sqlite\"\ndatabase = \"x.db\"\nstore = \"tmpfs\"\n", "FILE:1:", "key `store` does not apply to backend \"sqlite\""),
+        ("[[routes]]\npath = \"/a\"\nbackend = \"sqlite\"\ndatabase = \"x.db\"\n\n[[routes]]\npath = \"/b\"\nbackend = \"sqlite\"\ndatabase = \"x.db\"\n", "FILE:6:", "route \"/b\" uses namespace \"default\" of "),
         ("mountpont = \"/x\"\n", "FILE:1:", "unknown field `mountpont`"),
         ("[[rules]]\noperations = [\"delete\"]\npaths = [\"/x\"]\nmode = \"deny\"\n", "FILE:2:", "unknown operation \"delete\""),
         ("[[rules]]\noperations = [\"read\"]\npaths = [\"/x\"]\nmode = \"block\"\n", "FILE:4:", "unknown mode \"block\""),
@@ -79,6 +80,67 @@ fn config_errors_name_file_line_and_value() {
         let err = mount_error(text);
         assert!(err.contains(location) && err.contains(detail), "for:\n{text}\ngot: {err}");
     }
+}
+
+/// A second daemon on a sqlite namespace in use would delete the first one's open unlinked
+/// files as crash orphans: it is refused, and the first daemon's data is untouched.
+#[test]
+fn a_sqlite_namespace_serves_one_daemon_at_a_time() {
+    let s = scratch();
+    let root = s.path().join("host-root");
+    fs::create_dir_all(&root).unwrap();
+    let cfg = config(s.path(), &root, "");
+    let first = Mount::start(&cfg, &s.path().join("mnt"));
+    fs::write(first.path("/db/kept"), "first").unwrap();
+
+    let second_state = s.path().join("second");
+    fs::create_dir_all(&second_state).unwrap();
+    let text = fs::read_to_string(&cfg).unwrap().replace(
+        &s.path().join("agentvfs.sock").display().to_string(),
+        &second_state.join("agentvfs.sock").display().to_string(),
+    );
+    let second_cfg = second_state.join("agentvfs.toml");
+    fs::write(&second_cfg, &text).unwrap();
+    let second_mnt = s.path().join("mnt2");
+    fs::create_dir_all(&second_mnt).unwrap();
+    // Should it start after all, it is stopped (and its mount removed) rather than waited for.
+    let mut refused = Command::new(BIN)
+        .args(["mount", "--config"])
+        .arg(&second_cfg)
+        .arg(&second_mnt)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while refused.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if refused.try_wait().unwrap().is_none() {
+        unsafe { libc::kill(refused.id() as i32, libc::SIGTERM) };
+    }
+    let out = refused.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let db = s.path().join("store.db").display().to_string();
+    assert!(
+        err.contains(&format!(
+            "sqlite database {db}: namespace \"default\" is in use by another agentvfs daemon"
+        )),
+        "{err}"
+    );
+    assert!(!is_mounted(&second_mnt));
+    // Another namespace of the same file is fine.
+    fs::write(
+        &second_cfg,
+        text.replace("backend = \"sqlite\"\n", "backend = \"sqlite\"\nnamespace = \"other\"\n"),
+    )
+    .unwrap();
+    let second = Mount::start(&second_cfg, &second_mnt);
+    fs::write(second.path("/db/theirs"), "second").unwrap();
+    second.stop();
+    assert_eq!(fs::read_to_string(first.path("/db/kept")).unwrap(), "first");
+    assert!(!first.path("/db/theirs").exists());
+    first.stop();
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The on-disk layout: table definitions, connection settings, schema versioning and
-//! migrations, namespace roots and crash-orphan cleanup.
+//! migrations, namespace roots, the claim on a namespace, and crash-orphan cleanup.
 //!
 //! Inode numbers are global and never reused: `meta.next_ino` is the first number not yet handed
 //! out, and a backend reserves them in blocks (so a create writes no sequence row). Each
@@ -240,9 +240,65 @@ pub(super) fn namespace(conn: &mut Connection, name: &str, path: &Path) -> FsRes
             (ns, root)
         }
     };
-    remove_orphans(&tx, ns)?;
     tx.commit().map_err(sql)?;
     Ok((ns, root))
+}
+
+/// Claims namespace `ns` of the database at `path` for this process, then removes the
+/// namespace's crash orphans. Two daemons on one namespace would each take the other's open
+/// unlinked files for orphans and delete them, and keep caches the other makes stale, so a
+/// claim held by another process fails with EBUSY. (Two routes of one daemon on one namespace
+/// are refused earlier, by the configuration.)
+///
+/// The claim is an open-file-description lock on byte `ns` of a file beside the database
+/// (`<database>-lock`), on one descriptor per file that the process keeps open until it exits:
+/// the kernel drops the claim when the daemon dies, however it dies. The database file itself
+/// is not used, because closing a second descriptor of it would drop SQLite's own POSIX locks.
+pub(super) fn claim_namespace(conn: &mut Connection, path: &Path, name: &str, ns: i64) -> FsResult<()> {
+    static CLAIMS: std::sync::Mutex<Vec<(std::path::PathBuf, std::fs::File)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push("-lock");
+    let lock_error =
+        |e: std::io::Error| open_error(path, format!("{}: {e}", Path::new(&lock_path).display()), Errno::EIO);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(lock_error)?;
+    let key = std::fs::canonicalize(&lock_path).map_err(lock_error)?;
+    let mut claims = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());
+    if !claims.iter().any(|(k, _)| *k == key) {
+        claims.push((key.clone(), file));
+    }
+    let file = &claims.iter().find(|(k, _)| *k == key).expect("just added").1;
+    let lock = libc::flock {
+        l_type: libc::F_WRLCK as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: ns,
+        l_len: 1,
+        l_pid: 0,
+    };
+    // SAFETY: a valid descriptor and a fully initialised `struct flock`.
+    if unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(file), libc::F_OFD_SETLK, &lock) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EACCES) => open_error(
+                path,
+                format!("namespace \"{name}\" is in use by another agentvfs daemon"),
+                Errno::EBUSY,
+            ),
+            _ => open_error(path, format!("locking namespace \"{name}\": {e}"), Errno::EIO),
+        });
+    }
+    drop(claims);
+    let sql = |e| sql_error(path, e);
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
+    remove_orphans(&tx, ns)?;
+    tx.commit().map_err(sql)?;
+    Ok(())
 }
 
 /// Reserves `n` inode numbers; returns the end of the reserved range (exclusive).
