@@ -1,13 +1,14 @@
 //! Names the kernel caches as absent (negative entries), so they can be invalidated.
 //!
 //! A lookup that finds nothing is answered with an entry of inode 0 and the route's cache
-//! lifetime: the kernel then answers later lookups of that name itself. Probing for files that
+//! lifetime: the kernel then answers later lookups of that name itself. (A name a rule hides is
+//! not: each attempt on it reaches the gate and is audited.) Probing for files that
 //! do not exist is common (git's `.gitignore` in every directory, compilers' include paths,
 //! Python's and Node's module search), and each probe would otherwise cost a request.
 //!
 //! A cached absence must end when the name appears behind the kernel's back. Tool-door changes
-//! and host changes invalidate by name, which reaches negative entries too. A rule reload or a
-//! missed host change invalidates "everything", and the kernel cannot be asked to drop all its
+//! and host changes invalidate by name, which reaches negative entries too. A missed host change
+//! (or a rule reload) invalidates "everything", and the kernel cannot be asked to drop all its
 //! negative entries (invalidating a directory's own entry prunes those beneath it, but the
 //! root has no entry to invalidate), so this table records which ones it may hold. It is
 //! bounded: past [`CAPACITY`] names, absences are answered uncached until the table empties.

@@ -205,8 +205,13 @@ impl Filesystem for FuseDoor {
         };
         match self.engine.lookup(&ctx(req), &path) {
             Ok(attr) => self.entry(&path, &attr, reply),
-            // The kernel may keep the absence as long as it keeps names of this route.
-            Err(e) if e.is(Errno::ENOENT) && self.inodes.absent.remember(parent.0, path.name()) => {
+            // The kernel may keep an absence as long as it keeps names of this route. A name a
+            // rule hides is answered afresh each time, so that every attempt is audited.
+            Err(e)
+                if e.is(Errno::ENOENT)
+                    && e.denied_by.is_none()
+                    && self.inodes.absent.remember(parent.0, path.name()) =>
+            {
                 reply.entry(&self.engine.ttl(&path), &absent_attr(), GEN)
             }
             Err(e) => reply.error(errno(&e)),
