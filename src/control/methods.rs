@@ -162,10 +162,11 @@ impl State {
         fs.ctx.caller.pid = peer.pid;
         fs.tool = name.to_string();
         fs.arguments = arguments.to_string();
-        // The request id plays Deep Agents' tool_call_id: it names an offloaded result.
+        // A string request id plays Deep Agents' tool_call_id: it names an offloaded result. A
+        // number is a connection's request counter (every client starts at 1), so two clients'
+        // results would overwrite each other: such a result gets a generated name instead.
         let call_id = match id {
             Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
             _ => None,
         };
         let mut env = ToolEnv { fs, session, exec: self.exec.as_ref(), call_id };

@@ -284,6 +284,23 @@ fn large_output_is_truncated_and_offloaded() {
         (reply["result"]["content"][0]["text"].as_str().unwrap().to_string(), (), ())
     };
     assert!(read.contains("1\n2"), "{read}");
+    // Numeric request ids start at 1 on every connection: such results get names of their own.
+    let files: Vec<String> = (0..2)
+        .map(|_| {
+            let reply = request(
+                &socket(&f),
+                json!(1),
+                "tools/call",
+                json!({"name": "execute", "arguments": {"command": "seq 1 30000"}}),
+            );
+            reply["result"]["structuredContent"]["output_file"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert!(
+        files.iter().all(|p| p.starts_with("/large_tool_results/unknown-") && p.len() == 36),
+        "{files:?}"
+    );
+    assert_ne!(files[0], files[1]);
 }
 
 #[test]
