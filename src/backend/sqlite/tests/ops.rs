@@ -553,3 +553,23 @@ fn lookups_follow_renames_and_replacements() {
     b.mkdir("y/b", 0o700, &ME).unwrap();
     assert_eq!(b.getattr("y/b").unwrap().perm, 0o700);
 }
+
+#[test]
+fn deleting_a_node_reaches_its_rows_by_key() {
+    let (_d, db, b) = setup();
+    put(&b, "f", b"x");
+    let conn = Connection::open(&db).unwrap();
+    for sql in super::super::store::DELETE_ROWS {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let params: &[i64] = if stmt.parameter_count() == 2 { &[1, 2] } else { &[1] };
+        let rows = stmt.query_map(rusqlite::params_from_iter(params), |r| r.get::<_, String>(3)).unwrap();
+        let plan: Vec<String> = rows.map(Result::unwrap).collect();
+        assert!(plan.iter().all(|step| step.starts_with("SEARCH ")), "{sql}: {plan:?}");
+    }
+    // And they delete every row of the node, and only those.
+    put(&b, "g", &vec![7u8; 3 * CHUNK_SIZE as usize]);
+    b.unlink("f").unwrap();
+    assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 3);
+    b.unlink("g").unwrap();
+    assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 0);
+}
