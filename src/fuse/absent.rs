@@ -11,9 +11,11 @@
 //! (or a rule reload) invalidates "everything", and the kernel cannot be asked to drop all its
 //! negative entries (invalidating a directory's own entry prunes those beneath it, but the
 //! root has no entry to invalidate), so this table records which ones it may hold. It is
-//! bounded: past [`CAPACITY`] names, absences are answered uncached until the table empties.
+//! bounded: names whose lifetime in the kernel has run out are dropped when room is needed, and
+//! past [`CAPACITY`] live names, absences are answered uncached.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -27,22 +29,40 @@ pub struct AbsentNames {
 
 #[derive(Default)]
 struct Table {
-    by_parent: HashMap<u64, HashSet<String>>,
+    /// Per directory, each name and when the kernel stops trusting its absence.
+    by_parent: HashMap<u64, HashMap<String, Instant>>,
     count: usize,
 }
 
+impl Table {
+    /// Drops the names the kernel no longer trusts anyway.
+    fn drop_expired(&mut self, now: Instant) {
+        let mut count = 0;
+        self.by_parent.retain(|_, names| {
+            names.retain(|_, until| *until > now);
+            count += names.len();
+            !names.is_empty()
+        });
+        self.count = count;
+    }
+}
+
 impl AbsentNames {
-    /// Records that the kernel may cache `name` in directory `parent` as absent. False when
-    /// the table is full: the absence must then be answered uncached.
-    pub fn remember(&self, parent: u64, name: &str) -> bool {
+    /// Records that the kernel may cache `name` in directory `parent` as absent until `until`.
+    /// False when the table is full: the absence must then be answered uncached.
+    pub fn remember(&self, parent: u64, name: &str, until: Instant) -> bool {
         let mut table = self.inner.lock();
-        if table.by_parent.get(&parent).is_some_and(|names| names.contains(name)) {
+        if let Some(known) = table.by_parent.get_mut(&parent).and_then(|names| names.get_mut(name)) {
+            *known = until.max(*known);
             return true;
         }
         if table.count >= CAPACITY {
-            return false;
+            table.drop_expired(Instant::now());
+            if table.count >= CAPACITY {
+                return false;
+            }
         }
-        table.by_parent.entry(parent).or_default().insert(name.to_string());
+        table.by_parent.entry(parent).or_default().insert(name.to_string(), until);
         table.count += 1;
         true
     }
@@ -61,38 +81,49 @@ impl AbsentNames {
         table
             .by_parent
             .into_iter()
-            .flat_map(|(parent, names)| names.into_iter().map(move |n| (parent, n)))
+            .flat_map(|(parent, names)| names.into_keys().map(move |n| (parent, n)))
             .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
     fn remembers_until_taken_or_the_parent_is_forgotten() {
         let absent = AbsentNames::default();
-        assert!(absent.remember(2, "a"));
-        assert!(absent.remember(2, "a"));
-        assert!(absent.remember(2, "b"));
-        assert!(absent.remember(3, "c"));
+        let later = Instant::now() + Duration::from_secs(60);
+        assert!(absent.remember(2, "a", later));
+        assert!(absent.remember(2, "a", later));
+        assert!(absent.remember(2, "b", later));
+        assert!(absent.remember(3, "c", later));
         absent.forget_parent(2);
         assert_eq!(absent.take_all(), vec![(3, "c".to_string())]);
         assert!(absent.take_all().is_empty());
     }
 
     #[test]
-    fn a_full_table_refuses_new_names_until_emptied() {
+    fn a_full_table_makes_room_only_from_expired_names() {
         let absent = AbsentNames::default();
+        let now = Instant::now();
+        let (past, later) = (now - Duration::from_millis(1), now + Duration::from_secs(60));
         for i in 0..CAPACITY {
-            assert!(absent.remember(7, &i.to_string()));
+            // Every other name has already expired in the kernel.
+            assert!(absent.remember(7, &i.to_string(), if i % 2 == 0 { past } else { later }));
         }
-        assert!(!absent.remember(7, "one more"));
+        // Full: the expired half goes, and there is room again.
+        assert!(absent.remember(7, "one more", later));
+        assert_eq!(absent.take_all().len(), CAPACITY / 2 + 1);
+        for i in 0..CAPACITY {
+            assert!(absent.remember(8, &i.to_string(), later));
+        }
+        assert!(!absent.remember(8, "one more", later));
         // A name already recorded is still fine to cache.
-        assert!(absent.remember(7, "0"));
-        absent.forget_parent(7);
-        assert!(absent.remember(7, "one more"));
-        assert_eq!(absent.take_all().len(), 1);
+        assert!(absent.remember(8, "0", later));
+        absent.forget_parent(8);
+        assert!(absent.remember(8, "one more", later));
     }
 }

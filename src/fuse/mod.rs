@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -207,12 +207,13 @@ impl Filesystem for FuseDoor {
             Ok(attr) => self.entry(&path, &attr, reply),
             // The kernel may keep an absence as long as it keeps names of this route. A name a
             // rule hides is answered afresh each time, so that every attempt is audited.
-            Err(e)
-                if e.is(Errno::ENOENT)
-                    && e.denied_by.is_none()
-                    && self.inodes.absent.remember(parent.0, path.name()) =>
-            {
-                reply.entry(&self.engine.ttl(&path), &absent_attr(), GEN)
+            Err(e) if e.is(Errno::ENOENT) && e.denied_by.is_none() => {
+                let ttl = self.engine.ttl(&path);
+                if self.inodes.absent.remember(parent.0, path.name(), Instant::now() + ttl) {
+                    reply.entry(&ttl, &absent_attr(), GEN)
+                } else {
+                    reply.error(errno(&e))
+                }
             }
             Err(e) => reply.error(errno(&e)),
         }
