@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection};
@@ -50,25 +50,25 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS audit (
 )";
 
 impl Audit {
-    /// Opens (creating) the audit database; `None` logs to `tracing` only.
-    pub fn open(database: Option<&Path>) -> FsResult<Audit> {
+    /// Opens (creating) the audit database, which keeps the newest `max_records` records;
+    /// `None` logs to `tracing` only.
+    pub fn open(database: Option<&Path>, max_records: u64) -> FsResult<Audit> {
         let sender = match database {
             None => None,
             Some(path) => {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
-                let conn = Connection::open(path)?;
+                let mut conn = Connection::open(path)?;
                 conn.pragma_update(None, "journal_mode", "WAL")?;
+                // A commit survives the daemon's death; records are best effort anyway (they
+                // are dropped when the queue is full), so they need not wait for the disk.
+                conn.pragma_update(None, "synchronous", "NORMAL")?;
                 conn.execute(SCHEMA, [])?;
                 let (tx, rx) = sync_channel::<AuditEvent>(4096);
-                std::thread::Builder::new().name("audit".into()).spawn(move || {
-                    while let Ok(event) = rx.recv() {
-                        if let Err(e) = insert(&conn, &event) {
-                            tracing::warn!("audit log write failed: {e}");
-                        }
-                    }
-                })?;
+                std::thread::Builder::new()
+                    .name("audit".into())
+                    .spawn(move || write_records(&mut conn, &rx, max_records))?;
                 Some(tx)
             }
         };
@@ -108,6 +108,46 @@ impl Audit {
     }
 }
 
+/// At most this many queued records go into one transaction.
+const BATCH: usize = 512;
+
+/// The writer thread: what is queued goes in one transaction, and every so often the oldest
+/// records beyond `max_records` are deleted (cheap: ids grow with time).
+fn write_records(conn: &mut Connection, queue: &Receiver<AuditEvent>, max_records: u64) {
+    let prune_every = (max_records / 10).clamp(1, 10_000);
+    let mut since_prune = 0;
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match queue.try_recv() {
+                Ok(event) => batch.push(event),
+                Err(_) => break,
+            }
+        }
+        let written = conn.transaction().and_then(|tx| {
+            for event in &batch {
+                insert(&tx, event)?;
+            }
+            tx.commit()
+        });
+        if let Err(e) = written {
+            tracing::warn!("audit log write failed: {e}");
+            continue;
+        }
+        since_prune += batch.len() as u64;
+        if since_prune >= prune_every {
+            since_prune = 0;
+            let pruned = conn.execute(
+                "DELETE FROM audit WHERE id <= (SELECT max(id) FROM audit) - ?1",
+                [max_records.min(i64::MAX as u64) as i64],
+            );
+            if let Err(e) = pruned {
+                tracing::warn!("audit log pruning failed: {e}");
+            }
+        }
+    }
+}
+
 fn insert(conn: &Connection, e: &AuditEvent) -> rusqlite::Result<()> {
     let ms = e.time.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     conn.execute(
@@ -138,5 +178,55 @@ pub fn command_line(pid: u32) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         Err(_) => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(n: u32) -> AuditEvent {
+        AuditEvent {
+            time: SystemTime::now(),
+            door: "fuse",
+            pid: n,
+            uid: 0,
+            command: String::new(),
+            operation: "open".into(),
+            class: "read",
+            path: format!("/secret/{n}"),
+            rule: Some(0),
+            decision: "deny".into(),
+        }
+    }
+
+    #[test]
+    fn only_the_newest_records_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.db");
+        let audit = Audit::open(Some(&db), 10).unwrap();
+        for n in 1..=25 {
+            audit.record(event(n));
+            // Some records arrive in batches of one, some together.
+            if n % 7 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        // The writer is asynchronous: wait (2 s at most) for the last record and the pruning.
+        let conn = Connection::open(&db).unwrap();
+        let kept = || -> Vec<u32> {
+            let mut stmt = conn.prepare("SELECT pid FROM audit ORDER BY id").unwrap();
+            stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+        };
+        let mut pids = kept();
+        for _ in 0..200 {
+            if pids.last() == Some(&25) && pids.len() <= 10 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            pids = kept();
+        }
+        assert_eq!(pids, (16..=25).collect::<Vec<_>>());
+        assert_eq!((audit.recorded(), audit.dropped()), (25, 0));
     }
 }

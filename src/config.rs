@@ -79,6 +79,8 @@ pub struct Config {
     pub rules: Vec<Rule>,
     pub interrupt_timeout: Duration,
     pub audit_database: Option<PathBuf>,
+    /// `[audit] max_records`: the newest this many records are kept; older ones are deleted.
+    pub audit_max_records: u64,
     pub fuse_threads: usize,
     pub allow_other: bool,
     /// `[fuse] passthrough`: serve file data kept in real files (host routes, the memory
@@ -208,10 +210,14 @@ struct RawFuse {
     xattrs: Option<bool>,
 }
 
+/// How many audit records are kept by default (a few hundred MB, depending on command lines).
+pub const DEFAULT_AUDIT_MAX_RECORDS: u64 = 1_000_000;
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAudit {
     database: Option<String>,
+    max_records: Option<Spanned<u64>>,
 }
 
 /// The configuration used when no file is given: `/` is memory scratch, `/workspace` the
@@ -429,6 +435,13 @@ impl Parser<'_> {
                 cache_ttl_set: r.cache_ttl_seconds.is_some(),
             });
         }
+        let audit_max_records = match raw.audit.as_ref().and_then(|a| a.max_records.as_ref()) {
+            Some(m) if *m.get_ref() == 0 => {
+                return Err(self.err(Some(m.span()), "max_records must be at least 1"));
+            }
+            Some(m) => *m.get_ref(),
+            None => DEFAULT_AUDIT_MAX_RECORDS,
+        };
         let mut rules = Vec::new();
         for r in &raw.rules {
             let r = r.get_ref();
@@ -482,6 +495,7 @@ impl Parser<'_> {
                 raw.interrupts.as_ref().and_then(|i| i.timeout_seconds).unwrap_or(300),
             ),
             audit_database: raw.audit.as_ref().and_then(|a| a.database.as_ref()).map(|d| self.base.join(d)),
+            audit_max_records,
             fuse_threads: if threads == 0 { default_threads() } else { threads },
             allow_other: raw.fuse.as_ref().and_then(|f| f.allow_other).unwrap_or(true),
             passthrough: raw.fuse.as_ref().and_then(|f| f.passthrough).unwrap_or(true),

@@ -106,7 +106,7 @@ pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
             kind: route.backend.kind(),
         });
     }
-    let audit = Audit::open(config.audit_database.as_deref())
+    let audit = Audit::open(config.audit_database.as_deref(), config.audit_max_records)
         .map_err(|e| anyhow!("cannot open the audit log: {e}"))?;
     let engine = Arc::new(Engine::new(Gate::new(rules), Router::new(routes), Arc::new(audit)));
     engine.gate.approvals.set_timeout(config.interrupt_timeout);

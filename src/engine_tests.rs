@@ -23,7 +23,7 @@ fn engine(rules: Vec<Rule>) -> Engine {
     Engine::new(
         Gate::new(RuleSet::new(rules).unwrap()),
         Router::new(vec![route("/"), route("/w"), route("/a/b/c")]),
-        Arc::new(Audit::open(None).unwrap()),
+        Arc::new(Audit::open(None, crate::config::DEFAULT_AUDIT_MAX_RECORDS).unwrap()),
     )
 }
 

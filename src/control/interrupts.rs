@@ -254,7 +254,7 @@ mod tests {
         let engine = Engine::new(
             Gate::new(RuleSet::new(vec![]).unwrap()),
             Router::new(vec![route]),
-            Arc::new(Audit::open(None).unwrap()),
+            Arc::new(Audit::open(None, crate::config::DEFAULT_AUDIT_MAX_RECORDS).unwrap()),
         );
         let ctx = Ctx::new(Door::Tool, Caller::daemon());
         engine.mkdir(&ctx, &VPath::parse("/secrets").unwrap(), 0o755).unwrap();

@@ -71,6 +71,7 @@ fn config_errors_name_file_line_and_value() {
         ("[[routes]]\npath = \"/m\"\nbackend = \"memory\"\nstore = \"disk\"\n", "FILE:4:", "unknown memory store \"disk\""),
         ("[[routes]]\npath = \"/d\"\nbackend = \"sqlite\"\ndatabase = \"x.db\"\nstore = \"tmpfs\"\n", "FILE:1:", "key `store` does not apply to backend \"sqlite\""),
         ("[[routes]]\npath = \"/a\"\nbackend = \"sqlite\"\ndatabase = \"x.db\"\n\n[[routes]]\npath = \"/b\"\nbackend = \"sqlite\"\ndatabase = \"x.db\"\n", "FILE:6:", "route \"/b\" uses namespace \"default\" of "),
+        ("[audit]\nmax_records = 0\n", "FILE:2:", "max_records must be at least 1"),
         ("mountpont = \"/x\"\n", "FILE:1:", "unknown field `mountpont`"),
         ("[[rules]]\noperations = [\"delete\"]\npaths = [\"/x\"]\nmode = \"deny\"\n", "FILE:2:", "unknown operation \"delete\""),
         ("[[rules]]\noperations = [\"read\"]\npaths = [\"/x\"]\nmode = \"block\"\n", "FILE:4:", "unknown mode \"block\""),

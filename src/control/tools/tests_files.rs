@@ -53,7 +53,7 @@ impl Fx {
         let engine = Engine::new(
             Gate::new(RuleSet::new(rules).unwrap()),
             Router::new(routes),
-            Arc::new(Audit::open(None).unwrap()),
+            Arc::new(Audit::open(None, crate::config::DEFAULT_AUDIT_MAX_RECORDS).unwrap()),
         );
         Fx { engine, session: Session::new(observation) }
     }

@@ -97,7 +97,7 @@ fn engine_with(rules: Vec<Rule>, root: Arc<dyn Backend>) -> Engine {
     Engine::new(
         Gate::new(RuleSet::new(rules).unwrap()),
         Router::new(vec![route("/", root), route("/mem", Arc::new(MemoryBackend::new(None)))]),
-        Arc::new(Audit::open(None).unwrap()),
+        Arc::new(Audit::open(None, crate::config::DEFAULT_AUDIT_MAX_RECORDS).unwrap()),
     )
 }
 
