@@ -38,6 +38,17 @@ pub enum BackendConfig {
     Sqlite { database: PathBuf, namespace: String },
 }
 
+impl BackendConfig {
+    /// Both are one namespace of one sqlite database (which serves one route at a time).
+    fn shares_namespace_with(&self, other: &BackendConfig) -> bool {
+        matches!(
+            (self, other),
+            (BackendConfig::Sqlite { database: a, namespace: m }, BackendConfig::Sqlite { database: b, namespace: n })
+                if a == b && m == n
+        )
+    }
+}
+
 /// Where a memory route keeps its tree (`store = "tmpfs" | "daemon"`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MemoryStore {
@@ -413,18 +424,14 @@ impl Parser<'_> {
                 span.clone(),
             )?;
             if let BackendConfig::Sqlite { database, namespace } = &backend {
-                let same = routes.iter().find(|x| {
-                    matches!(&x.backend, BackendConfig::Sqlite { database: d, namespace: n } if d == database && n == namespace)
-                });
-                if let Some(other) = same {
-                    return Err(self.err(
-                        Some(span),
-                        format!(
-                            "route {text:?} uses namespace {namespace:?} of {}, as route \"{}\" does; give each route a namespace of its own",
-                            database.display(),
-                            other.path
-                        ),
-                    ));
+                if let Some(other) = routes.iter().find(|x| x.backend.shares_namespace_with(&backend)) {
+                    let message = format!(
+                        "route {text:?} uses namespace {namespace:?} of {}, as route \"{}\" does; \
+                         give each route a namespace of its own",
+                        database.display(),
+                        other.path
+                    );
+                    return Err(self.err(Some(span), message));
                 }
             }
             let cache_ttl = self.ttl(r.cache_ttl_seconds, &backend, span)?;

@@ -37,8 +37,8 @@ impl ChangeObserver for KernelInvalidator {
     }
 }
 
-/// Makes the kernel forget every name it cached (absent ones too), and every listing: after a rule change, or
-/// when changes may have been missed.
+/// Makes the kernel forget every name it cached (absent ones too), and every listing: after a
+/// rule change, or when changes may have been missed.
 pub fn forget_everything(inodes: &Inodes, notifier: &Notifier) {
     let entries = inodes.known_entries();
     for (parent, name) in entries.iter().chain(&inodes.absent.take_all()) {
