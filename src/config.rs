@@ -99,6 +99,8 @@ pub struct Config {
     pub passthrough: bool,
     /// `[fuse] xattrs`: serve extended attributes (off: the kernel stops asking at all).
     pub xattrs: bool,
+    /// `[fuse] read_ahead_kb`: the mount's readahead window (0: the kernel's default).
+    pub read_ahead_kb: u64,
     /// `[tools] observation`: whether tool writes need a prior read of the current version.
     pub observation: Observation,
     /// `[exec]`: the `execute` tool and its sandbox.
@@ -219,7 +221,13 @@ struct RawFuse {
     allow_other: Option<bool>,
     passthrough: Option<bool>,
     xattrs: Option<bool>,
+    read_ahead_kb: Option<u64>,
 }
+
+/// The mount's readahead window by default: one request of the largest size (1 MiB), where the
+/// kernel's 128 KiB took eight round trips (reads the daemon serves: sqlite, memory in the
+/// daemon; passthrough files read ahead on their own filesystem).
+pub const DEFAULT_READ_AHEAD_KB: u64 = 1024;
 
 /// How many audit records are kept by default (a few hundred MB, depending on command lines).
 pub const DEFAULT_AUDIT_MAX_RECORDS: u64 = 1_000_000;
@@ -507,6 +515,7 @@ impl Parser<'_> {
             allow_other: raw.fuse.as_ref().and_then(|f| f.allow_other).unwrap_or(true),
             passthrough: raw.fuse.as_ref().and_then(|f| f.passthrough).unwrap_or(true),
             xattrs: raw.fuse.as_ref().and_then(|f| f.xattrs).unwrap_or(false),
+            read_ahead_kb: raw.fuse.as_ref().and_then(|f| f.read_ahead_kb).unwrap_or(DEFAULT_READ_AHEAD_KB),
             observation,
             exec,
         })

@@ -114,17 +114,26 @@ pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
     Ok(engine)
 }
 
-/// Is `path` itself a mount point right now? (from /proc/self/mountinfo)
-fn mounted_at(path: &Path) -> Option<String> {
+/// The newest mount at `path`, from /proc/self/mountinfo (so nothing asks the mounted
+/// filesystem itself): its device ("major:minor") and what it is ("<type> filesystem (<source>)").
+fn mount_at(path: &Path) -> Option<(String, String)> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = path.to_string_lossy();
-    info.lines().find_map(|line| {
+    info.lines().rev().find_map(|line| {
         let fields: Vec<&str> = line.split(' ').collect();
         let point = fields.get(4)?.replace("\\040", " ");
         let sep = fields.iter().position(|f| *f == "-")?;
         let (fstype, source) = (fields.get(sep + 1)?, fields.get(sep + 2)?);
-        (point == want).then(|| format!("{fstype} filesystem ({source})"))
+        if point != want {
+            return None;
+        }
+        Some((fields.get(2)?.to_string(), format!("{fstype} filesystem ({source})")))
     })
+}
+
+/// Is `path` itself a mount point right now, and of what?
+fn mounted_at(path: &Path) -> Option<String> {
+    mount_at(path).map(|(_, what)| what)
 }
 
 /// Makes `mountpoint` ready: creates it if missing, clears a stale mount a crashed daemon left
@@ -227,6 +236,12 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         };
         anyhow!("cannot mount at {}: {e}{hint}", mountpoint.display())
     })?;
+    // After the handshake, which would otherwise lower the window again to the kernel's.
+    if config.read_ahead_kb > 0 {
+        if let Err(e) = set_read_ahead(&mountpoint, config.read_ahead_kb) {
+            tracing::warn!("cannot set the mount's readahead to {} KiB: {e}", config.read_ahead_kb);
+        }
+    }
     let mut unmounter = session.unmount_callable();
     let invalidator = Arc::new(crate::fuse::invalidate::KernelInvalidator {
         inodes: inodes.clone(),
@@ -342,4 +357,16 @@ impl Reloader {
         }
         Ok(Reloaded { rules: count, config: path.to_path_buf(), warnings })
     }
+}
+
+/// Sets the readahead window of the mount at `mountpoint` (its backing device info in sysfs, as
+/// `blockdev --setra` does for a disk; only root may). Not through `stat` of the mountpoint: that
+/// would ask this daemon, which serves no request yet.
+fn set_read_ahead(mountpoint: &Path, kib: u64) -> std::io::Result<()> {
+    let (device, _) = mount_at(mountpoint).ok_or_else(|| {
+        std::io::Error::other(format!("no mount at {} in /proc/self/mountinfo", mountpoint.display()))
+    })?;
+    let path = format!("/sys/class/bdi/{device}/read_ahead_kb");
+    std::fs::write(&path, format!("{kib}\n"))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{path}: {e}")))
 }

@@ -134,6 +134,27 @@ fn xattrs_are_served_only_when_configured() {
     assert_eq!(sh_ok(&fx.host_root, "getfattr --only-values -n user.agent x"), "hello-host");
 }
 
+/// The mount's readahead window is the configured one (the kernel's own is 128 KiB), and data
+/// the daemon serves reads back whole through it.
+#[test]
+fn the_readahead_window_is_configured() {
+    use std::os::unix::fs::MetadataExt;
+    let window = |fx: &Fixture| {
+        let dev = fs::metadata(&fx.mount.dir).unwrap().dev();
+        let path = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+        fs::read_to_string(path).unwrap().trim().to_string()
+    };
+    let fx = Fixture::new("");
+    assert_eq!(window(&fx), "1024");
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(fx.p("/db/big"), &data).unwrap();
+    sh_ok(&fx.mount.dir, "sync; echo 1 > /proc/sys/vm/drop_caches");
+    assert!(fs::read(fx.p("/db/big")).unwrap() == data);
+    drop(fx);
+    let fx = Fixture::new("[fuse]\nread_ahead_kb = 4096\n");
+    assert_eq!(window(&fx), "4096");
+}
+
 /// A memory route's `max_bytes` holds on either store: past it, writes fail with ENOSPC, and
 /// freeing space makes room again. `statfs` reports the cap.
 #[test]
