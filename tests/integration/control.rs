@@ -549,8 +549,8 @@ fn reload_applies_new_rules_and_the_kernel_forgets_cached_entries() {
     let out = cli_ok(&["reload", "--socket", &socket]);
     assert_eq!(out, format!("reloaded 2 rule(s) from {0}\nwarning: the routes in {0} changed; routes are not reloaded (restart the daemon to apply them)\n", cfg.display()));
     assert_eq!(Conn::open(&f.socket()).result(1, "vfs/status", json!({}))["rules"], json!(2));
-    // Lifting the rule shows the files at once, though the kernel was told they were absent
-    // (in the root too, whose own entry cannot be invalidated).
+    // Lifting the rule shows the files at once, in a directory and in the root: a hidden name
+    // is never cached as absent.
     assert!(!f.p("/mem/secret.txt").exists() && !f.p("/secret.txt").exists());
     std::fs::write(&cfg, &original).unwrap();
     assert_eq!(
