@@ -78,6 +78,9 @@ pub struct Engine {
     pub router: Router,
     pub audit: Arc<Audit>,
     observer: std::sync::OnceLock<Arc<dyn ChangeObserver>>,
+    /// Names the kernel asked the FUSE door for because it had not cached them (present or
+    /// absent): how well its caches work, shown by `status`.
+    pub fuse_lookups: std::sync::atomic::AtomicU64,
 }
 
 fn wants_read(flags: i32) -> bool {
@@ -91,7 +94,7 @@ fn wants_write(flags: i32) -> bool {
 impl Engine {
     pub fn new(gate: Gate, router: Router, audit: Arc<Audit>) -> Engine {
         gate.approvals.set_audit(audit.clone());
-        Engine { gate, router, audit, observer: std::sync::OnceLock::new() }
+        Engine { gate, router, audit, observer: std::sync::OnceLock::new(), fuse_lookups: Default::default() }
     }
 
     /// Installs the observer of changes made behind the kernel's back (once).

@@ -217,6 +217,7 @@ impl State {
                 "peers_refused": Counters::get(&c.peers_refused),
                 "requests": Counters::get(&c.requests),
                 "tool_calls": Counters::get(&c.tool_calls),
+                "fuse_lookups": Counters::get(&self.engine.fuse_lookups),
             },
         })
     }

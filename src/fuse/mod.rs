@@ -199,6 +199,7 @@ impl Filesystem for FuseDoor {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.engine.fuse_lookups.fetch_add(1, Ordering::Relaxed);
         let path = match self.child(parent, name) {
             Ok(path) => path,
             Err(e) => return reply.error(errno(&e)),

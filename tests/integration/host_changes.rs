@@ -109,3 +109,41 @@ fn nested_host_roots_see_each_others_changes() {
         names(&outer) == ["b.txt", "c.txt"] && names(&inner) == ["b.txt", "c.txt"]
     });
 }
+
+/// The names the kernel asked the daemon for since it started (`status` counts them).
+fn fuse_lookups(fx: &Fixture) -> u64 {
+    let socket = fx.scratch.path().join("agentvfs.sock");
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["status", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    status["counters"]["fuse_lookups"].as_u64().unwrap()
+}
+
+/// What the caches save, counted: a missing name is asked for once, and a file written through
+/// the mount keeps its cached name although the watcher hears of the write.
+#[test]
+fn cached_names_stay_cached() {
+    let fx = Fixture::with_config("", |text| {
+        text.replacen("backend = \"host\"\n", "backend = \"host\"\ncache_ttl_seconds = 3600\n", 1)
+    });
+    fs::create_dir(fx.p("/host/d")).unwrap();
+    for dir in ["/host/d", "/mem"] {
+        let missing = fx.p(&format!("{dir}/missing"));
+        let before = fuse_lookups(&fx);
+        for _ in 0..3 {
+            assert!(!missing.exists());
+        }
+        assert_eq!(fuse_lookups(&fx) - before, 1, "{dir}: one lookup for three probes");
+    }
+    let written = fx.p("/host/d/written");
+    fs::write(&written, "through the mount").unwrap();
+    // Let the watcher see the write (it reads events every 5 ms).
+    std::thread::sleep(Duration::from_millis(200));
+    let before = fuse_lookups(&fx);
+    assert_eq!(fs::metadata(&written).unwrap().len(), 17);
+    assert_eq!(fuse_lookups(&fx) - before, 0, "the written file's name was invalidated");
+}
