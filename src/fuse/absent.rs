@@ -22,6 +22,9 @@ use parking_lot::Mutex;
 /// At most this many absent names are handed to the kernel for caching (a few MiB).
 pub const CAPACITY: usize = 100_000;
 
+/// A full table of live names is swept for expired ones at most this often.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Default)]
 pub struct AbsentNames {
     inner: Mutex<Table>,
@@ -32,6 +35,9 @@ struct Table {
     /// Per directory, each name and when the kernel stops trusting its absence.
     by_parent: HashMap<u64, HashMap<String, Instant>>,
     count: usize,
+    /// When a full table was last swept: a sweep walks every name, so a table full of live
+    /// names is swept at most once a second, not on every lookup.
+    swept: Option<Instant>,
 }
 
 impl Table {
@@ -57,7 +63,12 @@ impl AbsentNames {
             return true;
         }
         if table.count >= CAPACITY {
-            table.drop_expired(Instant::now());
+            let now = Instant::now();
+            if table.swept.is_some_and(|at| now.duration_since(at) < SWEEP_INTERVAL) {
+                return false;
+            }
+            table.swept = Some(now);
+            table.drop_expired(now);
             if table.count >= CAPACITY {
                 return false;
             }
