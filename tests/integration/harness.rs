@@ -21,6 +21,23 @@ pub fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("agentvfs-test-").tempdir_in("/tmp").expect("tempdir")
 }
 
+/// A test's files before its daemon starts: the scratch directory, the host route's root in it,
+/// and a config written by [`config`] with `rules`. Keep `scratch` bound for the whole test:
+/// dropping it removes the directory.
+pub struct Unmounted {
+    pub scratch: tempfile::TempDir,
+    pub host_root: PathBuf,
+    pub config: PathBuf,
+}
+
+pub fn unmounted(rules: &str) -> Unmounted {
+    let scratch = scratch();
+    let host_root = scratch.path().join("host-root");
+    std::fs::create_dir_all(&host_root).unwrap();
+    let config = config(scratch.path(), &host_root, rules);
+    Unmounted { scratch, host_root, config }
+}
+
 /// A running daemon and its mount. Dropping it stops the daemon (SIGTERM) and makes sure
 /// nothing stays mounted (lazy unmount as the last resort).
 pub struct Mount {
@@ -190,10 +207,7 @@ impl Fixture {
 
     /// Like [`Fixture::new`], with the config text passed through `edit` first.
     pub fn with_config(rules: &str, edit: impl Fn(&str) -> String) -> Fixture {
-        let scratch = scratch();
-        let host_root = scratch.path().join("host-root");
-        std::fs::create_dir_all(&host_root).unwrap();
-        let cfg = config(scratch.path(), &host_root, rules);
+        let Unmounted { scratch, host_root, config: cfg } = unmounted(rules);
         std::fs::write(&cfg, edit(&std::fs::read_to_string(&cfg).unwrap())).unwrap();
         let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
         // The memory route serves `/`; its tests work in a directory of their own.

@@ -4,14 +4,11 @@
 use std::fs;
 use std::process::Command;
 
-use crate::harness::{config, is_mounted, scratch, Mount, BIN};
+use crate::harness::{is_mounted, scratch, unmounted, Mount, Unmounted, BIN};
 
 #[test]
 fn sigint_and_sigterm_unmount_cleanly() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(s.path(), &root, "");
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
     let mnt = s.path().join("mnt");
     for signal in [libc::SIGINT, libc::SIGTERM] {
         let mut m = Mount::start(&cfg, &mnt);
@@ -25,10 +22,7 @@ fn sigint_and_sigterm_unmount_cleanly() {
 
 #[test]
 fn a_stale_mount_is_recovered_and_a_busy_one_refused() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(s.path(), &root, "");
+    let Unmounted { scratch: s, host_root: root, config: cfg } = unmounted("");
     let mnt = s.path().join("mnt");
     let mut first = Mount::start(&cfg, &mnt);
     // A second daemon on a live mount is refused with a clear message.
@@ -87,10 +81,7 @@ fn config_errors_name_file_line_and_value() {
 /// files as crash orphans: it is refused, and the first daemon's data is untouched.
 #[test]
 fn a_sqlite_namespace_serves_one_daemon_at_a_time() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(s.path(), &root, "");
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
     let first = Mount::start(&cfg, &s.path().join("mnt"));
     fs::write(first.path("/db/kept"), "first").unwrap();
 
@@ -146,14 +137,8 @@ fn a_sqlite_namespace_serves_one_daemon_at_a_time() {
 
 #[test]
 fn check_prints_routes_and_rules() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(
-        s.path(),
-        &root,
-        "[[rules]]\noperations = [\"write\"]\npaths = [\"/host/**\"]\nmode = \"deny\"\n",
-    );
+    let Unmounted { scratch: _scratch, host_root: root, config: cfg } =
+        unmounted("[[rules]]\noperations = [\"write\"]\npaths = [\"/host/**\"]\nmode = \"deny\"\n");
     let out = Command::new(BIN).args(["check", "--config"]).arg(&cfg).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -163,10 +148,7 @@ fn check_prints_routes_and_rules() {
 
 #[test]
 fn missing_dev_fuse_is_reported_clearly() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(s.path(), &root, "");
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
     // A private mount namespace whose /dev lacks the fuse device.
     let script = format!(
         "mount -t tmpfs none /dev && exec {BIN} mount --config {} {}",
@@ -184,10 +166,7 @@ fn missing_dev_fuse_is_reported_clearly() {
 
 #[test]
 fn sighup_reloads_rules_and_the_kernel_forgets_cached_entries() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(s.path(), &root, "");
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
     let m = Mount::start(&cfg, &s.path().join("mnt"));
     fs::create_dir(m.path("/mem")).unwrap();
     fs::write(m.path("/mem/secret.txt"), "s").unwrap();

@@ -5,14 +5,11 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
-use crate::harness::{config, scratch, Mount};
+use crate::harness::{unmounted, Mount, Unmounted};
 
 #[test]
 fn sqlite_tree_survives_remount() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(s.path(), &root, "");
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
     let mnt = s.path().join("mnt");
     {
         let m = Mount::start(&cfg, &mnt);
@@ -38,10 +35,7 @@ fn sqlite_tree_survives_remount() {
 
 #[test]
 fn acknowledged_data_survives_kill_9() {
-    let s = scratch();
-    let root = s.path().join("host-root");
-    fs::create_dir_all(&root).unwrap();
-    let cfg = config(s.path(), &root, "");
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
     let mnt = s.path().join("mnt");
     {
         let mut m = Mount::start(&cfg, &mnt);
