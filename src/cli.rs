@@ -352,6 +352,10 @@ fn status_text(s: &Value) -> String {
         out += &format!("  {:<20} {:<7} {detail}\n", text(&r["path"]), text(&r["backend"]));
     }
     out += &format!("rules: {} (observation: {})\n", s["rules"], text(&s["observation"]));
+    out += &match s["fuse_transport"].as_str() {
+        Some("io_uring") => format!("FUSE transport: io_uring ({} queues)\n", s["fuse_ring_queues"]),
+        _ => "FUSE transport: /dev/fuse\n".to_string(),
+    };
     out += &format!("pending interrupts: {}\n", s["pending_interrupts"]);
     out += &format!("audit records: {} ({} dropped)\n", c["audit_records"], c["audit_dropped"]);
     out += &format!(

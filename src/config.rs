@@ -101,6 +101,9 @@ pub struct Config {
     pub xattrs: bool,
     /// `[fuse] read_ahead_kb`: the mount's readahead window (0: the kernel's default).
     pub read_ahead_kb: u64,
+    /// `[fuse] io_uring`: take requests over FUSE-over-io_uring rings (one per CPU) when the
+    /// kernel offers it, instead of reading `/dev/fuse`.
+    pub io_uring: bool,
     /// `[tools] observation`: whether tool writes need a prior read of the current version.
     pub observation: Observation,
     /// `[exec]`: the `execute` tool and its sandbox.
@@ -222,6 +225,7 @@ struct RawFuse {
     passthrough: Option<bool>,
     xattrs: Option<bool>,
     read_ahead_kb: Option<u64>,
+    io_uring: Option<bool>,
 }
 
 /// The mount's readahead window by default: one request of the largest size (1 MiB), where the
@@ -516,6 +520,7 @@ impl Parser<'_> {
             passthrough: raw.fuse.as_ref().and_then(|f| f.passthrough).unwrap_or(true),
             xattrs: raw.fuse.as_ref().and_then(|f| f.xattrs).unwrap_or(false),
             read_ahead_kb: raw.fuse.as_ref().and_then(|f| f.read_ahead_kb).unwrap_or(DEFAULT_READ_AHEAD_KB),
+            io_uring: raw.fuse.as_ref().and_then(|f| f.io_uring).unwrap_or(true),
             observation,
             exec,
         })

@@ -1,6 +1,7 @@
 //! The daemon's lifecycle: build the engine from the config, mount, serve, and unmount
 //! cleanly on SIGINT/SIGTERM (SIGHUP reloads the rules), with the control socket alongside.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use crate::control::methods::{ReloadFn, Reloaded, State};
 use crate::control::server::Listener;
 use crate::engine::Engine;
 use crate::fuse::inodes::Inodes;
-use crate::fuse::{DoorOptions, FuseDoor};
+use crate::fuse::{DoorOptions, FuseDoor, MAX_WRITE};
 use crate::host_changes::HostChanges;
 use crate::policy::{Gate, RuleSet};
 use crate::route::{Route, Router};
@@ -207,8 +208,15 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let door = FuseDoor::new(
         engine.clone(),
         inodes.clone(),
-        DoorOptions { passthrough: config.passthrough, xattrs: config.xattrs },
+        DoorOptions { passthrough: config.passthrough, xattrs: config.xattrs, io_uring: config.io_uring },
     );
+    // The kernel offers io_uring at the handshake only while its module parameter is on.
+    if config.io_uring {
+        if let Err(e) = crate::fuse::ring::enable_in_kernel() {
+            tracing::info!("FUSE over io_uring is not available ({e}); requests come by /dev/fuse");
+        }
+    }
+    let ring_door = door.clone();
     let listener = Listener::bind(&config.socket)?;
 
     // Installed before mounting, so a signal that arrives early is handled rather than
@@ -242,6 +250,20 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
             tracing::warn!("cannot set the mount's readahead to {} KiB: {e}", config.read_ahead_kb);
         }
     }
+    let rings = if ring_door.ring_negotiated() {
+        match crate::fuse::ring::Rings::start(session.as_fd(), session.raw_dispatcher(ring_door), MAX_WRITE) {
+            Ok(rings) => {
+                engine.fuse_ring_queues.store(rings.queues(), std::sync::atomic::Ordering::Relaxed);
+                Some(rings)
+            }
+            Err(e) => {
+                tracing::warn!("cannot register FUSE io_uring queues ({e}); requests come by /dev/fuse");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut unmounter = session.unmount_callable();
     let invalidator = Arc::new(crate::fuse::invalidate::KernelInvalidator {
         inodes: inodes.clone(),
@@ -301,6 +323,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     })?;
 
     let served = session.run();
+    drop(rings);
     // Stop answering before saying we are gone, so no client sees a half-dead daemon.
     drop(server);
     served.with_context(|| format!("the FUSE session at {} failed", mountpoint.display()))?;

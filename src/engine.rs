@@ -81,6 +81,9 @@ pub struct Engine {
     /// Names the kernel asked the FUSE door for because it had not cached them (present or
     /// absent): how well its caches work, shown by `status`.
     pub fuse_lookups: std::sync::atomic::AtomicU64,
+    /// How the FUSE door takes requests: the number of io_uring queues, 0 for `/dev/fuse`
+    /// alone. Set once at mount, shown by `status`.
+    pub fuse_ring_queues: std::sync::atomic::AtomicUsize,
 }
 
 fn wants_read(flags: i32) -> bool {
@@ -94,7 +97,14 @@ fn wants_write(flags: i32) -> bool {
 impl Engine {
     pub fn new(gate: Gate, router: Router, audit: Arc<Audit>) -> Engine {
         gate.approvals.set_audit(audit.clone());
-        Engine { gate, router, audit, observer: std::sync::OnceLock::new(), fuse_lookups: Default::default() }
+        Engine {
+            gate,
+            router,
+            audit,
+            observer: std::sync::OnceLock::new(),
+            fuse_lookups: Default::default(),
+            fuse_ring_queues: Default::default(),
+        }
     }
 
     /// Installs the observer of changes made behind the kernel's back (once).

@@ -187,6 +187,7 @@ impl State {
 
     fn status(&self) -> Value {
         let c = &self.counters;
+        let ring_queues = self.engine.fuse_ring_queues.load(std::sync::atomic::Ordering::Relaxed);
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "pid": std::process::id(),
@@ -205,6 +206,8 @@ impl State {
             }).collect::<Vec<_>>(),
             "rules": self.engine.gate.rules().len(),
             "pending_interrupts": self.engine.gate.approvals.pending_count(),
+            "fuse_transport": if ring_queues > 0 { "io_uring" } else { "dev_fuse" },
+            "fuse_ring_queues": ring_queues,
             "observation": match self.config.observation {
                 Observation::Strict => "strict",
                 Observation::Off => "off",

@@ -7,13 +7,14 @@ pub mod inodes;
 pub mod invalidate;
 mod park;
 mod passthrough;
+pub mod ring;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -65,6 +66,8 @@ pub struct FuseDoor {
     /// cached listing) refreshes all their attributes in one go instead.
     read_since_listed: Arc<Mutex<HashSet<u64>>>,
     options: DoorOptions,
+    /// Whether `init` got the kernel to offer FUSE over io_uring (see [`ring`]).
+    ring_negotiated: Arc<AtomicBool>,
 }
 
 /// The `[fuse]` choices the door acts on.
@@ -76,9 +79,14 @@ pub struct DoorOptions {
     /// Serve extended attributes. Off, the door answers ENOSYS once and the kernel stops
     /// sending xattr requests for the whole mount (`ls -l` sends two per file otherwise).
     pub xattrs: bool,
+    /// Ask the kernel for FUSE over io_uring (the daemon then registers rings, see [`ring`]).
+    pub io_uring: bool,
 }
 
 const GEN: Generation = Generation(0);
+
+/// The largest write (and read) request: also the size of each io_uring entry's payload.
+pub const MAX_WRITE: usize = 1 << 20;
 
 /// Routes whose names are cached at least this long also have their listings cached.
 const LONG_TTL: Duration = Duration::from_secs(60);
@@ -94,7 +102,13 @@ impl FuseDoor {
             passthrough: Arc::default(),
             read_since_listed: Arc::default(),
             options,
+            ring_negotiated: Arc::default(),
         }
+    }
+
+    /// Whether the session's `init` negotiated FUSE over io_uring.
+    pub fn ring_negotiated(&self) -> bool {
+        self.ring_negotiated.load(Ordering::Relaxed)
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> FsResult<VPath> {
@@ -186,7 +200,10 @@ impl Filesystem for FuseDoor {
         ] {
             let _ = config.add_capabilities(flag);
         }
-        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_write(MAX_WRITE as u32);
+        if self.options.io_uring && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok() {
+            self.ring_negotiated.store(true, Ordering::Relaxed);
+        }
         let _ = config.set_max_background(64);
         // Depth 2 lets backing files live on a stacked host fs (overlayfs in a container).
         if self.options.passthrough

@@ -403,11 +403,22 @@ fn status_paths_and_tools_from_the_cli() {
             ),
         ]
     );
+    // Which transport is the transport tests' business; here, how it is shown.
+    let status = crate::harness::status(&f);
+    let transport = match status["fuse_transport"].as_str() {
+        Some("io_uring") => format!("FUSE transport: io_uring ({} queues)", status["fuse_ring_queues"]),
+        _ => "FUSE transport: /dev/fuse".to_string(),
+    };
     assert_eq!(
-        lines[8..11],
-        ["rules: 1 (observation: strict)", "pending interrupts: 0", "audit records: 0 (0 dropped)"]
+        lines[8..12],
+        [
+            "rules: 1 (observation: strict)",
+            &transport,
+            "pending interrupts: 0",
+            "audit records: 0 (0 dropped)"
+        ]
     );
-    assert!(lines[11].starts_with("connections: 1 open, "), "{out}");
+    assert!(lines[12].starts_with("connections: 1 open, "), "{out}");
 
     let status: Value = serde_json::from_str(&cli_ok(&["status", "--socket", &socket, "--json"])).unwrap();
     assert_eq!(status["mountpoint"], json!(mount));

@@ -220,5 +220,14 @@ impl Fixture {
     }
 }
 
+/// The daemon's `status` (JSON), asked through the CLI.
+pub fn status(fx: &Fixture) -> serde_json::Value {
+    let socket = fx.scratch.path().join("agentvfs.sock");
+    let out =
+        std::process::Command::new(BIN).args(["status", "--json", "--socket"]).arg(&socket).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The routes every file-semantics test runs against.
 pub const ROUTES: [&str; 3] = ["/host", "/mem", "/db"];

@@ -112,15 +112,7 @@ fn nested_host_roots_see_each_others_changes() {
 
 /// The names the kernel asked the daemon for since it started (`status` counts them).
 fn fuse_lookups(fx: &Fixture) -> u64 {
-    let socket = fx.scratch.path().join("agentvfs.sock");
-    let out = std::process::Command::new(crate::harness::BIN)
-        .args(["status", "--json", "--socket"])
-        .arg(&socket)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    status["counters"]["fuse_lookups"].as_u64().unwrap()
+    crate::harness::status(fx)["counters"]["fuse_lookups"].as_u64().unwrap()
 }
 
 /// What the caches save, counted: a missing name is asked for once, and a file written through

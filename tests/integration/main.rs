@@ -15,4 +15,5 @@ mod persistence;
 mod rules;
 mod security;
 mod stress;
+mod transport;
 mod workloads;

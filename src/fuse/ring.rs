@@ -1,0 +1,487 @@
+//! FUSE over io_uring (Linux 6.14+): the kernel hands requests to rings the daemon registered,
+//! one queue per CPU, instead of the daemon reading `/dev/fuse`. A request then costs no
+//! system call of its own, and it is served by a thread pinned to the CPU its caller runs on,
+//! so the caller's sleep and the server's wake-up stay on one CPU.
+//!
+//! Each queue has a thread, an io_uring and a set of entries. An entry is a pair of buffers
+//! the kernel fills with a request (headers, then the arguments) and the daemon fills with the
+//! reply, then gives back with `COMMIT_AND_FETCH`, which also asks for the next request. The
+//! requests go through fuser's own dispatch ([`fuser::RawDispatcher`]), so the door does not
+//! know which transport a request came by. `FORGET` and `INTERRUPT` still come by `/dev/fuse`,
+//! and so does every request until all queues are registered; fuser's threads keep serving it.
+//!
+//! A reply may come later from another thread (a request waiting for a human's approval). Only
+//! the queue's thread may submit to its ring: the kernel delivers the next request into an
+//! entry in the context of the thread that submitted its `COMMIT_AND_FETCH`, and cancels the
+//! command when that thread exits (a control connection's thread would strand or cancel
+//! requests). So a late reply is written into its entry where it is made, and its commit is
+//! handed to the queue's thread, woken through an eventfd its ring polls. Entries held by
+//! waiting requests are replaced by new ones, so that they never stall their CPU's queue.
+//!
+//! The kernel's ABI (`include/uapi/linux/fuse.h`): `fuse_uring_req_header` is the header
+//! buffer (128 bytes for the in/out header, 128 for the operation's own header, then
+//! `fuse_uring_ent_in_out`), `fuse_uring_cmd_req` rides in the SQE's command area.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, ThreadId};
+use std::time::Duration;
+
+use fuser::{Filesystem, RawDispatcher, RawReplySink};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use parking_lot::{Mutex, RwLock};
+
+/// `enum fuse_uring_cmd`.
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+/// `struct fuse_uring_req_header`: in/out header, operation header, `fuse_uring_ent_in_out`.
+const HEADER_BUFFER: usize = 128 + 128 + 32;
+const OP_HEADER_AT: usize = 128;
+const OP_HEADER_MAX: usize = 128;
+/// `fuse_uring_ent_in_out`: `flags: u64, commit_id: u64, payload_sz: u32`.
+const COMMIT_ID_AT: usize = 256 + 8;
+const PAYLOAD_SIZE_AT: usize = 256 + 16;
+const IN_HEADER: usize = 40;
+const OUT_HEADER: usize = 16;
+
+/// Entries registered per queue at the start, and at most (requests waiting for approval
+/// hold theirs; more are registered as they do).
+const FIRST_ENTRIES: usize = 16;
+const MAX_ENTRIES: usize = 512;
+/// How many entries are kept free for new requests before more are registered.
+const SPARE_ENTRIES: usize = 4;
+/// The completion of the eventfd poll (entries are numbered from 0).
+const WAKE: u64 = u64::MAX;
+
+/// The module parameter that lets daemons ask for io_uring (off by default on most kernels).
+pub const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Turns the kernel's `enable_uring` on if it is off. It only allows daemons to ask for
+/// io_uring at mount time; mounts that do not ask are unaffected.
+pub fn enable_in_kernel() -> io::Result<()> {
+    match std::fs::read_to_string(ENABLE_PARAMETER)?.trim() {
+        "Y" | "1" => Ok(()),
+        _ => {
+            std::fs::write(ENABLE_PARAMETER, "1")?;
+            tracing::info!("enabled FUSE over io_uring in the kernel ({ENABLE_PARAMETER})");
+            Ok(())
+        }
+    }
+}
+
+/// The running queues. Dropping it stops their threads (after the session ended).
+pub struct Rings {
+    queues: usize,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Rings {
+    /// Registers one queue per possible CPU on the connection of `dev_fuse`, whose session
+    /// negotiated `FUSE_OVER_IO_URING`, and serves them with `dispatcher`. `payload_size` is
+    /// the largest request or reply body (the session's `max_write`). Returns once every
+    /// queue is registered (the kernel then sends all requests to the rings) or failed.
+    pub fn start<FS: Filesystem>(
+        dev_fuse: BorrowedFd<'_>,
+        dispatcher: RawDispatcher<FS>,
+        payload_size: usize,
+    ) -> io::Result<Rings> {
+        let queues = possible_cpus();
+        let dispatcher = Arc::new(dispatcher);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut rings = Rings { queues, stop: stop.clone(), threads: Vec::new() };
+        let (started, outcomes) = std::sync::mpsc::channel();
+        for qid in 0..queues {
+            let fd = dev_fuse.try_clone_to_owned()?;
+            let (dispatcher, stop, started) = (dispatcher.clone(), stop.clone(), started.clone());
+            let thread = std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || {
+                let started_queue = Queue::new(qid as u16, fd, payload_size).and_then(|queue| {
+                    // Registering runs inside the submit, so a refusal is already in the
+                    // completion queue; requests may be too (the last queue makes the rings
+                    // live), and are served first.
+                    let early: Vec<(u64, i32)> = unsafe { queue.ring.completion_shared() }
+                        .map(|c| (c.user_data(), c.result()))
+                        .collect();
+                    match early.iter().find(|(_, result)| *result < 0) {
+                        Some(&(_, result)) => Err(io::Error::from_raw_os_error(-result)),
+                        None => Ok((queue, early)),
+                    }
+                });
+                match started_queue {
+                    Ok((queue, early)) => {
+                        let _ = started.send(Ok(()));
+                        queue.serve(early, &*dispatcher, &stop);
+                    }
+                    Err(e) => {
+                        let _ = started.send(Err(e));
+                    }
+                }
+            })?;
+            rings.threads.push(thread);
+        }
+        for _ in 0..queues {
+            outcomes.recv().map_err(|_| io::Error::other("a ring thread died while starting"))??;
+        }
+        Ok(rings)
+    }
+
+    pub fn queues(&self) -> usize {
+        self.queues
+    }
+}
+
+impl Drop for Rings {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The kernel makes one queue per possible CPU (`nr_cpu_ids`) and takes requests from the
+/// rings only once every queue has entries.
+fn possible_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| s.trim().rsplit(['-', ',']).next().and_then(|last| last.parse::<usize>().ok()))
+        .map(|last| last + 1)
+        .unwrap_or_else(|| (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }).max(1) as usize)
+}
+
+/// One entry's buffers, at fixed addresses the kernel was given at registration.
+struct Buffers {
+    header: Box<[u8; HEADER_BUFFER]>,
+    payload: Box<[u8]>,
+    iov: [libc::iovec; 2],
+    /// The kernel's name for the request the entry holds, given back with the reply.
+    commit_id: u64,
+}
+
+// The iovecs point into the boxes the struct owns.
+unsafe impl Send for Buffers {}
+
+struct Entry {
+    index: u64,
+    buffers: Mutex<Buffers>,
+}
+
+impl Entry {
+    fn new(index: u64, payload_size: usize) -> Arc<Entry> {
+        let mut header = Box::new([0u8; HEADER_BUFFER]);
+        // Zeroed memory from the allocator: pages are touched only by requests that need them.
+        let mut payload = vec![0u8; payload_size].into_boxed_slice();
+        let iov = [
+            libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: HEADER_BUFFER },
+            libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
+        ];
+        Arc::new(Entry { index, buffers: Mutex::new(Buffers { header, payload, iov, commit_id: 0 }) })
+    }
+}
+
+struct Queue {
+    qid: u16,
+    dev_fuse: OwnedFd,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// Commits of replies made on other threads, for the queue's thread to submit.
+    late_commits: Mutex<Vec<(u64, u64)>>,
+    /// Wakes the queue's thread for `late_commits` (its ring polls it).
+    wake: OwnedFd,
+    entries: RwLock<Vec<Arc<Entry>>>,
+    /// Entries whose request is with the daemon and not answered yet.
+    held: AtomicUsize,
+    payload_size: usize,
+    thread: ThreadId,
+}
+
+impl Queue {
+    /// Sets the queue up and registers its first entries. A refusal (the connection did not
+    /// negotiate io_uring) shows at once, as completions of the registration.
+    fn new(qid: u16, dev_fuse: OwnedFd, payload_size: usize) -> io::Result<Arc<Queue>> {
+        // On the CPU whose callers this queue serves; a CPU that is offline keeps the thread
+        // unpinned (its queue then only serves callers that come online there).
+        let mut cpus = nix::sched::CpuSet::new();
+        if cpus.set(qid as usize).is_ok() {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
+        }
+        // One command per entry at most, plus the eventfd poll.
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_cqsize(4 * MAX_ENTRIES as u32)
+            .build(2 * MAX_ENTRIES as u32)?;
+        let queue = Arc::new(Queue {
+            qid,
+            dev_fuse,
+            ring,
+            late_commits: Mutex::new(Vec::new()),
+            wake: eventfd()?,
+            entries: RwLock::new(Vec::new()),
+            held: AtomicUsize::new(0),
+            payload_size,
+            thread: std::thread::current().id(),
+        });
+        queue.add_entries(FIRST_ENTRIES)?;
+        Ok(queue)
+    }
+
+    /// Registers `count` new entries (up to [`MAX_ENTRIES`]) and submits them.
+    fn add_entries(&self, count: usize) -> io::Result<()> {
+        let mut entries = self.entries.write();
+        let count = count.min(MAX_ENTRIES - entries.len());
+        for _ in 0..count {
+            let entry = Entry::new(entries.len() as u64, self.payload_size);
+            let iov = entry.buffers.lock().iov.as_ptr();
+            let sqe = uring_cmd(self.dev_fuse.as_raw_fd(), CMD_REGISTER, self.qid, 0, Some(iov), entry.index);
+            // The submission queue holds MAX_ENTRIES and every entry has one command at most.
+            unsafe { self.ring.submission_shared().push(&sqe) }.map_err(|_| io::Error::other("ring full"))?;
+            entries.push(entry);
+        }
+        self.ring.submit()?;
+        Ok(())
+    }
+
+    /// Submits what is queued, waits for completions (a short while, so that the stop flag is
+    /// seen) and takes them.
+    fn wait(&self) -> io::Result<Vec<(u64, i32)>> {
+        let timeout = types::Timespec::from(Duration::from_millis(200));
+        let args = types::SubmitArgs::new().timespec(&timeout);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => {}
+            Err(e) => return Err(e),
+        }
+        // Only the queue's thread reads completions.
+        let completions = unsafe { self.ring.completion_shared() };
+        Ok(completions.map(|cqe| (cqe.user_data(), cqe.result())).collect())
+    }
+
+    /// Serves requests until the connection ends or `stop` is set, starting with `early`.
+    fn serve<FS: Filesystem>(
+        self: Arc<Self>,
+        early: Vec<(u64, i32)>,
+        dispatcher: &RawDispatcher<FS>,
+        stop: &AtomicBool,
+    ) {
+        let mut request = Vec::with_capacity(64 * 1024);
+        let mut ended = 0;
+        let mut completions = early;
+        self.watch_wake();
+        while !stop.load(Ordering::Relaxed) {
+            for (index, result) in completions {
+                match result {
+                    _ if index == WAKE => {
+                        let mut count = [0u8; 8];
+                        let _ = nix::unistd::read(self.wake.as_raw_fd(), &mut count);
+                        let late = std::mem::take(&mut *self.late_commits.lock());
+                        for (index, commit_id) in late {
+                            self.submit_commit(index, commit_id);
+                        }
+                        self.watch_wake();
+                    }
+                    0 => self.handle(index, &mut request, dispatcher),
+                    // The connection is gone (unmount or abort): the kernel ends every entry.
+                    _ => {
+                        if result != -libc::ENOTCONN && result != -libc::ECANCELED {
+                            tracing::warn!(qid = self.qid, "FUSE ring entry ended: errno {}", -result);
+                        }
+                        ended += 1;
+                    }
+                }
+            }
+            // Replies given on this thread are batched and go with the next wait; entries
+            // held by waiting requests are replaced.
+            if self.entries.read().len() - self.held.load(Ordering::Relaxed) < SPARE_ENTRIES {
+                if let Err(e) = self.add_entries(SPARE_ENTRIES) {
+                    tracing::warn!(qid = self.qid, "cannot add FUSE ring entries: {e}");
+                }
+            }
+            if ended >= self.entries.read().len() {
+                return;
+            }
+            completions = match self.wait() {
+                Ok(completions) => completions,
+                Err(e) => {
+                    tracing::warn!(qid = self.qid, "FUSE ring failed: {e}");
+                    return;
+                }
+            };
+        }
+    }
+
+    /// Rebuilds the request in the classic layout (in header, operation header, arguments)
+    /// and dispatches it; the reply may come later, from another thread.
+    fn handle<FS: Filesystem>(
+        self: &Arc<Self>,
+        index: u64,
+        request: &mut Vec<u8>,
+        dispatcher: &RawDispatcher<FS>,
+    ) {
+        let Some(entry) = self.entries.read().get(index as usize).cloned() else { return };
+        let unique = {
+            let mut buffers = entry.buffers.lock();
+            let header = &buffers.header;
+            let total = u32_at(&header[..], 0) as usize;
+            let unique = u64_at(&header[..], 8);
+            let commit_id = u64_at(&header[..], COMMIT_ID_AT);
+            let payload = (u32_at(&header[..], PAYLOAD_SIZE_AT) as usize).min(buffers.payload.len());
+            // The kernel counts the request's full length in the in header, so the operation
+            // header is what remains.
+            let op_header = total.saturating_sub(IN_HEADER + payload).min(OP_HEADER_MAX);
+            request.clear();
+            request.extend_from_slice(&header[..IN_HEADER]);
+            request.extend_from_slice(&header[OP_HEADER_AT..OP_HEADER_AT + op_header]);
+            request.extend_from_slice(&buffers.payload[..payload]);
+            let length = request.len() as u32;
+            request[..4].copy_from_slice(&length.to_ne_bytes());
+            buffers.commit_id = commit_id;
+            unique
+        };
+        self.held.fetch_add(1, Ordering::Relaxed);
+        let reply = Arc::new(RingReply { queue: self.clone(), entry, sent: AtomicBool::new(false) });
+        if let Err(e) = dispatcher.dispatch(request, reply.clone()) {
+            tracing::warn!(qid = self.qid, "bad request from the FUSE ring: {e}");
+        }
+        // Every request that comes by ring has a reply; one that got none would keep its
+        // entry for good.
+        if Arc::strong_count(&reply) == 1 && !reply.sent.load(Ordering::Relaxed) {
+            reply.send_error(unique, libc::EIO);
+        }
+    }
+
+    /// Gives an entry back with its reply, asking for the next request: at the queue's next
+    /// wait when on its thread, else through that thread.
+    fn commit(&self, index: u64, commit_id: u64) {
+        if std::thread::current().id() == self.thread {
+            self.submit_commit(index, commit_id);
+        } else {
+            self.late_commits.lock().push((index, commit_id));
+            let _ = nix::unistd::write(&self.wake, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Queues a `COMMIT_AND_FETCH` (queue's thread only: the next wait submits it).
+    fn submit_commit(&self, index: u64, commit_id: u64) {
+        let sqe =
+            uring_cmd(self.dev_fuse.as_raw_fd(), CMD_COMMIT_AND_FETCH, self.qid, commit_id, None, index);
+        // Room for one command per entry, and one for the eventfd.
+        if unsafe { self.ring.submission_shared().push(&sqe) }.is_err() {
+            tracing::error!(qid = self.qid, "FUSE ring submission queue full");
+        }
+    }
+
+    /// Asks the ring to complete [`WAKE`] when the eventfd is written (queue's thread only).
+    fn watch_wake(&self) {
+        let poll = opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(WAKE);
+        if unsafe { self.ring.submission_shared().push(&poll.into()) }.is_err() {
+            tracing::error!(qid = self.qid, "FUSE ring submission queue full");
+        }
+    }
+}
+
+/// The reply side of one request that came by ring.
+struct RingReply {
+    queue: Arc<Queue>,
+    entry: Arc<Entry>,
+    sent: AtomicBool,
+}
+
+impl RingReply {
+    fn send_error(&self, unique: u64, errno: i32) {
+        let mut header = [0u8; OUT_HEADER];
+        header[..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+        header[4..8].copy_from_slice(&(-errno).to_ne_bytes());
+        header[8..].copy_from_slice(&unique.to_ne_bytes());
+        let _ = self.send(&[IoSlice::new(&header)]);
+    }
+}
+
+impl RawReplySink for RingReply {
+    /// The out header goes to the header buffer, everything after it to the payload.
+    fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        if self.sent.swap(true, Ordering::Relaxed) {
+            return Err(io::Error::other("second reply to one FUSE request"));
+        }
+        let commit_id = {
+            let mut buffers = self.entry.buffers.lock();
+            let Buffers { header, payload, .. } = &mut *buffers;
+            let total: usize = data.iter().map(|d| d.len()).sum();
+            let mut written = 0;
+            for slice in data {
+                for (i, &byte) in slice.iter().enumerate().take(OUT_HEADER.saturating_sub(written)) {
+                    header[written + i] = byte;
+                }
+                let header_part = slice.len().min(OUT_HEADER.saturating_sub(written));
+                let body = &slice[header_part..];
+                let at = (written + header_part).saturating_sub(OUT_HEADER);
+                if at + body.len() <= payload.len() {
+                    payload[at..at + body.len()].copy_from_slice(body);
+                }
+                written += slice.len();
+            }
+            let mut body = total.saturating_sub(OUT_HEADER);
+            if body > payload.len() {
+                // Cannot happen with replies no larger than max_write; answer EIO rather than
+                // a truncated reply.
+                header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+                body = 0;
+            }
+            header[..4].copy_from_slice(&((OUT_HEADER + body) as u32).to_ne_bytes());
+            header[PAYLOAD_SIZE_AT..PAYLOAD_SIZE_AT + 4].copy_from_slice(&(body as u32).to_ne_bytes());
+            buffers.commit_id
+        };
+        self.queue.held.fetch_sub(1, Ordering::Relaxed);
+        self.queue.commit(self.entry.index, commit_id);
+        Ok(())
+    }
+}
+
+/// An `IORING_OP_URING_CMD` for `/dev/fuse` carrying `fuse_uring_cmd_req` (`flags`,
+/// `commit_id`, `qid`); registration also names the entry's two buffers.
+fn uring_cmd(
+    fd: i32,
+    command: u32,
+    qid: u16,
+    commit_id: u64,
+    iov: Option<*const libc::iovec>,
+    user_data: u64,
+) -> squeue::Entry128 {
+    let mut cmd = [0u8; 80];
+    cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    cmd[16..18].copy_from_slice(&qid.to_ne_bytes());
+    let mut op = opcode::UringCmd80::new(types::Fd(fd), command).cmd(cmd);
+    if let Some(iov) = iov {
+        op = op.addr(Some(iov as u64));
+    }
+    let sqe = op.build().user_data(user_data);
+    match iov {
+        // The kernel wants `len` = 2 (header and payload iovecs), which the builder has no
+        // setter for: it is the `u32` at byte 24 of `struct io_uring_sqe`.
+        Some(_) => {
+            const _: () = assert!(std::mem::size_of::<squeue::Entry128>() == 128);
+            let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+            raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
+            unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+        }
+        None => sqe,
+    }
+}
+
+fn eventfd() -> io::Result<OwnedFd> {
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap())
+}

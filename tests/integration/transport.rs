@@ -1,0 +1,61 @@
+//! How the kernel's requests reach the daemon: FUSE-over-io_uring rings, one per CPU, when the
+//! kernel offers them (the default), or `/dev/fuse` (when it does not, or with
+//! `[fuse] io_uring = false`). The same work gets the same results either way, from every CPU.
+
+use std::path::Path;
+
+use crate::harness::{sh_ok, status, Fixture, ROUTES};
+
+const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Creates, writes, appends, reads, renames, lists, links and deletes on every route, from a
+/// shell pinned to `cpu` (the kernel picks the ring of the caller's CPU), and checks each
+/// result.
+fn file_work(fx: &Fixture, cpu: Option<usize>) {
+    let pin = cpu.map(|c| format!("taskset -c {c} ")).unwrap_or_default();
+    for route in ROUTES {
+        let dir = fx.p(route).join(format!("work-{}", cpu.map_or("any".to_string(), |c| c.to_string())));
+        let script = r#"
+            mkdir d && cd d
+            printf 'one\n' > a && printf 'two\n' >> a
+            head -c 3000000 /dev/zero | tr '\0' x > big
+            mv a b && ln -s b link && mkdir sub && touch sub/f
+            cat link; wc -c < big; ls; ls sub
+            rm b link big sub/f && rmdir sub && cd .. && rmdir d && ls -A
+        "#;
+        std::fs::create_dir(&dir).unwrap();
+        let out = sh_ok(&dir, &format!("{pin}sh -e <<'SCRIPT'\n{script}\nSCRIPT\n"));
+        assert_eq!(out, "one\ntwo\n3000000\nb\nbig\nlink\nsub\nf\n", "route {route}, cpu {cpu:?}");
+        std::fs::remove_dir(&dir).unwrap();
+    }
+}
+
+fn online_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+#[test]
+fn requests_come_by_io_uring_rings_and_every_cpu_is_served() {
+    let fx = Fixture::new("");
+    let status = status(&fx);
+    if Path::new(ENABLE_PARAMETER).exists() {
+        // The daemon turned the kernel's parameter on and registered a ring per CPU.
+        assert_eq!(std::fs::read_to_string(ENABLE_PARAMETER).unwrap().trim(), "Y");
+        assert_eq!(status["fuse_transport"], "io_uring", "{status}");
+        assert!(status["fuse_ring_queues"].as_u64().unwrap() >= online_cpus() as u64, "{status}");
+    } else {
+        assert_eq!(status["fuse_transport"], "dev_fuse", "{status}");
+    }
+    for cpu in 0..online_cpus() {
+        file_work(&fx, Some(cpu));
+    }
+}
+
+#[test]
+fn with_io_uring_off_requests_come_by_dev_fuse() {
+    let fx = Fixture::new("[fuse]\nio_uring = false\n");
+    let status = status(&fx);
+    assert_eq!(status["fuse_transport"], "dev_fuse", "{status}");
+    assert_eq!(status["fuse_ring_queues"], 0, "{status}");
+    file_work(&fx, None);
+}
