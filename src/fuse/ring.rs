@@ -147,21 +147,25 @@ impl Drop for Rings {
 fn possible_cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/possible")
         .ok()
-        .and_then(|s| s.trim().rsplit(['-', ',']).next().and_then(|last| last.parse::<usize>().ok()))
-        .map(|last| last + 1)
+        .and_then(|list| cpus_in_list(&list))
         .unwrap_or_else(|| (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }).max(1) as usize)
+}
+
+/// The number of CPU ids up to the last one in a kernel CPU list ("0-3,8-11" → 12).
+fn cpus_in_list(list: &str) -> Option<usize> {
+    list.trim().rsplit(['-', ',']).next()?.parse::<usize>().ok().map(|last| last + 1)
 }
 
 /// One entry's buffers, at fixed addresses the kernel was given at registration.
 struct Buffers {
     header: Box<[u8; HEADER_BUFFER]>,
-    payload: Box<[u8]>,
+    payload: Payload,
     iov: [libc::iovec; 2],
     /// The kernel's name for the request the entry holds, given back with the reply.
     commit_id: u64,
 }
 
-// The iovecs point into the boxes the struct owns.
+// The iovecs point into the buffers the struct owns.
 unsafe impl Send for Buffers {}
 
 struct Entry {
@@ -170,15 +174,53 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(index: u64, payload_size: usize) -> Arc<Entry> {
+    fn new(index: u64, payload_size: usize) -> io::Result<Arc<Entry>> {
         let mut header = Box::new([0u8; HEADER_BUFFER]);
-        // Zeroed memory from the allocator: pages are touched only by requests that need them.
-        let mut payload = vec![0u8; payload_size].into_boxed_slice();
+        let mut payload = Payload::new(payload_size)?;
         let iov = [
             libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: HEADER_BUFFER },
             libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
         ];
-        Arc::new(Entry { index, buffers: Mutex::new(Buffers { header, payload, iov, commit_id: 0 }) })
+        Ok(Arc::new(Entry { index, buffers: Mutex::new(Buffers { header, payload, iov, commit_id: 0 }) }))
+    }
+}
+
+/// An entry's payload buffer: its own anonymous mapping, so that its pages are touched only
+/// by requests that need them (a megabyte from the allocator may come zeroed by `memset`).
+struct Payload {
+    start: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl Payload {
+    fn new(len: usize) -> io::Result<Payload> {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let start = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+        };
+        if start == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Payload { start: std::ptr::NonNull::new(start.cast()).expect("mmap gave a null mapping"), len })
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.start.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Payload {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.start.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.start.as_ptr().cast(), self.len) };
     }
 }
 
@@ -231,7 +273,7 @@ impl Queue {
         let mut entries = self.entries.write();
         let count = count.min(MAX_ENTRIES - entries.len());
         for _ in 0..count {
-            let entry = Entry::new(entries.len() as u64, self.payload_size);
+            let entry = Entry::new(entries.len() as u64, self.payload_size)?;
             let iov = entry.buffers.lock().iov.as_ptr();
             let sqe = uring_cmd(self.dev_fuse.as_raw_fd(), CMD_REGISTER, self.qid, 0, Some(iov), entry.index);
             // The submission queue holds MAX_ENTRIES and every entry has one command at most.
@@ -321,20 +363,7 @@ impl Queue {
         let Some(entry) = self.entries.read().get(index as usize).cloned() else { return };
         let unique = {
             let mut buffers = entry.buffers.lock();
-            let header = &buffers.header;
-            let total = u32_at(&header[..], 0) as usize;
-            let unique = u64_at(&header[..], 8);
-            let commit_id = u64_at(&header[..], COMMIT_ID_AT);
-            let payload = (u32_at(&header[..], PAYLOAD_SIZE_AT) as usize).min(buffers.payload.len());
-            // The kernel counts the request's full length in the in header, so the operation
-            // header is what remains.
-            let op_header = total.saturating_sub(IN_HEADER + payload).min(OP_HEADER_MAX);
-            request.clear();
-            request.extend_from_slice(&header[..IN_HEADER]);
-            request.extend_from_slice(&header[OP_HEADER_AT..OP_HEADER_AT + op_header]);
-            request.extend_from_slice(&buffers.payload[..payload]);
-            let length = request.len() as u32;
-            request[..4].copy_from_slice(&length.to_ne_bytes());
+            let (unique, commit_id) = read_request(&buffers.header, &buffers.payload, request);
             buffers.commit_id = commit_id;
             unique
         };
@@ -408,35 +437,60 @@ impl RawReplySink for RingReply {
         let commit_id = {
             let mut buffers = self.entry.buffers.lock();
             let Buffers { header, payload, .. } = &mut *buffers;
-            let total: usize = data.iter().map(|d| d.len()).sum();
-            let mut written = 0;
-            for slice in data {
-                for (i, &byte) in slice.iter().enumerate().take(OUT_HEADER.saturating_sub(written)) {
-                    header[written + i] = byte;
-                }
-                let header_part = slice.len().min(OUT_HEADER.saturating_sub(written));
-                let body = &slice[header_part..];
-                let at = (written + header_part).saturating_sub(OUT_HEADER);
-                if at + body.len() <= payload.len() {
-                    payload[at..at + body.len()].copy_from_slice(body);
-                }
-                written += slice.len();
-            }
-            let mut body = total.saturating_sub(OUT_HEADER);
-            if body > payload.len() {
-                // Cannot happen with replies no larger than max_write; answer EIO rather than
-                // a truncated reply.
-                header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                body = 0;
-            }
-            header[..4].copy_from_slice(&((OUT_HEADER + body) as u32).to_ne_bytes());
-            header[PAYLOAD_SIZE_AT..PAYLOAD_SIZE_AT + 4].copy_from_slice(&(body as u32).to_ne_bytes());
+            write_reply(data, header, payload);
             buffers.commit_id
         };
         self.queue.held.fetch_sub(1, Ordering::Relaxed);
         self.queue.commit(self.entry.index, commit_id);
         Ok(())
     }
+}
+
+/// Puts the request an entry holds into `request` in the classic layout (in header, operation
+/// header, arguments) and returns its `unique` and the kernel's `commit_id` for it.
+fn read_request(header: &[u8; HEADER_BUFFER], payload: &[u8], request: &mut Vec<u8>) -> (u64, u64) {
+    let total = u32_at(header, 0) as usize;
+    let payload = &payload[..(u32_at(header, PAYLOAD_SIZE_AT) as usize).min(payload.len())];
+    // The in header counts the request's full length, so the operation header is what the
+    // arguments leave of it.
+    let op_header = total.saturating_sub(IN_HEADER + payload.len()).min(OP_HEADER_MAX);
+    request.clear();
+    request.extend_from_slice(&header[..IN_HEADER]);
+    request.extend_from_slice(&header[OP_HEADER_AT..OP_HEADER_AT + op_header]);
+    request.extend_from_slice(payload);
+    let length = request.len() as u32;
+    request[..4].copy_from_slice(&length.to_ne_bytes());
+    (u64_at(header, 8), u64_at(header, COMMIT_ID_AT))
+}
+
+/// Puts a reply (an out header and its data, in any slicing) into an entry: the out header to
+/// the header buffer, the rest to the payload, whose size goes to `fuse_uring_ent_in_out`.
+/// A reply larger than the payload (none is: replies are at most `max_write`) becomes EIO
+/// rather than arriving cut.
+fn write_reply(data: &[IoSlice<'_>], header: &mut [u8; HEADER_BUFFER], payload: &mut [u8]) {
+    let total: usize = data.iter().map(|d| d.len()).sum();
+    let mut body = total.saturating_sub(OUT_HEADER);
+    let fits = body <= payload.len();
+    let mut at = 0;
+    for &byte in data.iter().flat_map(|slice| slice.iter()).take(OUT_HEADER) {
+        header[at] = byte;
+        at += 1;
+    }
+    if fits {
+        let mut skip = OUT_HEADER;
+        let mut at = 0;
+        for slice in data {
+            let part = &slice[skip.min(slice.len())..];
+            skip = skip.saturating_sub(slice.len());
+            payload[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+    } else {
+        header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+        body = 0;
+    }
+    header[..4].copy_from_slice(&((OUT_HEADER + body) as u32).to_ne_bytes());
+    header[PAYLOAD_SIZE_AT..PAYLOAD_SIZE_AT + 4].copy_from_slice(&(body as u32).to_ne_bytes());
 }
 
 /// An `IORING_OP_URING_CMD` for `/dev/fuse` carrying `fuse_uring_cmd_req` (`flags`,
@@ -484,4 +538,112 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header_with(total: u32, unique: u64, commit_id: u64, payload: u32) -> Box<[u8; HEADER_BUFFER]> {
+        let mut header = Box::new([0u8; HEADER_BUFFER]);
+        header[..4].copy_from_slice(&total.to_ne_bytes());
+        header[4..8].copy_from_slice(&1u32.to_ne_bytes()); // LOOKUP
+        header[8..16].copy_from_slice(&unique.to_ne_bytes());
+        header[COMMIT_ID_AT..COMMIT_ID_AT + 8].copy_from_slice(&commit_id.to_ne_bytes());
+        header[PAYLOAD_SIZE_AT..PAYLOAD_SIZE_AT + 4].copy_from_slice(&payload.to_ne_bytes());
+        header
+    }
+
+    #[test]
+    fn a_request_is_rebuilt_in_the_classic_layout() {
+        // A 16-byte operation header (say GETATTR's) and 6 bytes of arguments.
+        let mut header = header_with(40 + 16 + 6, 77, 9, 6);
+        header[OP_HEADER_AT..OP_HEADER_AT + 16].copy_from_slice(&[5u8; 16]);
+        header[OP_HEADER_AT + 16] = 0xEE; // past the operation header: not part of it
+        let payload = *b"name\0\0unused";
+        let mut request = Vec::new();
+        assert_eq!(read_request(&header, &payload, &mut request), (77, 9));
+        assert_eq!(request.len(), 62);
+        assert_eq!(u32_at(&request, 0), 62);
+        assert_eq!(&request[4..40], &header[4..40]);
+        assert_eq!(&request[40..56], &[5u8; 16]);
+        assert_eq!(&request[56..], b"name\0\0");
+    }
+
+    #[test]
+    fn a_request_without_operation_header_is_its_arguments() {
+        // LOOKUP: the name only.
+        let header = header_with(40 + 4, 1, 2, 4);
+        let mut request = vec![1, 2, 3];
+        read_request(&header, b"abc\0", &mut request);
+        assert_eq!(request.len(), 44);
+        assert_eq!(&request[40..], b"abc\0");
+    }
+
+    #[test]
+    fn a_reply_is_split_into_out_header_and_payload_however_it_is_sliced() {
+        let mut out = Vec::new();
+        out.extend_from_slice(&26u32.to_ne_bytes());
+        out.extend_from_slice(&0i32.to_ne_bytes());
+        out.extend_from_slice(&77u64.to_ne_bytes());
+        out.extend_from_slice(b"0123456789");
+        for cuts in [vec![26], vec![16, 10], vec![3, 20, 3], vec![0, 16, 0, 10]] {
+            let mut slices = Vec::new();
+            let mut at = 0;
+            for cut in cuts {
+                slices.push(IoSlice::new(&out[at..at + cut]));
+                at += cut;
+            }
+            let mut header = Box::new([0u8; HEADER_BUFFER]);
+            let mut payload = vec![0u8; 32];
+            write_reply(&slices, &mut header, &mut payload);
+            assert_eq!(&header[..16], &out[..16]);
+            assert_eq!(&payload[..10], b"0123456789");
+            assert_eq!(u32_at(&header[..], PAYLOAD_SIZE_AT), 10);
+        }
+    }
+
+    #[test]
+    fn a_reply_too_large_for_the_payload_becomes_eio() {
+        let mut out = Vec::new();
+        out.extend_from_slice(&(16u32 + 64).to_ne_bytes());
+        out.extend_from_slice(&0i32.to_ne_bytes());
+        out.extend_from_slice(&5u64.to_ne_bytes());
+        out.extend_from_slice(&[7u8; 64]);
+        let mut header = Box::new([0u8; HEADER_BUFFER]);
+        let mut payload = vec![0u8; 32];
+        write_reply(&[IoSlice::new(&out)], &mut header, &mut payload);
+        assert_eq!(u32_at(&header[..], 0), 16);
+        assert_eq!(i32::from_ne_bytes(header[4..8].try_into().unwrap()), -libc::EIO);
+        assert_eq!(u64_at(&header[..], 8), 5);
+        assert_eq!(u32_at(&header[..], PAYLOAD_SIZE_AT), 0);
+        assert_eq!(payload, vec![0u8; 32]);
+    }
+
+    #[test]
+    fn register_and_commit_commands_carry_the_kernel_fields() {
+        let iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2];
+        let raw = |sqe: squeue::Entry128| -> [u8; 128] { unsafe { std::mem::transmute(sqe) } };
+        let register = raw(uring_cmd(7, CMD_REGISTER, 3, 0, Some(iov.as_ptr()), 42));
+        assert_eq!(register[0], opcode::UringCmd80::CODE);
+        assert_eq!(i32::from_ne_bytes(register[4..8].try_into().unwrap()), 7);
+        assert_eq!(u32_at(&register, 8), CMD_REGISTER); // cmd_op
+        assert_eq!(u64_at(&register, 16), iov.as_ptr() as u64); // addr
+        assert_eq!(u32_at(&register, 24), 2); // len: two iovecs
+        assert_eq!(u64_at(&register, 32), 42); // user_data
+        assert_eq!(u16::from_ne_bytes(register[64..66].try_into().unwrap()), 3); // qid
+        let commit = raw(uring_cmd(7, CMD_COMMIT_AND_FETCH, 1, 99, None, 5));
+        assert_eq!(u32_at(&commit, 8), CMD_COMMIT_AND_FETCH);
+        assert_eq!(u64_at(&commit, 48 + 8), 99); // commit_id
+        assert_eq!(u16::from_ne_bytes(commit[64..66].try_into().unwrap()), 1);
+        assert_eq!(u32_at(&commit, 24), 0);
+    }
+
+    #[test]
+    fn cpu_lists_count_up_to_the_last_id() {
+        assert_eq!(cpus_in_list("0-1\n"), Some(2));
+        assert_eq!(cpus_in_list("0"), Some(1));
+        assert_eq!(cpus_in_list("0-3,8-11"), Some(12));
+        assert_eq!(cpus_in_list("garbage"), None);
+    }
 }
