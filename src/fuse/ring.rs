@@ -471,10 +471,8 @@ fn write_reply(data: &[IoSlice<'_>], header: &mut [u8; HEADER_BUFFER], payload: 
     let total: usize = data.iter().map(|d| d.len()).sum();
     let mut body = total.saturating_sub(OUT_HEADER);
     let fits = body <= payload.len();
-    let mut at = 0;
-    for &byte in data.iter().flat_map(|slice| slice.iter()).take(OUT_HEADER) {
+    for (at, &byte) in data.iter().flat_map(|slice| slice.iter()).take(OUT_HEADER).enumerate() {
         header[at] = byte;
-        at += 1;
     }
     if fits {
         let mut skip = OUT_HEADER;
