@@ -179,6 +179,21 @@ pub fn prepare_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
+/// Whether to ask the kernel for FUSE over io_uring: configured, and both the kernel (its module
+/// parameter, turned on here) and this process (rings allowed) can. Otherwise `/dev/fuse`.
+fn io_uring_usable(config: &Config) -> bool {
+    if !config.io_uring {
+        return false;
+    }
+    match crate::fuse::ring::enable_in_kernel().and_then(|()| crate::fuse::ring::available()) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::info!("FUSE over io_uring is not available ({e}); requests come by /dev/fuse");
+            false
+        }
+    }
+}
+
 fn check_fuse_device() -> Result<()> {
     match std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
         Ok(_) => Ok(()),
@@ -208,14 +223,12 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let door = FuseDoor::new(
         engine.clone(),
         inodes.clone(),
-        DoorOptions { passthrough: config.passthrough, xattrs: config.xattrs, io_uring: config.io_uring },
+        DoorOptions {
+            passthrough: config.passthrough,
+            xattrs: config.xattrs,
+            io_uring: io_uring_usable(&config),
+        },
     );
-    // The kernel offers io_uring at the handshake only while its module parameter is on.
-    if config.io_uring {
-        if let Err(e) = crate::fuse::ring::enable_in_kernel() {
-            tracing::info!("FUSE over io_uring is not available ({e}); requests come by /dev/fuse");
-        }
-    }
     let ring_door = door.clone();
     let listener = Listener::bind(&config.socket)?;
 
@@ -256,10 +269,11 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
                 engine.fuse_ring_queues.store(rings.queues(), std::sync::atomic::Ordering::Relaxed);
                 Some(rings)
             }
-            Err(e) => {
-                tracing::warn!("cannot register FUSE io_uring queues ({e}); requests come by /dev/fuse");
-                None
-            }
+            // The kernel holds every request until all queues are registered: stop (the session
+            // unmounts as it drops) rather than leave a mount that hangs its callers.
+            Err(e) => bail!(
+                "cannot register the FUSE io_uring queues ({e}); set `[fuse] io_uring = false` to serve by /dev/fuse"
+            ),
         }
     } else {
         None

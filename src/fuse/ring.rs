@@ -72,6 +72,21 @@ pub fn enable_in_kernel() -> io::Result<()> {
     }
 }
 
+/// Whether this process may set up rings like the queues' (`kernel.io_uring_disabled`,
+/// seccomp or memory limits can forbid it). Asked before the handshake: once the connection
+/// negotiated io_uring, the kernel holds every request until all queues are registered, so a
+/// failure after that would leave the mount hanging rather than fall back to `/dev/fuse`.
+pub fn available() -> io::Result<()> {
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(2).map(drop).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "this process may not create io_uring instances ({e}; see sysctl kernel.io_uring_disabled)"
+            ),
+        )
+    })
+}
+
 /// The running queues. Dropping it stops their threads (after the session ended).
 pub struct Rings {
     queues: usize,

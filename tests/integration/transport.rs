@@ -7,6 +7,27 @@ use std::path::Path;
 use crate::harness::{sh_ok, status, Fixture, ROUTES};
 
 const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+const DISABLE_SYSCTL: &str = "/proc/sys/kernel/io_uring_disabled";
+
+/// The tests that expect rings and the one that forbids them take turns.
+static RINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Forbids io_uring to unprivileged and privileged processes alike while it lives.
+struct RingsForbidden(String);
+
+impl RingsForbidden {
+    fn new() -> RingsForbidden {
+        let before = std::fs::read_to_string(DISABLE_SYSCTL).unwrap();
+        std::fs::write(DISABLE_SYSCTL, "2").unwrap();
+        RingsForbidden(before)
+    }
+}
+
+impl Drop for RingsForbidden {
+    fn drop(&mut self) {
+        let _ = std::fs::write(DISABLE_SYSCTL, self.0.trim());
+    }
+}
 
 /// Creates, writes, appends, reads, renames, lists, links and deletes on every route, from a
 /// shell pinned to `cpu` (the kernel picks the ring of the caller's CPU), and checks each
@@ -36,6 +57,7 @@ fn online_cpus() -> usize {
 
 #[test]
 fn requests_come_by_io_uring_rings_and_every_cpu_is_served() {
+    let _turn = RINGS.lock().unwrap_or_else(|e| e.into_inner());
     let fx = Fixture::new("");
     let status = status(&fx);
     if Path::new(ENABLE_PARAMETER).exists() {
@@ -57,5 +79,22 @@ fn with_io_uring_off_requests_come_by_dev_fuse() {
     let status = status(&fx);
     assert_eq!(status["fuse_transport"], "dev_fuse", "{status}");
     assert_eq!(status["fuse_ring_queues"], 0, "{status}");
+    file_work(&fx, None);
+}
+
+#[test]
+fn when_rings_are_forbidden_requests_come_by_dev_fuse() {
+    if !Path::new(DISABLE_SYSCTL).exists() {
+        return; // a kernel before 6.6 cannot forbid them
+    }
+    let _turn = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    // Checked before the handshake: once io_uring is negotiated, a daemon that cannot
+    // register its rings would leave every caller of the mount waiting.
+    let fx = {
+        let _forbidden = RingsForbidden::new();
+        Fixture::new("")
+    };
+    let status = status(&fx);
+    assert_eq!(status["fuse_transport"], "dev_fuse", "{status}");
     file_work(&fx, None);
 }
