@@ -18,6 +18,11 @@
 //! handed to the queue's thread, woken through an eventfd its ring polls. Entries held by
 //! waiting requests are replaced by new ones, so that they never stall their CPU's queue.
 //!
+//! Each queue's thread serves its CPU's requests one at a time. So a request handler must never
+//! wait for something that waits for the kernel on this mount (a tool-door change holding a
+//! lock while it invalidates a directory the kernel has locked for a request queued behind):
+//! the engine notifies the kernel only after it has released its locks.
+//!
 //! The kernel's ABI (`include/uapi/linux/fuse.h`): `fuse_uring_req_header` is the header
 //! buffer (128 bytes for the in/out header, 128 for the operation's own header, then
 //! `fuse_uring_ent_in_out`), `fuse_uring_cmd_req` rides in the SQE's command area.
