@@ -296,7 +296,7 @@ impl Queue {
             let entry = Entry::new(entries.len() as u64, self.payload_size)?;
             let iov = entry.buffers.lock().iov.as_ptr();
             let sqe = uring_cmd(self.dev_fuse.as_raw_fd(), CMD_REGISTER, self.qid, 0, Some(iov), entry.index);
-            // The submission queue holds MAX_ENTRIES and every entry has one command at most.
+            // The submission queue holds twice MAX_ENTRIES; an entry has one command at most.
             unsafe { self.ring.submission_shared().push(&sqe) }.map_err(|_| io::Error::other("ring full"))?;
             entries.push(entry);
         }
