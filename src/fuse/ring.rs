@@ -32,7 +32,6 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Duration;
 
 use fuser::{Filesystem, RawDispatcher, RawReplySink};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -96,6 +95,8 @@ pub fn available() -> io::Result<()> {
 pub struct Rings {
     queues: usize,
     stop: Arc<AtomicBool>,
+    /// Each queue's eventfd, to wake its thread for the stop.
+    wakes: Vec<OwnedFd>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -112,7 +113,7 @@ impl Rings {
         let queues = possible_cpus();
         let dispatcher = Arc::new(dispatcher);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut rings = Rings { queues, stop: stop.clone(), threads: Vec::new() };
+        let mut rings = Rings { queues, stop: stop.clone(), wakes: Vec::new(), threads: Vec::new() };
         let (started, outcomes) = std::sync::mpsc::channel();
         for qid in 0..queues {
             let fd = dev_fuse.try_clone_to_owned()?;
@@ -130,9 +131,9 @@ impl Rings {
                         None => Ok((queue, early)),
                     }
                 });
-                match started_queue {
-                    Ok((queue, early)) => {
-                        let _ = started.send(Ok(()));
+                match started_queue.and_then(|(queue, early)| Ok((queue.wake.try_clone()?, queue, early))) {
+                    Ok((wake, queue, early)) => {
+                        let _ = started.send(Ok(wake));
                         queue.serve(early, &*dispatcher, &stop);
                     }
                     Err(e) => {
@@ -143,7 +144,9 @@ impl Rings {
             rings.threads.push(thread);
         }
         for _ in 0..queues {
-            outcomes.recv().map_err(|_| io::Error::other("a ring thread died while starting"))??;
+            let wake =
+                outcomes.recv().map_err(|_| io::Error::other("a ring thread died while starting"))??;
+            rings.wakes.push(wake);
         }
         Ok(rings)
     }
@@ -156,6 +159,9 @@ impl Rings {
 impl Drop for Rings {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        for wake in &self.wakes {
+            let _ = nix::unistd::write(wake, &1u64.to_ne_bytes());
+        }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -250,7 +256,7 @@ struct Queue {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     /// Commits of replies made on other threads, for the queue's thread to submit.
     late_commits: Mutex<Vec<(u64, u64)>>,
-    /// Wakes the queue's thread for `late_commits` (its ring polls it).
+    /// Wakes the queue's thread for `late_commits` and for the stop (its ring polls it).
     wake: OwnedFd,
     entries: RwLock<Vec<Arc<Entry>>>,
     /// Entries whose request is with the daemon and not answered yet.
@@ -304,14 +310,12 @@ impl Queue {
         Ok(())
     }
 
-    /// Submits what is queued, waits for completions (a short while, so that the stop flag is
-    /// seen) and takes them.
+    /// Submits what is queued, waits for completions and takes them. The stop comes as one
+    /// too (through the eventfd), so an idle queue sleeps until there is work.
     fn wait(&self) -> io::Result<Vec<(u64, i32)>> {
-        let timeout = types::Timespec::from(Duration::from_millis(200));
-        let args = types::SubmitArgs::new().timespec(&timeout);
-        match self.ring.submitter().submit_with_args(1, &args) {
+        match self.ring.submitter().submit_and_wait(1) {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => return Err(e),
         }
         // Only the queue's thread reads completions.
