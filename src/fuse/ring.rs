@@ -269,12 +269,12 @@ impl Queue {
     /// Sets the queue up and registers its first entries. A refusal (the connection did not
     /// negotiate io_uring) shows at once, as completions of the registration.
     fn new(qid: u16, dev_fuse: OwnedFd, payload_size: usize) -> io::Result<Arc<Queue>> {
-        // On the CPU whose callers this queue serves; a CPU that is offline keeps the thread
-        // unpinned (its queue then only serves callers that come online there).
+        // On the CPU whose callers this queue serves. A CPU that is offline (or not ours to
+        // use) leaves the thread unpinned, and its queue small: it serves callers only if the
+        // CPU comes online, and grows as they need.
         let mut cpus = nix::sched::CpuSet::new();
-        if cpus.set(qid as usize).is_ok() {
-            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
-        }
+        let pinned = cpus.set(qid as usize).is_ok()
+            && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus).is_ok();
         // One command per entry at most, plus the eventfd poll.
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_cqsize(4 * MAX_ENTRIES as u32)
@@ -290,7 +290,7 @@ impl Queue {
             payload_size,
             thread: std::thread::current().id(),
         });
-        queue.add_entries(FIRST_ENTRIES)?;
+        queue.add_entries(if pinned { FIRST_ENTRIES } else { SPARE_ENTRIES })?;
         Ok(queue)
     }
 
