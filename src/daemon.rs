@@ -266,7 +266,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let rings = if ring_door.ring_negotiated() {
         match crate::fuse::ring::Rings::start(session.as_fd(), session.raw_dispatcher(ring_door), MAX_WRITE) {
             Ok(rings) => {
-                engine.fuse_ring_queues.store(rings.queues(), std::sync::atomic::Ordering::Relaxed);
+                let _ = engine.fuse_rings.set(rings.served());
                 Some(rings)
             }
             // The kernel holds every request until all queues are registered: stop (the session

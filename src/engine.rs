@@ -81,9 +81,9 @@ pub struct Engine {
     /// Names the kernel asked the FUSE door for because it had not cached them (present or
     /// absent): how well its caches work, shown by `status`.
     pub fuse_lookups: std::sync::atomic::AtomicU64,
-    /// How the FUSE door takes requests: the number of io_uring queues, 0 for `/dev/fuse`
-    /// alone. Set once at mount, shown by `status`.
-    pub fuse_ring_queues: std::sync::atomic::AtomicUsize,
+    /// The requests each io_uring queue of the FUSE door served; unset when requests come by
+    /// `/dev/fuse` alone. Set once at mount, shown by `status`.
+    pub fuse_rings: std::sync::OnceLock<crate::fuse::ring::Served>,
 }
 
 fn wants_read(flags: i32) -> bool {
@@ -103,7 +103,7 @@ impl Engine {
             audit,
             observer: std::sync::OnceLock::new(),
             fuse_lookups: Default::default(),
-            fuse_ring_queues: Default::default(),
+            fuse_rings: std::sync::OnceLock::new(),
         }
     }
 

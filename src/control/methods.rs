@@ -187,7 +187,10 @@ impl State {
 
     fn status(&self) -> Value {
         let c = &self.counters;
-        let ring_queues = self.engine.fuse_ring_queues.load(std::sync::atomic::Ordering::Relaxed);
+        let ring_requests: Vec<u64> = match self.engine.fuse_rings.get() {
+            Some(served) => served.iter().map(|n| n.load(std::sync::atomic::Ordering::Relaxed)).collect(),
+            None => Vec::new(),
+        };
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "pid": std::process::id(),
@@ -206,8 +209,8 @@ impl State {
             }).collect::<Vec<_>>(),
             "rules": self.engine.gate.rules().len(),
             "pending_interrupts": self.engine.gate.approvals.pending_count(),
-            "fuse_transport": if ring_queues > 0 { "io_uring" } else { "dev_fuse" },
-            "fuse_ring_queues": ring_queues,
+            "fuse_transport": if ring_requests.is_empty() { "dev_fuse" } else { "io_uring" },
+            "fuse_ring_queues": ring_requests.len(),
             "observation": match self.config.observation {
                 Observation::Strict => "strict",
                 Observation::Off => "off",
@@ -221,6 +224,7 @@ impl State {
                 "requests": Counters::get(&c.requests),
                 "tool_calls": Counters::get(&c.tool_calls),
                 "fuse_lookups": Counters::get(&self.engine.fuse_lookups),
+                "fuse_ring_requests": ring_requests,
             },
         })
     }

@@ -1,7 +1,8 @@
 //! FUSE over io_uring (Linux 6.14+): the kernel hands requests to rings the daemon registered,
 //! one queue per CPU, instead of the daemon reading `/dev/fuse`. A request then costs no
 //! system call of its own, and it is served by a thread pinned to the CPU its caller runs on,
-//! so the caller's sleep and the server's wake-up stay on one CPU.
+//! so waking the server stays on that CPU. (Waking the caller with the reply usually does not:
+//! see "What is not done" in doc/performance.md.)
 //!
 //! Each queue has a thread, an io_uring and a set of entries. An entry is a pair of buffers
 //! the kernel fills with a request (headers, then the arguments) and the daemon fills with the
@@ -29,7 +30,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
 
@@ -61,7 +62,7 @@ const SPARE_ENTRIES: usize = 4;
 const WAKE: u64 = u64::MAX;
 
 /// The module parameter that lets daemons ask for io_uring (off by default on most kernels).
-pub const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// Turns the kernel's `enable_uring` on if it is off. It only allows daemons to ask for
 /// io_uring at mount time; mounts that do not ask are unaffected.
@@ -91,9 +92,12 @@ pub fn available() -> io::Result<()> {
     })
 }
 
+/// Requests each queue has served, by queue (CPU) number.
+pub type Served = Arc<[AtomicU64]>;
+
 /// The running queues. Dropping it stops their threads (after the session ended).
 pub struct Rings {
-    queues: usize,
+    served: Served,
     stop: Arc<AtomicBool>,
     /// Each queue's eventfd, to wake its thread for the stop.
     wakes: Vec<OwnedFd>,
@@ -113,13 +117,16 @@ impl Rings {
         let queues = possible_cpus();
         let dispatcher = Arc::new(dispatcher);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut rings = Rings { queues, stop: stop.clone(), wakes: Vec::new(), threads: Vec::new() };
+        let served: Served = (0..queues).map(|_| AtomicU64::new(0)).collect();
+        let mut rings =
+            Rings { served: served.clone(), stop: stop.clone(), wakes: Vec::new(), threads: Vec::new() };
         let (started, outcomes) = std::sync::mpsc::channel();
         for qid in 0..queues {
             let fd = dev_fuse.try_clone_to_owned()?;
-            let (dispatcher, stop, started) = (dispatcher.clone(), stop.clone(), started.clone());
+            let (dispatcher, stop, started, served) =
+                (dispatcher.clone(), stop.clone(), started.clone(), served.clone());
             let thread = std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || {
-                let started_queue = Queue::new(qid as u16, fd, payload_size).and_then(|queue| {
+                let started_queue = Queue::new(qid as u16, fd, payload_size, served).and_then(|queue| {
                     // Registering runs inside the submit, so a refusal is already in the
                     // completion queue; requests may be too (the last queue makes the rings
                     // live), and are served first.
@@ -151,8 +158,9 @@ impl Rings {
         Ok(rings)
     }
 
-    pub fn queues(&self) -> usize {
-        self.queues
+    /// The queues' request counts (shared: they go on counting).
+    pub fn served(&self) -> Served {
+        self.served.clone()
     }
 }
 
@@ -263,12 +271,13 @@ struct Queue {
     held: AtomicUsize,
     payload_size: usize,
     thread: ThreadId,
+    served: Served,
 }
 
 impl Queue {
     /// Sets the queue up and registers its first entries. A refusal (the connection did not
     /// negotiate io_uring) shows at once, as completions of the registration.
-    fn new(qid: u16, dev_fuse: OwnedFd, payload_size: usize) -> io::Result<Arc<Queue>> {
+    fn new(qid: u16, dev_fuse: OwnedFd, payload_size: usize, served: Served) -> io::Result<Arc<Queue>> {
         // On the CPU whose callers this queue serves. A CPU that is offline (or not ours to
         // use) leaves the thread unpinned, and its queue small: it serves callers only if the
         // CPU comes online, and grows as they need.
@@ -289,6 +298,7 @@ impl Queue {
             held: AtomicUsize::new(0),
             payload_size,
             thread: std::thread::current().id(),
+            served,
         });
         queue.add_entries(if pinned { FIRST_ENTRIES } else { SPARE_ENTRIES })?;
         Ok(queue)
@@ -392,6 +402,7 @@ impl Queue {
             unique
         };
         self.held.fetch_add(1, Ordering::Relaxed);
+        self.served[self.qid as usize].fetch_add(1, Ordering::Relaxed);
         let reply = Arc::new(RingReply { queue: self.clone(), entry, sent: AtomicBool::new(false) });
         if let Err(e) = dispatcher.dispatch(request, reply.clone()) {
             tracing::warn!(qid = self.qid, "bad request from the FUSE ring: {e}");

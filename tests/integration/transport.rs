@@ -68,8 +68,25 @@ fn requests_come_by_io_uring_rings_and_every_cpu_is_served() {
     } else {
         assert_eq!(status["fuse_transport"], "dev_fuse", "{status}");
     }
+    let ring_requests = |fx: &Fixture| -> Vec<u64> {
+        crate::harness::status(fx)["counters"]["fuse_ring_requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .collect()
+    };
     for cpu in 0..online_cpus() {
+        let before = ring_requests(&fx);
         file_work(&fx, Some(cpu));
+        let after = ring_requests(&fx);
+        if status["fuse_transport"] == "io_uring" {
+            // The work of a shell on this CPU was served by this CPU's ring (hundreds of
+            // requests; the kernel's own background requests may land elsewhere).
+            let here = after[cpu] - before[cpu];
+            let elsewhere: u64 = after.iter().zip(&before).map(|(a, b)| a - b).sum::<u64>() - here;
+            assert!(here >= 60 && here > elsewhere, "cpu {cpu}: before {before:?}, after {after:?}");
+        }
     }
 }
 
@@ -80,6 +97,7 @@ fn with_io_uring_off_requests_come_by_dev_fuse() {
     assert_eq!(status["fuse_transport"], "dev_fuse", "{status}");
     assert_eq!(status["fuse_ring_queues"], 0, "{status}");
     file_work(&fx, None);
+    assert_eq!(crate::harness::status(&fx)["counters"]["fuse_ring_requests"], serde_json::json!([]));
 }
 
 #[test]
