@@ -210,8 +210,8 @@ run() {
 declare -A RESULT
 # BENCH_TARGETS picks a subset (native is always measured: every ratio needs it).
 read -r -a TARGETS <<< "native ${BENCH_TARGETS:-host memory sqlite bindfs ll}"
-# BENCH_PARTS picks sections: main (the table), gate, rss, tools.
-PARTS=" ${BENCH_PARTS:-main gate rss tools} "
+# BENCH_PARTS picks sections: main (the table), gate, floor, rss, tools.
+PARTS=" ${BENCH_PARTS:-main gate floor rss tools} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 dir_of() {
   case $1 in
@@ -346,6 +346,36 @@ for row in "${GATE_ROWS[@]}"; do
   printf '\n'
 done
 echo "rules are /nomatch/<i>/** and /**/x<i>.secret (deny read+write), none matching the workload"
+
+fi
+
+if part floor; then
+# One round trip's cost: calls the kernel always sends to the daemon (statvfs; stat of a name
+# never seen), on the native directory and through the host route, with the caller free to
+# move between CPUs and pinned to one. The difference is what any request costs before the
+# daemon does its work; every row of the main table pays it per request (doc/performance.md).
+mkdir -p "$W/rt-root/probe" "$W/native-probe"
+cat > "$W/rt.toml" <<TOML
+socket = "$W/rt.sock"
+[default]
+backend = "memory"
+[[routes]]
+path = "/host"
+backend = "host"
+root = "$W/rt-root"
+TOML
+start_agentvfs "$W/rt.toml" "$W/rtmnt"
+RT=scripts/bench/round-trip.py
+read -r NS NM < <(python3 "$RT" "$W/native-probe")
+read -r HS HM < <(python3 "$RT" "$W/rtmnt/host/probe")
+read -r PS PM < <(taskset -c 0 python3 "$RT" "$W/rtmnt/host/probe")
+stop_mount "$W/rtmnt" "$LAST_PID"
+printf '\n%-34s %10s %10s %10s %10s\n' "round trip, host route (us/call)" native host "host, 1 CPU" "extra"
+printf '%-34s %10.2f %10.2f %10.2f %10.2f\n' "statvfs (always sent)" "$NS" "$HS" "$PS" "$(echo "$HS - $NS" | bc -l)"
+printf '%-34s %10.2f %10.2f %10.2f %10.2f\n' "stat of a missing name (LOOKUP)" "$NM" "$HM" "$PM" "$(echo "$HM - $NM" | bc -l)"
+HALT_POLL=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+[[ -r $HALT_POLL ]] && echo "this VM's guest halt-polling: guest_halt_poll_ns = $(cat "$HALT_POLL") (0 = off; see doc/performance.md)"
+echo "host, 1 CPU = the caller pinned to CPU 0; extra = host - native"
 
 fi
 

@@ -353,6 +353,9 @@ fn status_text(s: &Value) -> String {
     }
     out += &format!("rules: {} (observation: {})\n", s["rules"], text(&s["observation"]));
     out += &match s["fuse_transport"].as_str() {
+        Some("io_uring") if s["fuse_ring_idle_class"] == true => {
+            format!("FUSE transport: io_uring ({} queues, idle-class threads)\n", s["fuse_ring_queues"])
+        }
         Some("io_uring") => format!("FUSE transport: io_uring ({} queues)\n", s["fuse_ring_queues"]),
         _ => "FUSE transport: /dev/fuse\n".to_string(),
     };

@@ -104,6 +104,9 @@ pub struct Config {
     /// `[fuse] io_uring`: take requests over FUSE-over-io_uring rings (one per CPU) when the
     /// kernel offers it, instead of reading `/dev/fuse`.
     pub io_uring: bool,
+    /// `[fuse] io_uring_idle_class`: run the ring threads in `SCHED_IDLE`, under a guard that
+    /// moves a stalled one back to the normal class (see `fuse::ring_guard`).
+    pub io_uring_idle_class: bool,
     /// `[tools] observation`: whether tool writes need a prior read of the current version.
     pub observation: Observation,
     /// `[exec]`: the `execute` tool and its sandbox.
@@ -226,6 +229,7 @@ struct RawFuse {
     xattrs: Option<bool>,
     read_ahead_kb: Option<u64>,
     io_uring: Option<bool>,
+    io_uring_idle_class: Option<bool>,
 }
 
 /// The mount's readahead window by default: one request of the largest size (1 MiB), where the
@@ -521,6 +525,7 @@ impl Parser<'_> {
             xattrs: raw.fuse.as_ref().and_then(|f| f.xattrs).unwrap_or(false),
             read_ahead_kb: raw.fuse.as_ref().and_then(|f| f.read_ahead_kb).unwrap_or(DEFAULT_READ_AHEAD_KB),
             io_uring: raw.fuse.as_ref().and_then(|f| f.io_uring).unwrap_or(true),
+            io_uring_idle_class: raw.fuse.as_ref().and_then(|f| f.io_uring_idle_class).unwrap_or(true),
             observation,
             exec,
         })

@@ -264,9 +264,10 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         }
     }
     let rings = if ring_door.ring_negotiated() {
-        match crate::fuse::ring::Rings::start(session.as_fd(), session.raw_dispatcher(ring_door), MAX_WRITE) {
+        let dispatcher = session.raw_dispatcher(ring_door);
+        match crate::fuse::ring::Rings::start(session.as_fd(), dispatcher, MAX_WRITE, config.io_uring_idle_class) {
             Ok(rings) => {
-                let _ = engine.fuse_rings.set(rings.served());
+                let _ = engine.fuse_rings.set(rings.counters());
                 Some(rings)
             }
             // The kernel holds every request until all queues are registered: stop (the session

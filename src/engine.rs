@@ -83,7 +83,7 @@ pub struct Engine {
     pub fuse_lookups: std::sync::atomic::AtomicU64,
     /// The requests each io_uring queue of the FUSE door served; unset when requests come by
     /// `/dev/fuse` alone. Set once at mount, shown by `status`.
-    pub fuse_rings: std::sync::OnceLock<crate::fuse::ring::Served>,
+    pub fuse_rings: std::sync::OnceLock<crate::fuse::ring::RingCounters>,
 }
 
 fn wants_read(flags: i32) -> bool {

@@ -187,8 +187,10 @@ impl State {
 
     fn status(&self) -> Value {
         let c = &self.counters;
-        let ring_requests: Vec<u64> = match self.engine.fuse_rings.get() {
-            Some(served) => served.iter().map(|n| n.load(std::sync::atomic::Ordering::Relaxed)).collect(),
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let rings = self.engine.fuse_rings.get();
+        let ring_requests: Vec<u64> = match rings {
+            Some(r) => r.served.iter().map(|n| n.load(relaxed)).collect(),
             None => Vec::new(),
         };
         json!({
@@ -211,6 +213,7 @@ impl State {
             "pending_interrupts": self.engine.gate.approvals.pending_count(),
             "fuse_transport": if ring_requests.is_empty() { "dev_fuse" } else { "io_uring" },
             "fuse_ring_queues": ring_requests.len(),
+            "fuse_ring_idle_class": rings.is_some_and(|r| r.idle_class),
             "observation": match self.config.observation {
                 Observation::Strict => "strict",
                 Observation::Off => "off",
@@ -225,6 +228,7 @@ impl State {
                 "tool_calls": Counters::get(&c.tool_calls),
                 "fuse_lookups": Counters::get(&self.engine.fuse_lookups),
                 "fuse_ring_requests": ring_requests,
+                "fuse_ring_promotions": rings.map_or(0, |r| r.promotions.load(relaxed)),
             },
         })
     }

@@ -8,6 +8,7 @@ pub mod invalidate;
 mod park;
 mod passthrough;
 pub mod ring;
+pub mod ring_guard;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;

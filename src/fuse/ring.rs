@@ -1,8 +1,8 @@
 //! FUSE over io_uring (Linux 6.14+): the kernel hands requests to rings the daemon registered,
 //! one queue per CPU, instead of the daemon reading `/dev/fuse`. A request then costs no
 //! system call of its own, and it is served by a thread pinned to the CPU its caller runs on,
-//! so waking the server stays on that CPU. (Waking the caller with the reply usually does not:
-//! see "What is not done" in doc/performance.md.)
+//! so waking the server stays on that CPU. (Waking the caller with the reply stays there too
+//! only while the thread waits in the idle scheduling class: see [`ring_guard`].)
 //!
 //! Each queue has a thread, an io_uring and a set of entries. An entry is a pair of buffers
 //! the kernel fills with a request (headers, then the arguments) and the daemon fills with the
@@ -37,6 +37,8 @@ use std::thread::{JoinHandle, ThreadId};
 use fuser::{Filesystem, RawDispatcher, RawReplySink};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::{Mutex, RwLock};
+
+use super::ring_guard;
 
 /// `enum fuse_uring_cmd`.
 const CMD_REGISTER: u32 = 1;
@@ -95,9 +97,21 @@ pub fn available() -> io::Result<()> {
 /// Requests each queue has served, by queue (CPU) number.
 pub type Served = Arc<[AtomicU64]>;
 
+/// What the queues report, for `status`.
+#[derive(Clone)]
+pub struct RingCounters {
+    pub served: Served,
+    /// Whether the queues' threads run in `SCHED_IDLE` under the guard (see [`ring_guard`]).
+    pub idle_class: bool,
+    /// How often the guard moved a stalled queue thread to the normal class.
+    pub promotions: Arc<AtomicU64>,
+}
+
 /// The running queues. Dropping it stops their threads (after the session ended).
 pub struct Rings {
-    served: Served,
+    counters: RingCounters,
+    /// Dropped first, so that the queue threads are no longer watched when they stop.
+    guard: Option<ring_guard::Guard>,
     stop: Arc<AtomicBool>,
     /// Each queue's eventfd, to wake its thread for the stop.
     wakes: Vec<OwnedFd>,
@@ -107,19 +121,23 @@ pub struct Rings {
 impl Rings {
     /// Registers one queue per possible CPU on the connection of `dev_fuse`, whose session
     /// negotiated `FUSE_OVER_IO_URING`, and serves them with `dispatcher`. `payload_size` is
-    /// the largest request or reply body (the session's `max_write`). Returns once every
-    /// queue is registered (the kernel then sends all requests to the rings) or failed.
+    /// the largest request or reply body (the session's `max_write`). With `idle_class`, the
+    /// queues' threads run in `SCHED_IDLE` under a guard (see [`ring_guard`]) if this process
+    /// may do that. Returns once every queue is registered (the kernel then sends all requests
+    /// to the rings) or failed.
     pub fn start<FS: Filesystem>(
         dev_fuse: BorrowedFd<'_>,
         dispatcher: RawDispatcher<FS>,
         payload_size: usize,
+        idle_class: bool,
     ) -> io::Result<Rings> {
         let queues = possible_cpus();
         let dispatcher = Arc::new(dispatcher);
         let stop = Arc::new(AtomicBool::new(false));
         let served: Served = (0..queues).map(|_| AtomicU64::new(0)).collect();
+        let counters = RingCounters { served: served.clone(), idle_class: false, promotions: Arc::default() };
         let mut rings =
-            Rings { served: served.clone(), stop: stop.clone(), wakes: Vec::new(), threads: Vec::new() };
+            Rings { counters, guard: None, stop: stop.clone(), wakes: Vec::new(), threads: Vec::new() };
         let (started, outcomes) = std::sync::mpsc::channel();
         for qid in 0..queues {
             let fd = dev_fuse.try_clone_to_owned()?;
@@ -140,7 +158,7 @@ impl Rings {
                 });
                 match started_queue.and_then(|(queue, early)| Ok((queue.wake.try_clone()?, queue, early))) {
                     Ok((wake, queue, early)) => {
-                        let _ = started.send(Ok(wake));
+                        let _ = started.send(Ok((wake, unsafe { libc::gettid() })));
                         queue.serve(early, &*dispatcher, &stop);
                     }
                     Err(e) => {
@@ -150,22 +168,36 @@ impl Rings {
             })?;
             rings.threads.push(thread);
         }
+        let mut tids = Vec::new();
         for _ in 0..queues {
-            let wake =
+            let (wake, tid) =
                 outcomes.recv().map_err(|_| io::Error::other("a ring thread died while starting"))??;
             rings.wakes.push(wake);
+            tids.push(tid);
+        }
+        if idle_class {
+            let watched = tids.into_iter().map(ring_guard::Watched::new).collect::<io::Result<Vec<_>>>();
+            match watched.and_then(|w| ring_guard::Guard::start(w, served, rings.counters.promotions.clone()))
+            {
+                Ok(guard) => {
+                    rings.guard = Some(guard);
+                    rings.counters.idle_class = true;
+                }
+                Err(e) => tracing::info!("FUSE ring threads stay in the normal scheduling class: {e}"),
+            }
         }
         Ok(rings)
     }
 
-    /// The queues' request counts (shared: they go on counting).
-    pub fn served(&self) -> Served {
-        self.served.clone()
+    /// The queues' counters (shared: they go on counting).
+    pub fn counters(&self) -> RingCounters {
+        self.counters.clone()
     }
 }
 
 impl Drop for Rings {
     fn drop(&mut self) {
+        self.guard = None;
         self.stop.store(true, Ordering::Relaxed);
         for wake in &self.wakes {
             let _ = nix::unistd::write(wake, &1u64.to_ne_bytes());

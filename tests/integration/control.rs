@@ -406,6 +406,9 @@ fn status_paths_and_tools_from_the_cli() {
     // Which transport is the transport tests' business; here, how it is shown.
     let status = crate::harness::status(&f);
     let transport = match status["fuse_transport"].as_str() {
+        Some("io_uring") if status["fuse_ring_idle_class"] == true => {
+            format!("FUSE transport: io_uring ({} queues, idle-class threads)", status["fuse_ring_queues"])
+        }
         Some("io_uring") => format!("FUSE transport: io_uring ({} queues)", status["fuse_ring_queues"]),
         _ => "FUSE transport: /dev/fuse".to_string(),
     };

@@ -116,3 +116,95 @@ fn when_rings_are_forbidden_requests_come_by_dev_fuse() {
     assert_eq!(status["fuse_transport"], "dev_fuse", "{status}");
     file_work(&fx, None);
 }
+
+/// The scheduling policy of each of the daemon's ring threads (`fuse-ring-N`), by name.
+fn ring_thread_policies(pid: u64) -> Vec<(String, i32)> {
+    let mut policies = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default().trim().to_string();
+        let digits = name.strip_prefix("fuse-ring-").unwrap_or("");
+        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let tid: i32 = task.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        policies.push((name, unsafe { libc::sched_getscheduler(tid) }));
+    }
+    policies.sort();
+    policies
+}
+
+/// A busy loop pinned to each online CPU while it lives (normal class, like any busy program).
+struct CpuHogs(Vec<std::process::Child>);
+
+impl CpuHogs {
+    fn start() -> CpuHogs {
+        CpuHogs(
+            (0..online_cpus())
+                .map(|cpu| {
+                    std::process::Command::new("taskset")
+                        .args(["-c", &cpu.to_string(), "sh", "-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
+#[test]
+fn ring_threads_yield_their_cpu_yet_a_busy_cpu_does_not_stall_them() {
+    let _turn = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let fx = Fixture::new("");
+    let before = status(&fx);
+    if before["fuse_transport"] != "io_uring" {
+        return; // a kernel without FUSE over io_uring: no ring threads
+    }
+    assert_eq!(before["fuse_ring_idle_class"], true, "{before}");
+    let policies = ring_thread_policies(before["pid"].as_u64().unwrap());
+    assert_eq!(policies.len() as u64, before["fuse_ring_queues"].as_u64().unwrap(), "{policies:?}");
+    assert!(policies.iter().all(|(_, policy)| *policy == libc::SCHED_IDLE), "{policies:?}");
+
+    // With every CPU kept busy, a caller's requests still get their ring thread's CPU: the
+    // guard moves a stalled ring thread to the normal class. (Without it, each of these
+    // creates waits a third of a second for its ring thread: over a minute in all.)
+    let dir = fx.p("/host/busy");
+    std::fs::create_dir(&dir).unwrap();
+    let started = std::time::Instant::now();
+    let out = {
+        let _hogs = CpuHogs::start();
+        sh_ok(&dir, "taskset -c 0 sh -c 'for i in $(seq 1 300); do echo x > f$i; done; ls | wc -l'")
+    };
+    let took = started.elapsed();
+    assert_eq!(out.trim(), "300");
+    assert!(took < std::time::Duration::from_secs(10), "300 creates on busy CPUs took {took:?}");
+    let after = status(&fx);
+    assert!(after["counters"]["fuse_ring_promotions"].as_u64().unwrap() >= 1, "{after}");
+}
+
+#[test]
+fn with_the_idle_class_off_ring_threads_stay_normal() {
+    let _turn = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let fx = Fixture::new("[fuse]\nio_uring_idle_class = false\n");
+    let status = status(&fx);
+    if status["fuse_transport"] != "io_uring" {
+        return;
+    }
+    assert_eq!(status["fuse_ring_idle_class"], false, "{status}");
+    let policies = ring_thread_policies(status["pid"].as_u64().unwrap());
+    assert!(
+        !policies.is_empty() && policies.iter().all(|(_, policy)| *policy == libc::SCHED_OTHER),
+        "{policies:?}"
+    );
+    file_work(&fx, None);
+    assert_eq!(crate::harness::status(&fx)["counters"]["fuse_ring_promotions"], 0);
+}
