@@ -130,12 +130,12 @@ impl Watched {
         Ok(Watched { tid, stat: std::fs::File::open(format!("/proc/self/task/{tid}/stat"))? })
     }
 
-    fn runnable(&self) -> bool {
+    /// Whether the thread is running or waiting for a CPU; `None` once it has ended (the open
+    /// file keeps naming that thread, never another one given the same id later).
+    fn runnable(&self) -> Option<bool> {
         let mut line = [0u8; 512];
-        match self.stat.read_at(&mut line, 0) {
-            Ok(n) => runnable_in_stat(&line[..n]).unwrap_or(false),
-            Err(_) => false,
-        }
+        let n = self.stat.read_at(&mut line, 0).ok()?;
+        runnable_in_stat(&line[..n])
     }
 }
 
@@ -218,7 +218,9 @@ fn guard(rings: &[Watched], served: &[AtomicU64], promotions: &AtomicU64, shared
         for ((ring, watch), count) in rings.iter().zip(&mut watches).zip(served) {
             let count = count.load(Ordering::Relaxed);
             new_total += count;
-            let (policy, name) = match watch.look(count, ring.runnable(), now) {
+            // A thread that ended is left alone: its id may already name another thread.
+            let Some(runnable) = ring.runnable() else { continue };
+            let (policy, name) = match watch.look(count, runnable, now) {
                 Verdict::Leave => continue,
                 Verdict::Promote => (libc::SCHED_OTHER, "normal"),
                 Verdict::Demote => (libc::SCHED_IDLE, "idle"),
