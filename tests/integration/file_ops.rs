@@ -210,6 +210,30 @@ fn ownership_and_permission_bits_for_other_users() {
     }
 }
 
+/// A write, a truncation or a change of owner clears the set-user-ID and set-group-ID bits of
+/// a file, as on a local filesystem, though host-route writes go through kernel passthrough and
+/// never reach the daemon; root (`CAP_FSETID`) keeps them on a write.
+#[test]
+fn writes_truncations_and_chown_clear_set_id_bits() {
+    let fx = Fixture::new("");
+    for route in ROUTES {
+        let dir = fx.p(route).join("setid");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let script = r#"
+            echo hi > prog && chown 65534:65534 prog
+            as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups sh -c "$1"; }
+            chmod 6755 prog && echo more >> prog && stat -c %a prog
+            chmod 6755 prog && as_nobody 'echo more >> prog' && stat -c %a prog
+            as_nobody 'chmod 6755 prog && truncate -s 1 prog' && stat -c %a prog
+            chmod 6755 prog && chown 0 prog && stat -c %a prog
+            cat prog
+        "#;
+        let out = sh_ok(&dir, script);
+        assert_eq!(out, "6755\n755\n755\n755\nh", "{route}");
+    }
+}
+
 #[test]
 fn mmap_and_fsync() {
     let fx = Fixture::new("");
