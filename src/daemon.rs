@@ -3,6 +3,7 @@
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,6 +231,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         },
     );
     let ring_door = door.clone();
+    let expire_only = door.expire_only();
     let listener = Listener::bind(&config.socket)?;
 
     // Installed before mounting, so a signal that arrives early is handled rather than
@@ -286,10 +288,14 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     });
     engine.set_observer(invalidator.clone());
     if let Some(changes) = host_changes {
-        let (inodes, notifier) = (inodes.clone(), session.notifier());
+        let (inodes, notifier, expire_only) = (inodes.clone(), session.notifier(), expire_only.clone());
         changes.start(invalidator, move || {
             tracing::warn!("host changes were lost (queue overflow); the kernel forgets every cached name");
-            crate::fuse::invalidate::forget_everything(&inodes, &notifier);
+            crate::fuse::invalidate::forget_everything(
+                &inodes,
+                &notifier,
+                expire_only.load(Ordering::Relaxed),
+            );
         });
     }
     let reloader = Arc::new(Reloader {
@@ -298,6 +304,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         routes: config.routes.clone(),
         inodes,
         notifier: session.notifier(),
+        expire_only,
         lock: Mutex::new(()),
     });
 
@@ -354,6 +361,8 @@ pub struct Reloader {
     routes: Vec<RouteConfig>,
     inodes: Arc<Inodes>,
     notifier: fuser::Notifier,
+    /// See [`crate::fuse::FuseDoor::expire_only`].
+    expire_only: Arc<AtomicBool>,
     /// One reload at a time, so invalidations never interleave with a newer rule set.
     lock: Mutex<()>,
 }
@@ -385,7 +394,11 @@ impl Reloader {
         let rules = RuleSet::new(config.rules).map_err(|e| format!("{}: {e}", path.display()))?;
         let count = rules.len();
         self.engine.gate.reload(rules);
-        crate::fuse::invalidate::forget_everything(&self.inodes, &self.notifier);
+        crate::fuse::invalidate::forget_everything(
+            &self.inodes,
+            &self.notifier,
+            self.expire_only.load(Ordering::Relaxed),
+        );
         let mut warnings = Vec::new();
         if config.routes != self.routes {
             warnings.push(format!(

@@ -38,11 +38,19 @@ impl ChangeObserver for KernelInvalidator {
 }
 
 /// Makes the kernel forget every name it cached (absent ones too), and every listing: after a
-/// rule change, or when changes may have been missed.
-pub fn forget_everything(inodes: &Inodes, notifier: &Notifier) {
+/// rule change, or when changes may have been missed. With `expire_only` (a kernel that
+/// offers it), names are expired rather than dropped: the kernel asks again on their next use
+/// and drops only those whose answer changed. A dropped name would turn the path of every open
+/// descriptor below it into "... (deleted)" even where nothing changed: a shell's working
+/// directory, and the descriptors `execute` hands bubblewrap, which resolves their paths.
+pub fn forget_everything(inodes: &Inodes, notifier: &Notifier, expire_only: bool) {
     let entries = inodes.known_entries();
     for (parent, name) in entries.iter().chain(&inodes.absent.take_all()) {
-        let _ = notifier.inval_entry(INodeNo(*parent), OsStr::new(name));
+        let _ = if expire_only {
+            notifier.expire_entry(INodeNo(*parent), OsStr::new(name))
+        } else {
+            notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
+        };
     }
     // Listings the kernel keeps (FOPEN_CACHE_DIR) live in the directory's page cache.
     let dirs: std::collections::BTreeSet<u64> = entries.iter().map(|(parent, _)| *parent).collect();

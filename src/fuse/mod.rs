@@ -69,6 +69,8 @@ pub struct FuseDoor {
     options: DoorOptions,
     /// Whether `init` got the kernel to offer FUSE over io_uring (see [`ring`]).
     ring_negotiated: Arc<AtomicBool>,
+    /// Whether the kernel can expire a cached name without dropping it (`FUSE_EXPIRE_ONLY`).
+    expire_only: Arc<AtomicBool>,
 }
 
 /// The `[fuse]` choices the door acts on.
@@ -104,7 +106,14 @@ impl FuseDoor {
             read_since_listed: Arc::default(),
             options,
             ring_negotiated: Arc::default(),
+            expire_only: Arc::default(),
         }
+    }
+
+    /// Set by `init` when the kernel can expire cached names without dropping them (see
+    /// [`invalidate::forget_everything`]).
+    pub fn expire_only(&self) -> Arc<AtomicBool> {
+        self.expire_only.clone()
     }
 
     /// Whether the session's `init` negotiated FUSE over io_uring.
@@ -202,6 +211,8 @@ impl Filesystem for FuseDoor {
             let _ = config.add_capabilities(flag);
         }
         let _ = config.set_max_write(MAX_WRITE as u32);
+        let expire_only = config.capabilities().contains(InitFlags::FUSE_HAS_EXPIRE_ONLY);
+        self.expire_only.store(expire_only, Ordering::Relaxed);
         if self.options.io_uring && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok() {
             self.ring_negotiated.store(true, Ordering::Relaxed);
         }

@@ -2,6 +2,7 @@
 //! checks, the socket file's life, the CLI's client commands, and a real MCP client.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -536,6 +537,7 @@ fn reload_applies_new_rules_and_the_kernel_forgets_cached_entries() {
     std::fs::write(f.p("/mem/secret.txt"), "s").unwrap();
     std::fs::write(f.p("/secret.txt"), "top").unwrap();
     assert_eq!(std::fs::read_to_string(f.p("/mem/secret.txt")).unwrap(), "s");
+    let open_dir = std::fs::File::open(f.p("/mem")).unwrap();
     let cfg = f.config_path();
     let original = std::fs::read_to_string(&cfg).unwrap();
     let rules =
@@ -545,6 +547,11 @@ fn reload_applies_new_rules_and_the_kernel_forgets_cached_entries() {
         cli_ok(&["reload", "--socket", &socket]),
         format!("reloaded 2 rule(s) from {}\n", cfg.display())
     );
+    // Names the new rules do not touch stay: an open directory keeps its path (it would read
+    // "... (deleted)" had the kernel dropped the name rather than asked again, until the next
+    // lookup of that name).
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", open_dir.as_raw_fd())).unwrap();
+    assert_eq!(link, f.p("/mem"));
     // Answered only after the kernel was told, so the cached entry is gone at once.
     assert!(!f.p("/mem/secret.txt").exists(), "the cached entry still answers");
     let json: Value = serde_json::from_str(&cli_ok(&["reload", "--socket", &socket, "--json"])).unwrap();

@@ -375,3 +375,36 @@ fn the_default_timeout_has_its_own_text_and_the_tree_can_provide_tmp() {
         "/\n\n[Command succeeded with exit code 0]"
     );
 }
+
+/// A reload makes the kernel forget every cached name, so a descriptor the daemon just opened
+/// on a top-level entry reads as "... (deleted)" from then on, and bubblewrap, which resolves
+/// each bind source's path anew, stops before the command runs. Commands started while rules
+/// are reloaded over and over still run, exactly once each.
+#[test]
+fn commands_run_while_rules_are_reloaded() {
+    let f = fixture();
+    let s = socket(&f);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reloader = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reloads = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let reply = request(&s, json!(1), "vfs/reload", json!({}));
+                assert!(reply["result"].is_object(), "{reply}");
+                reloads += 1;
+            }
+            reloads
+        })
+    };
+    for i in 0..20 {
+        let (text, structured, _) =
+            execute(&s, json!({"command": format!("echo run {i} >> /host/runs; echo ok {i}")}));
+        assert_eq!(text, format!("ok {i}\n\n[Command succeeded with exit code 0]"), "call {i}");
+        assert_eq!(structured["exit_code"], 0);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reloader.join().unwrap() > 20);
+    let runs = std::fs::read_to_string(f.host_root.join("runs")).unwrap();
+    assert_eq!(runs, (0..20).map(|i| format!("run {i}\n")).collect::<String>());
+}

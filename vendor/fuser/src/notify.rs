@@ -74,6 +74,19 @@ impl Notifier {
         self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
     }
 
+    /// Expire a directory entry instead of dropping it (`FUSE_EXPIRE_ONLY`, when the kernel
+    /// reports `FUSE_HAS_EXPIRE_ONLY`): the kernel asks again (`lookup`) on the next use, and
+    /// drops it only if the answer changed, so open files keep their path meanwhile.
+    /// # Errors
+    /// Returns an error if the notification data is too large.
+    /// Returns an error if the kernel rejects the notification.
+    pub fn expire_entry(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
+        let notif =
+            Notification::new_inval_entry_with_flags(parent, name, crate::ll::fuse_abi::FUSE_EXPIRE_ONLY)
+                .map_err(Self::too_big_err)?;
+        self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
+    }
+
     /// Invalidate the kernel cache for a given inode (metadata and
     /// data in the given range)
     /// # Errors

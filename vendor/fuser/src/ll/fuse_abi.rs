@@ -688,8 +688,12 @@ pub(crate) struct fuse_notify_inval_inode_out {
 pub(crate) struct fuse_notify_inval_entry_out {
     pub(crate) parent: u64,
     pub(crate) namelen: u32,
-    pub(crate) padding: u32,
+    /// `FUSE_EXPIRE_ONLY` or 0 (padding before ABI 7.38).
+    pub(crate) flags: u32,
 }
+
+/// `fuse_notify_inval_entry_out.flags`: expire the entry's lifetime instead of dropping it.
+pub(crate) const FUSE_EXPIRE_ONLY: u32 = 1 << 0;
 
 #[repr(C)]
 #[derive(Debug, IntoBytes, KnownLayout, Immutable)]

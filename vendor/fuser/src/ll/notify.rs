@@ -69,10 +69,19 @@ impl<'a> Notification<'a> {
         parent: INodeNo,
         name: &'a OsStr,
     ) -> Result<Self, TryFromIntError> {
+        Self::new_inval_entry_with_flags(parent, name, 0)
+    }
+
+    /// `flags` is 0 or `FUSE_EXPIRE_ONLY` (kernel ABI 7.38, `FUSE_HAS_EXPIRE_ONLY`).
+    pub(crate) fn new_inval_entry_with_flags(
+        parent: INodeNo,
+        name: &'a OsStr,
+        flags: u32,
+    ) -> Result<Self, TryFromIntError> {
         let r = abi::fuse_notify_inval_entry_out {
             parent: parent.0,
             namelen: name.len().try_into()?,
-            padding: 0,
+            flags,
         };
         Ok(Self::from_struct_with_name(&r, name.as_bytes()))
     }
