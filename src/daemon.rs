@@ -290,7 +290,9 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     if let Some(changes) = host_changes {
         let (inodes, notifier, expire_only) = (inodes.clone(), session.notifier(), expire_only.clone());
         changes.start(invalidator, move || {
-            tracing::warn!("host changes were lost (queue overflow); the kernel forgets every cached name");
+            tracing::warn!(
+                "host changes were lost (queue overflow); every name the kernel cached is expired"
+            );
             crate::fuse::invalidate::forget_everything(
                 &inodes,
                 &notifier,

@@ -158,7 +158,7 @@ impl Rings {
                 });
                 match started_queue.and_then(|(queue, early)| Ok((queue.wake.try_clone()?, queue, early))) {
                     Ok((wake, queue, early)) => {
-                        let _ = started.send(Ok((wake, unsafe { libc::gettid() })));
+                        let _ = started.send(Ok((qid, wake, unsafe { libc::gettid() })));
                         queue.serve(early, &*dispatcher, &stop);
                     }
                     Err(e) => {
@@ -168,12 +168,13 @@ impl Rings {
             })?;
             rings.threads.push(thread);
         }
-        let mut tids = Vec::new();
+        // By queue number, as `served` is: the threads report in whatever order they start.
+        let mut tids = vec![0; queues];
         for _ in 0..queues {
-            let (wake, tid) =
+            let (qid, wake, tid) =
                 outcomes.recv().map_err(|_| io::Error::other("a ring thread died while starting"))??;
             rings.wakes.push(wake);
-            tids.push(tid);
+            tids[qid] = tid;
         }
         if idle_class {
             let watched = tids.into_iter().map(ring_guard::Watched::new).collect::<io::Result<Vec<_>>>();
