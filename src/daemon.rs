@@ -3,7 +3,6 @@
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use crate::control::methods::{ReloadFn, Reloaded, State};
 use crate::control::server::Listener;
 use crate::engine::Engine;
 use crate::fuse::inodes::Inodes;
+use crate::fuse::invalidate::KernelInvalidator;
 use crate::fuse::{DoorOptions, FuseDoor, MAX_WRITE};
 use crate::host_changes::HostChanges;
 use crate::policy::{Gate, RuleSet};
@@ -231,7 +231,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         },
     );
     let ring_door = door.clone();
-    let expire_only = door.expire_only();
+    let door_expire_only = door.expire_only();
     let listener = Listener::bind(&config.socket)?;
 
     // Installed before mounting, so a signal that arrives early is handled rather than
@@ -282,31 +282,23 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         None
     };
     let mut unmounter = session.unmount_callable();
-    let invalidator = Arc::new(crate::fuse::invalidate::KernelInvalidator {
-        inodes: inodes.clone(),
-        notifier: session.notifier(),
-    });
+    let invalidator =
+        Arc::new(KernelInvalidator { inodes, notifier: session.notifier(), expire_only: door_expire_only });
     engine.set_observer(invalidator.clone());
     if let Some(changes) = host_changes {
-        let (inodes, notifier, expire_only) = (inodes.clone(), session.notifier(), expire_only.clone());
-        changes.start(invalidator, move || {
+        let forgetter = invalidator.clone();
+        changes.start(invalidator.clone(), move || {
             tracing::warn!(
                 "host changes were lost (queue overflow); every name the kernel cached is expired"
             );
-            crate::fuse::invalidate::forget_everything(
-                &inodes,
-                &notifier,
-                expire_only.load(Ordering::Relaxed),
-            );
+            forgetter.forget_everything();
         });
     }
     let reloader = Arc::new(Reloader {
         engine: engine.clone(),
         config_path,
         routes: config.routes.clone(),
-        inodes,
-        notifier: session.notifier(),
-        expire_only,
+        invalidator,
         lock: Mutex::new(()),
     });
 
@@ -361,10 +353,8 @@ pub struct Reloader {
     config_path: Option<PathBuf>,
     /// The routes in force (they are not reloadable; a changed file earns a warning).
     routes: Vec<RouteConfig>,
-    inodes: Arc<Inodes>,
-    notifier: fuser::Notifier,
-    /// See [`crate::fuse::FuseDoor::expire_only`].
-    expire_only: Arc<AtomicBool>,
+    /// Tells the kernel to forget what the old rules let it cache.
+    invalidator: Arc<KernelInvalidator>,
     /// One reload at a time, so invalidations never interleave with a newer rule set.
     lock: Mutex<()>,
 }
@@ -396,11 +386,7 @@ impl Reloader {
         let rules = RuleSet::new(config.rules).map_err(|e| format!("{}: {e}", path.display()))?;
         let count = rules.len();
         self.engine.gate.reload(rules);
-        crate::fuse::invalidate::forget_everything(
-            &self.inodes,
-            &self.notifier,
-            self.expire_only.load(Ordering::Relaxed),
-        );
+        self.invalidator.forget_everything();
         let mut warnings = Vec::new();
         if config.routes != self.routes {
             warnings.push(format!(

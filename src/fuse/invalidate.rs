@@ -3,6 +3,7 @@
 //! fuser's `Notifier`.
 
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fuser::{INodeNo, Notifier};
@@ -14,6 +15,9 @@ use crate::vpath::VPath;
 pub struct KernelInvalidator {
     pub inodes: Arc<Inodes>,
     pub notifier: Notifier,
+    /// Set by the door's `init` when the kernel can expire names (see
+    /// [`crate::fuse::FuseDoor::expire_only`]).
+    pub expire_only: Arc<AtomicBool>,
 }
 
 impl ChangeObserver for KernelInvalidator {
@@ -37,24 +41,27 @@ impl ChangeObserver for KernelInvalidator {
     }
 }
 
-/// Makes the kernel forget every name it cached (absent ones too), and every listing: after a
-/// rule change, or when changes may have been missed. With `expire_only` (a kernel that
-/// offers it), names are expired rather than dropped: the kernel asks again on their next use
-/// and drops only those whose answer changed. A dropped name would turn the path of every open
-/// descriptor below it into "... (deleted)" even where nothing changed: a shell's working
-/// directory, and the descriptors `execute` hands bubblewrap, which resolves their paths.
-pub fn forget_everything(inodes: &Inodes, notifier: &Notifier, expire_only: bool) {
-    let entries = inodes.known_entries();
-    for (parent, name) in entries.iter().chain(&inodes.absent.take_all()) {
-        let _ = if expire_only {
-            notifier.expire_entry(INodeNo(*parent), OsStr::new(name))
-        } else {
-            notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
-        };
-    }
-    // Listings the kernel keeps (FOPEN_CACHE_DIR) live in the directory's page cache.
-    let dirs: std::collections::BTreeSet<u64> = entries.iter().map(|(parent, _)| *parent).collect();
-    for dir in dirs {
-        let _ = notifier.inval_inode(INodeNo(dir), 0, -1);
+impl KernelInvalidator {
+    /// Makes the kernel forget every name it cached (absent ones too), and every listing: after
+    /// a rule change, or when changes may have been missed. Where the kernel offers it, names
+    /// are expired rather than dropped: the kernel asks again on their next use and drops only
+    /// those whose answer changed. A dropped name would turn the path of every open descriptor
+    /// below it into "... (deleted)" even where nothing changed: a shell's working directory,
+    /// and the descriptors `execute` hands bubblewrap, which resolves their paths.
+    pub fn forget_everything(&self) {
+        let expire_only = self.expire_only.load(Ordering::Relaxed);
+        let entries = self.inodes.known_entries();
+        for (parent, name) in entries.iter().chain(&self.inodes.absent.take_all()) {
+            let _ = if expire_only {
+                self.notifier.expire_entry(INodeNo(*parent), OsStr::new(name))
+            } else {
+                self.notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
+            };
+        }
+        // Listings the kernel keeps (FOPEN_CACHE_DIR) live in the directory's page cache.
+        let dirs: std::collections::BTreeSet<u64> = entries.iter().map(|(parent, _)| *parent).collect();
+        for dir in dirs {
+            let _ = self.notifier.inval_inode(INodeNo(dir), 0, -1);
+        }
     }
 }

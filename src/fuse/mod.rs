@@ -111,7 +111,7 @@ impl FuseDoor {
     }
 
     /// Set by `init` when the kernel can expire cached names without dropping them (see
-    /// [`invalidate::forget_everything`]).
+    /// [`invalidate::KernelInvalidator::forget_everything`]).
     pub fn expire_only(&self) -> Arc<AtomicBool> {
         self.expire_only.clone()
     }

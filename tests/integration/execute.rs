@@ -376,10 +376,10 @@ fn the_default_timeout_has_its_own_text_and_the_tree_can_provide_tmp() {
     );
 }
 
-/// A reload makes the kernel forget every cached name, so a descriptor the daemon just opened
-/// on a top-level entry reads as "... (deleted)" from then on, and bubblewrap, which resolves
-/// each bind source's path anew, stops before the command runs. Commands started while rules
-/// are reloaded over and over still run, exactly once each.
+/// A reload makes the kernel forget every cached name. Were the names dropped, a descriptor the
+/// daemon just opened on a top-level entry would read as "... (deleted)", and bubblewrap, which
+/// resolves each bind source's path anew, would stop before the command ran. Commands started
+/// while rules are reloaded over and over still run, exactly once each.
 #[test]
 fn commands_run_while_rules_are_reloaded() {
     let f = fixture();
