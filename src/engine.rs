@@ -411,13 +411,16 @@ impl Engine {
         handle: Option<&OpenHandle>,
     ) -> FsResult<Attr> {
         let attr = match handle {
-            // Writes through a handle opened for writing do not ask again (an approved
-            // `O_TRUNC` open is followed by a truncate through its handle).
-            Some(h) if h.writable => match self.check_node(ctx, "setattr", Op::Write, path) {
-                Ok(_) => h.file.setattr(changes)?,
-                Err(e) if e.interrupt.is_some() => h.file.setattr(changes)?,
-                Err(e) => return Err(e),
-            },
+            // A truncation through a handle opened for writing does not ask again (an approved
+            // `O_TRUNC` open is followed by a truncate through its handle). Other changes
+            // served through a handle are judged like any other.
+            Some(h) if h.writable && changes.size.is_some() => {
+                match self.check_node(ctx, "setattr", Op::Write, path) {
+                    Ok(_) => h.file.setattr(changes)?,
+                    Err(e) if e.interrupt.is_some() => h.file.setattr(changes)?,
+                    Err(e) => return Err(e),
+                }
+            }
             Some(h) => {
                 self.check_node(ctx, "setattr", Op::Write, path)?;
                 h.file.setattr(changes)?

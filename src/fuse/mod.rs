@@ -162,7 +162,8 @@ impl FuseDoor {
 
     /// A handle `pid` opened for writing on `ino`. The kernel truncates for `open(O_TRUNC)`
     /// with a separate setattr that names no handle; that truncate belongs to the open the
-    /// gate (or a human) just allowed, so it is served through the opener's handle.
+    /// gate (or a human) just allowed, so it is served through the opener's handle. Other
+    /// setattrs of the opener are served through it too.
     fn writable_file_of(&self, ino: u64, pid: u32) -> Option<Arc<DoorFile>> {
         self.files.read().values().find(|f| f.ino == ino && f.pid == pid && f.handle.writable).cloned()
     }
@@ -303,13 +304,17 @@ impl Filesystem for FuseDoor {
         };
         let open = match fh {
             Some(fh) => self.file(fh).ok(),
-            None if size.is_some() => self.writable_file_of(ino.0, req.pid()),
-            None => None,
+            // Changes a process makes to a file it holds open for writing (a truncate for its
+            // `O_TRUNC` open; fchmod, fchown, futimens, which name no handle) are served
+            // through its handle: one system call on the host file, and on the sqlite route
+            // they wait for the file's next commit.
+            None => self.writable_file_of(ino.0, req.pid()),
         };
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = match &open {
-                Some(f) => f.handle.path.clone(),
-                None => d.node_path(c, ino, "setattr", Op::Write)?,
+                Some(f) if fh.is_some() || size.is_some() => f.handle.path.clone(),
+                // Judged by the node's names, as if no handle served it.
+                _ => d.node_path(c, ino, "setattr", Op::Write)?,
             };
             Ok((d.engine.setattr(c, &p, &changes, open.as_ref().map(|f| &f.handle))?, p))
         };

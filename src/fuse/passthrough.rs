@@ -108,11 +108,14 @@ impl<Id> Passthrough<Id> {
             backings.remove(&ino);
         }
         let exec = flags & FMODE_EXEC != 0;
+        // The descriptor's own flags, not the caller's: a host create opens read-write
+        // whatever the caller asked, so that its descriptor can serve as the backing.
+        let own = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::F_GETFL).ok()?;
         // A descriptor whose own flags would change how every sharer's I/O is done (direct,
         // synchronous) is not shared as it is.
-        let plain = flags & (libc::O_DIRECT | libc::O_SYNC | libc::O_DSYNC) == 0;
-        let (reopened, writable) = match flags & libc::O_ACCMODE {
-            libc::O_RDWR if plain && !exec => (None, true),
+        let plain = own & (libc::O_DIRECT | libc::O_SYNC | libc::O_DSYNC) == 0;
+        let (reopened, writable) = match own & libc::O_ACCMODE {
+            libc::O_RDWR if plain && wants_write && !exec => (None, true),
             libc::O_RDONLY if plain || exec => (None, false),
             _ if wants_write && !exec => (Some(reopen(fd, libc::O_RDWR)?), true),
             _ => (Some(reopen(fd, libc::O_RDONLY)?), false),
@@ -225,21 +228,23 @@ mod tests {
         TempOpen(std::fs::OpenOptions::new().read(true).write(write).open(path).unwrap())
     }
 
-    /// Registers with ids 1, 2, 3, ... and counts registrations; records the access mode of
-    /// the descriptor each registration was given.
+    /// Registers with ids 1, 2, 3, ... and counts registrations; records the access mode and
+    /// number of the descriptor each registration was given.
     struct Kernel {
         next: Cell<u32>,
         modes: std::cell::RefCell<Vec<i32>>,
+        fds: std::cell::RefCell<Vec<i32>>,
     }
 
     impl Kernel {
         fn new() -> Kernel {
-            Kernel { next: Cell::new(1), modes: Default::default() }
+            Kernel { next: Cell::new(1), modes: Default::default(), fds: Default::default() }
         }
         fn register(&self) -> impl FnOnce(BorrowedFd<'_>) -> std::io::Result<u32> + '_ {
             move |fd| {
                 let flags = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
                 self.modes.borrow_mut().push(flags & libc::O_ACCMODE);
+                self.fds.borrow_mut().push(fd.as_raw_fd());
                 let id = self.next.get();
                 self.next.set(id + 1);
                 Ok(id)
@@ -290,8 +295,7 @@ mod tests {
         let (p, k) = (enabled(), Kernel::new());
         let r = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
         p.release(7);
-        // The idle read-only backing is replaced by a read-write one (a reopen: the handle
-        // itself is write-only).
+        // The idle read-only backing is replaced by a read-write one.
         let w = p.acquire(7, &open(&path, true), libc::O_WRONLY, k.register()).unwrap();
         assert_eq!((*r.backing, *w.backing, w.direct_io), (1, 2, false));
         let r2 = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
@@ -301,6 +305,22 @@ mod tests {
         let r3 = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
         assert_eq!(*r3.backing, 3, "the read-write backing went with its last handle");
         assert_eq!(*k.modes.borrow(), vec![libc::O_RDONLY, libc::O_RDWR, libc::O_RDONLY]);
+    }
+
+    #[test]
+    fn a_read_write_descriptor_serves_as_it_is_and_a_write_only_one_is_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        // What a host create hands over for a write-only caller: a read-write descriptor.
+        let created = open(&path, true);
+        p.acquire(7, &created, libc::O_WRONLY, k.register()).unwrap();
+        let write_only = TempOpen(std::fs::OpenOptions::new().write(true).open(&path).unwrap());
+        p.acquire(8, &write_only, libc::O_WRONLY, k.register()).unwrap();
+        assert_eq!(*k.modes.borrow(), vec![libc::O_RDWR, libc::O_RDWR]);
+        let fds = k.fds.borrow();
+        assert_eq!(fds[0], created.0.as_raw_fd(), "no second descriptor for the created file");
+        assert_ne!(fds[1], write_only.0.as_raw_fd(), "a write-only descriptor cannot back reads");
     }
 
     #[test]

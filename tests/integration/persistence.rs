@@ -1,9 +1,10 @@
 //! The sqlite route keeps its tree across remounts and across `kill -9` once data was
-//! acknowledged (fsync or close returned).
+//! acknowledged (fsync or close returned), with the attribute changes made through the file.
 
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::time::{Duration, UNIX_EPOCH};
 
 use crate::harness::{unmounted, Mount, Unmounted};
 
@@ -39,20 +40,45 @@ fn acknowledged_data_survives_kill_9() {
     let mnt = s.path().join("mnt");
     {
         let mut m = Mount::start(&cfg, &mnt);
+        let mut open_files = Vec::new();
         let mut f = fs::File::create(m.path("/db/synced")).unwrap();
         f.write_all(b"fsynced data").unwrap();
         f.sync_all().unwrap();
         fs::write(m.path("/db/closed"), "closed data").unwrap();
+        // What an untar does: write, then fix times, owner and mode through the open file.
+        // They are committed with the data when it closes, or when it is fsynced (the closed
+        // file's data was fsynced before, so that its close has only those changes to commit).
+        for (name, close) in [("untarred", true), ("untarred-synced", false)] {
+            let f = fs::File::create(m.path(&format!("/db/{name}"))).unwrap();
+            (&f).write_all(b"unpacked").unwrap();
+            if close {
+                f.sync_all().unwrap();
+            }
+            f.set_modified(UNIX_EPOCH + Duration::from_secs(1_234_567_890)).unwrap();
+            std::os::unix::fs::fchown(&f, Some(4321), Some(8765)).unwrap();
+            f.set_permissions(fs::Permissions::from_mode(0o4751)).unwrap();
+            if close {
+                drop(f);
+            } else {
+                f.sync_all().unwrap();
+                open_files.push(f);
+            }
+        }
         fs::create_dir(m.path("/db/made")).unwrap();
         fs::rename(m.path("/db/closed"), m.path("/db/made/renamed")).unwrap();
         // `f` stays open: the daemon dies with a handle outstanding.
         let status = m.stop_with(libc::SIGKILL);
         assert!(!status.success());
-        drop(f);
+        drop((f, open_files));
         // The mount is dead now (ENOTCONN); the guard of the next start recovers it.
     }
     let m = Mount::start(&cfg, &mnt);
     assert_eq!(fs::read_to_string(m.path("/db/synced")).unwrap(), "fsynced data");
     assert_eq!(fs::read_to_string(m.path("/db/made/renamed")).unwrap(), "closed data");
+    for name in ["untarred", "untarred-synced"] {
+        let md = fs::metadata(m.path(&format!("/db/{name}"))).unwrap();
+        let got = (md.mode() & 0o7777, md.uid(), md.gid(), md.mtime(), md.len());
+        assert_eq!(got, (0o4751, 4321, 8765, 1_234_567_890, 8), "{name}");
+    }
     m.stop();
 }

@@ -158,8 +158,15 @@ impl Backend for HostBackend {
         caller: &Caller,
     ) -> FsResult<(Attr, Box<dyn OpenFile>)> {
         let (dir, name) = self.parent(path)?;
-        let flags =
+        let mut flags =
             (flags & !(libc::O_APPEND | libc::O_TRUNC | libc::O_NOCTTY)) | libc::O_CREAT | libc::O_EXCL;
+        // A file this call creates opens read-write whatever its mode says, so a write-only
+        // caller gets a read-write descriptor, which passthrough can use as the backing
+        // instead of opening the file again (the kernel still lets the caller's handle only
+        // write).
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+        }
         let fd = {
             let _as = AsCaller::enter(caller);
             sys::open_beneath(dir.fd(), name, flags, mode & 0o7777)?
@@ -458,5 +465,25 @@ impl OpenFile for HostFile {
 
     fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.fd.as_fd())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_only_create_gets_a_read_write_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostBackend::new(dir.path()).unwrap();
+        let me = Caller { uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, pid: 1 };
+        let (attr, file) = host.create("f", 0o200, libc::O_WRONLY, &me).unwrap();
+        assert_eq!(attr.perm, 0o200);
+        let fd = file.backing_fd().unwrap();
+        let flags = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
+        assert_eq!(flags & libc::O_ACCMODE, libc::O_RDWR);
+        let (_, file) = host.create("g", 0o644, libc::O_RDONLY, &me).unwrap();
+        let flags = nix::fcntl::fcntl(file.backing_fd().unwrap().as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
+        assert_eq!(flags & libc::O_ACCMODE, libc::O_RDONLY, "a reader stays a reader");
     }
 }

@@ -46,6 +46,8 @@ pub(super) struct InodeState {
     pending: bool,
     /// mtime (and ctime) of the buffered writes.
     data_time: i64,
+    /// Attribute changes made while the file is open, committed with its data.
+    attrs: Option<PendingAttrs>,
     /// The last chunk read from the database, for runs of small reads.
     cache: Option<(u64, Vec<u8>)>,
 }
@@ -57,7 +59,12 @@ impl InodeState {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.handles == 0 && !self.pending
+        self.handles == 0 && !self.has_pending()
+    }
+
+    /// Something waits to be committed: buffered data, or attribute changes.
+    fn has_pending(&self) -> bool {
+        self.pending || self.attrs.is_some()
     }
 
     fn clear_pending(&mut self, total: &AtomicUsize) {
@@ -65,6 +72,7 @@ impl InodeState {
         self.dirty.clear();
         self.dirty_bytes = 0;
         self.pending = false;
+        self.attrs = None;
     }
 
     /// After a committed `setattr_in`: the buffer is in the database, the size is the node's.
@@ -83,14 +91,54 @@ impl InodeState {
         self.cache = None;
     }
 
-    /// `n` with the buffered size and times applied.
+    /// `n` with the buffered size, times and attribute changes applied.
     fn overlay(&self, mut n: Node) -> Attr {
         if self.pending {
             n.size = self.size.unwrap_or(n.size);
             n.mtime = self.data_time;
             n.ctime = n.ctime.max(self.data_time);
         }
+        if let Some(a) = &self.attrs {
+            a.apply(&mut n);
+        }
         n.attr()
+    }
+}
+
+/// Changes of mode, owner and times made through an open file's inode, not yet committed.
+/// Applied after the buffered data (whose mtime an explicit one overrides; a later write
+/// drops the explicit mtime again, as it would set the file's).
+#[derive(Clone, Copy, Debug, Default)]
+struct PendingAttrs {
+    perm: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    atime: Option<i64>,
+    mtime: Option<i64>,
+    ctime: i64,
+}
+
+impl PendingAttrs {
+    fn merge(&mut self, changes: &SetAttr, now: i64) {
+        let resolve = |t: TimeSet| match t {
+            TimeSet::Now => now,
+            TimeSet::At(t) => store::time_to_ns(t),
+        };
+        self.perm = changes.mode.map(|m| m & 0o7777).or(self.perm);
+        self.uid = changes.uid.or(self.uid);
+        self.gid = changes.gid.or(self.gid);
+        self.atime = changes.atime.map(resolve).or(self.atime);
+        self.mtime = changes.mtime.map(resolve).or(self.mtime);
+        self.ctime = self.ctime.max(now);
+    }
+
+    fn apply(&self, n: &mut Node) {
+        n.perm = self.perm.unwrap_or(n.perm);
+        n.uid = self.uid.unwrap_or(n.uid);
+        n.gid = self.gid.unwrap_or(n.gid);
+        n.atime = self.atime.unwrap_or(n.atime);
+        n.mtime = self.mtime.unwrap_or(n.mtime);
+        n.ctime = n.ctime.max(self.ctime);
     }
 }
 
@@ -247,16 +295,30 @@ impl Inner {
         st.size = Some(size.max(end));
         st.pending = true;
         st.data_time = store::now_ns();
+        if let Some(a) = st.attrs.as_mut() {
+            a.mtime = None;
+        }
         st.dirty_bytes += grown;
         self.dirty_total.fetch_add(grown, Ordering::Relaxed);
         Ok(data.len() as u32)
     }
 
-    /// Puts the buffered chunks, size and data times of `ino` into the transaction.
+    /// Puts the buffered chunks, size and data times of `ino`, then its pending attribute
+    /// changes, into the transaction.
     fn write_pending(&self, tx: &Connection, ino: u64, st: &InodeState) -> FsResult<()> {
-        if !st.pending {
-            return Ok(());
+        if st.pending {
+            self.write_data(tx, ino, st)?;
         }
+        if let Some(a) = &st.attrs {
+            let mut n = store::must_node(tx, ino)?;
+            a.apply(&mut n);
+            store::update_attrs(tx, &n)?;
+        }
+        Ok(())
+    }
+
+    /// Puts the buffered chunks, size and data times of `ino` into the transaction.
+    fn write_data(&self, tx: &Connection, ino: u64, st: &InodeState) -> FsResult<()> {
         // An upsert updates the row in place instead of deleting and reinserting it.
         let mut put = tx.prepare_cached(
             "INSERT INTO chunks (id, data) VALUES (?1, ?2)
@@ -273,7 +335,7 @@ impl Inner {
 
     /// Commits the buffer of `ino`. On failure the buffer is kept, so a later flush retries.
     pub(super) fn flush_locked(&self, ino: u64, st: &mut InodeState) -> FsResult<()> {
-        if !st.pending {
+        if !st.has_pending() {
             return Ok(());
         }
         self.write_tx(|tx| self.write_pending(tx, ino, st))?;
@@ -292,7 +354,7 @@ impl Inner {
         st: Option<&InodeState>,
         changes: &SetAttr,
     ) -> FsResult<Node> {
-        if let Some(st) = st.filter(|st| st.pending) {
+        if let Some(st) = st.filter(|st| st.has_pending()) {
             store::must_node(tx, ino)?; // exists, before buffered rows go in
             self.write_pending(tx, ino, st)?;
         }
@@ -304,6 +366,20 @@ impl Inner {
         let node = self.write_tx(|tx| self.setattr_in(tx, ino, Some(st), changes))?;
         st.setattr_done(&self.dirty_total, &node, changes);
         Ok(node.attr())
+    }
+
+    /// Buffers a change of mode, owner or times made through an open regular file, to be
+    /// committed with its data at the next close (`flush`) or `fsync` of any of its handles,
+    /// which is when the file's data becomes durable too. A truncation is committed at once.
+    fn setattr_buffered(&self, ino: u64, st: &mut InodeState, changes: &SetAttr) -> FsResult<Attr> {
+        if changes.size.is_some() {
+            return self.setattr_locked(ino, st, changes);
+        }
+        let node = self.with_reader(|c| store::must_node(c, ino))?;
+        if !changes.is_empty() {
+            st.attrs.get_or_insert_with(PendingAttrs::default).merge(changes, store::now_ns());
+        }
+        Ok(st.overlay(node))
     }
 
     fn fallocate_locked(
@@ -476,7 +552,11 @@ impl OpenFile for SqliteFile {
     }
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
-        self.inner.setattr_locked(self.ino, &mut self.state().lock(), changes)
+        let st = &mut self.state().lock();
+        match self.kind {
+            FileKind::File => self.inner.setattr_buffered(self.ino, st, changes),
+            _ => self.inner.setattr_locked(self.ino, st, changes),
+        }
     }
 }
 
