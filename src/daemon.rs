@@ -270,6 +270,9 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         match crate::fuse::ring::Rings::start(session.as_fd(), dispatcher, MAX_WRITE, config.io_uring_idle_class) {
             Ok(rings) => {
                 let _ = engine.fuse_rings.set(rings.counters());
+                // /dev/fuse now carries only FORGETs and INTERRUPTs: read it in batches
+                // rather than be woken for each inode an unlink drops.
+                session.pace_device();
                 Some(rings)
             }
             // The kernel holds every request until all queues are registered: stop (the session

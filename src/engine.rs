@@ -499,6 +499,14 @@ impl Engine {
         (attr.kind != FileKind::Dir).then(|| (self.router.route_index(path) as u32, attr.ino))
     }
 
+    /// The identity of what `path` leads to now, if anything. Asks no rule: the FUSE door's
+    /// inode table uses it to drop names that no longer lead to a node, and nothing of the
+    /// node reaches a caller.
+    pub fn identity_now(&self, path: &VPath) -> Option<(u32, u64)> {
+        let attr = self.router.getattr(&self.gate.probe(path)).ok()?;
+        self.identity(path, &attr)
+    }
+
     /// How long the kernel may cache what it learned about `path`.
     pub fn ttl(&self, path: &VPath) -> std::time::Duration {
         self.router.route_of(path).ttl

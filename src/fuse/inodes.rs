@@ -147,6 +147,29 @@ impl Inodes {
         ino
     }
 
+    /// The other names of the node `identity` stands for, when `path` is not yet one of them:
+    /// what `path` would join as a hard link. A backend may recycle an identity (a host file
+    /// deleted behind the kernel's back, another created with its inode number, while the
+    /// kernel still holds the old inode), so the caller checks that these names still lead to
+    /// the node and drops those that do not ([`Inodes::drop_name`]) before remembering `path`.
+    pub fn other_names(&self, path: &VPath, identity: Identity) -> Vec<VPath> {
+        let tables = self.tables.read();
+        let Some(&ino) = tables.by_identity.get(&identity) else { return Vec::new() };
+        if tables.by_path.get(path) == Some(&ino) {
+            return Vec::new();
+        }
+        tables.by_ino[&ino].paths.iter().filter(|p| *p != path).cloned().collect()
+    }
+
+    /// `path` no longer leads to the node `identity` stands for: it stops being one of its names.
+    pub fn drop_name(&self, path: &VPath, identity: Identity) {
+        let mut tables = self.tables.write();
+        let Some(&ino) = tables.by_identity.get(&identity) else { return };
+        if tables.by_path.get(path) == Some(&ino) {
+            Self::unlink_path(&mut tables, path);
+        }
+    }
+
     /// The kernel dropped `count` lookups; the inode goes when none are left.
     /// Returns whether the inode is gone (the kernel holds no more references).
     pub fn forget(&self, ino: u64, count: u64) -> bool {
@@ -296,6 +319,25 @@ mod tests {
         assert_eq!(t.path(a).unwrap_err().errno, Errno::ENOENT);
         // A recycled backend identity does not revive a node whose names are gone.
         assert_ne!(t.remember(&p("/x/c"), Some((1, 9))), a);
+    }
+
+    #[test]
+    fn a_recycled_identity_does_not_join_a_stale_name() {
+        let t = Inodes::new();
+        let old = t.remember(&p("/d/old"), Some((0, 42)));
+        // Hard links: a second name of the same node.
+        assert_eq!(t.other_names(&p("/d/link"), (0, 42)), vec![p("/d/old")]);
+        assert!(t.other_names(&p("/d/old"), (0, 42)).is_empty(), "already a name");
+        assert!(t.other_names(&p("/d/x"), (0, 7)).is_empty(), "an unknown identity");
+        // `/d/old` was deleted behind the kernel's back and `/d/new` got its inode number.
+        t.drop_name(&p("/d/old"), (0, 42));
+        let new = t.remember(&p("/d/new"), Some((0, 42)));
+        assert_ne!(new, old);
+        assert_eq!(t.paths(new).unwrap(), vec![p("/d/new")]);
+        // The old inode lives on, nameless, until the kernel forgets it.
+        assert_eq!(t.paths(old).unwrap_err().errno, Errno::ENOENT);
+        assert!(t.forget(old, 1));
+        assert_eq!(t.paths(new).unwrap(), vec![p("/d/new")]);
     }
 
     #[test]

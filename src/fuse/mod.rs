@@ -175,7 +175,18 @@ impl FuseDoor {
 
     /// Records a lookup of `path` and returns the inode number the kernel will hold.
     fn remember(&self, path: &VPath, attr: &Attr) -> u64 {
-        self.inodes.remember(path, self.engine.identity(path, attr))
+        let identity = self.engine.identity(path, attr);
+        if let Some(id) = identity {
+            // Before `path` joins a node as another name (a hard link), the node's other
+            // names must still lead to it: a host inode number is reused once its file is
+            // deleted, and a deletion by a tool or another program leaves its name here.
+            for other in self.inodes.other_names(path, id) {
+                if self.engine.identity_now(&other) != Some(id) {
+                    self.inodes.drop_name(&other, id);
+                }
+            }
+        }
+        self.inodes.remember(path, identity)
     }
 
     /// Replies with a new entry the kernel will hold a lookup on.
@@ -260,15 +271,16 @@ impl Filesystem for FuseDoor {
         let open = fh.and_then(|fh| self.file(fh).ok());
         let result = match open {
             Some(f) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
+            // Every name was removed, but the file is still open (fstat after unlink; the
+            // name may also have gone behind the kernel's back, by a tool or another program).
             None => match self.node_path(&ctx(req), ino, "getattr", Op::Read) {
                 Ok(p) => self.engine.getattr(&ctx(req), &p).map(|a| (a, p)),
-                // Every name was removed, but the file is still open (fstat after unlink).
-                Err(e) if e.is(Errno::ENOENT) => match self.any_file_of(ino.0) {
-                    Some(f) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
-                    None => Err(e),
-                },
                 Err(e) => Err(e),
-            },
+            }
+            .or_else(|e| match self.any_file_of(ino.0) {
+                Some(f) if e.is(Errno::ENOENT) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
+                _ => Err(e),
+            }),
         };
         match result {
             Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),

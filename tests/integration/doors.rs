@@ -3,6 +3,8 @@
 //! what one door changes the other sees at once.
 
 use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 
 use agentvfs::control::client::Client;
 use serde_json::{json, Value};
@@ -157,7 +159,7 @@ fn tool_edits_show_through_the_kernel_cache_at_once() {
         assert_eq!(listing(&d, path), before, "{path}");
 
         d.mount_write(path, "version one\n").unwrap();
-        assert_eq!(d.mount_read(path).unwrap(), "version one\n");
+        assert_eq!(d.mount_read(path).unwrap_or_else(|e| panic!("{path}: errno {e}")), "version one\n");
         let (ok, text) = d.tool("read_file", json!({"file_path": path}));
         assert!(ok, "{text}");
         let (ok, text) =
@@ -218,4 +220,49 @@ fn listings_and_searches_agree() {
         "Error: permission denied for write on /host/ro/file.txt (matches deny rule(s): /host/ro/**)"
     );
     assert_eq!(fs::remove_file(d.fx.p("/host/ro/file.txt")).unwrap_err().raw_os_error(), Some(libc::EACCES));
+}
+
+/// A file a tool deletes while a shell holds it open can still be `fstat`ed.
+#[test]
+fn a_file_deleted_by_a_tool_while_open_can_be_fstated() {
+    let mut d = Doors::new();
+    d.mount_write("/host/open/held", "held\n").unwrap();
+    let held = fs::File::open(d.fx.p("/host/open/held")).unwrap();
+    let (ok, text) = d.tool("delete", json!({"file_path": "/host/open/held"}));
+    assert!(ok, "{text}");
+    assert_eq!(d.mount_read("/host/open/held"), Err(libc::ENOENT));
+    assert_eq!(held.metadata().map(|m| m.len()).map_err(|e| e.raw_os_error()), Ok(5));
+}
+
+/// Host filesystems reuse a deleted file's inode number. A file a tool deletes while the
+/// kernel still holds its inode (here through an inotify watch, which keeps no host file open)
+/// must not lend its name to a later file that gets its number: the new file is an inode of
+/// its own, reached by its own name.
+#[test]
+fn a_file_deleted_by_a_tool_lends_nothing_to_its_successor() {
+    let mut d = Doors::new();
+    let watches = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+    assert!(watches >= 0);
+    let watches = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(watches) };
+    let mut reused = 0;
+    for i in 0..40 {
+        let old = format!("/host/open/old{i}");
+        d.mount_write(&old, "old\n").unwrap();
+        let old_host_ino = fs::metadata(d.fx.host_root.join(format!("open/old{i}"))).unwrap().ino();
+        let c = std::ffi::CString::new(d.fx.p(&old).into_os_string().into_encoded_bytes()).unwrap();
+        let watch = unsafe { libc::inotify_add_watch(watches.as_raw_fd(), c.as_ptr(), libc::IN_ATTRIB) };
+        assert!(watch >= 0, "{}", std::io::Error::last_os_error());
+        let (ok, text) = d.tool("delete", json!({"file_path": old}));
+        assert!(ok, "{text}");
+        let new = format!("/host/open/new-{i}");
+        d.mount_write(&new, "new\n").unwrap();
+        if fs::metadata(d.fx.host_root.join(format!("open/new-{i}"))).unwrap().ino() == old_host_ino {
+            reused += 1;
+        }
+        assert_eq!(d.mount_read(&new), Ok("new\n".to_string()), "{new}");
+        let (ok, text) = d.tool("read_file", json!({"file_path": new}));
+        assert!(ok && text.ends_with("new"), "{text}");
+        assert_eq!(d.mount_read(&old), Err(libc::ENOENT), "{old}");
+    }
+    assert!(reused > 0, "the host filesystem never reused an inode number: nothing was tested");
 }

@@ -232,3 +232,48 @@ fn with_the_idle_class_off_ring_threads_stay_normal() {
     file_work(&fx, None);
     assert_eq!(crate::harness::status(&fx)["counters"]["fuse_ring_promotions"], 0);
 }
+
+/// Voluntary context switches of each of the daemon's `/dev/fuse` reader threads (`fuser-N`).
+fn dev_fuse_reader_switches(pid: u64) -> Vec<u64> {
+    let mut switches = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if !name.starts_with("fuser-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        let line = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
+        switches.push(line.map_or(0, |n| n.trim().parse().unwrap()));
+    }
+    switches
+}
+
+#[test]
+fn with_rings_deleting_files_does_not_wake_the_dev_fuse_reader_for_each() {
+    let _turn = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let fx = Fixture::new("");
+    let status = status(&fx);
+    if status["fuse_transport"] != "io_uring" {
+        return;
+    }
+    // `/dev/fuse` carries only forgets and interrupts now: one thread reads it.
+    let pid = status["pid"].as_u64().unwrap();
+    assert_eq!(dev_fuse_reader_switches(pid).len(), 1, "one reader thread");
+    let dir = fx.p("/host/forgotten");
+    std::fs::create_dir(&dir).unwrap();
+    const FILES: u64 = 3000;
+    for i in 0..FILES {
+        std::fs::write(dir.join(i.to_string()), "x").unwrap();
+    }
+    let before: u64 = dev_fuse_reader_switches(pid).iter().sum();
+    // Every unlink makes the kernel forget an inode: a reader waiting on the device would be
+    // woken for each (about one switch per file), a paced one reads them in batches.
+    for i in 0..FILES {
+        std::fs::remove_file(dir.join(i.to_string())).unwrap();
+    }
+    let woken = dev_fuse_reader_switches(pid).iter().sum::<u64>() - before;
+    assert!(woken < FILES / 5, "the reader was woken {woken} times for {FILES} deletions");
+    std::fs::remove_dir(&dir).unwrap();
+    file_work(&fx, None);
+}

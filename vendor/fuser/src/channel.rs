@@ -27,7 +27,7 @@ impl Channel {
     }
 
     /// Receives data up to the capacity of the given buffer (can block).
-    fn receive(&self, buffer: &mut [u8]) -> nix::Result<usize> {
+    pub(crate) fn receive(&self, buffer: &mut [u8]) -> nix::Result<usize> {
         nix::unistd::read(&self.0, buffer)
     }
 
@@ -54,6 +54,18 @@ impl Channel {
         // Since write/writev syscalls are threadsafe, we can simply create
         // a sender by using the same file and use it in other threads.
         ChannelSender(self.0.clone())
+    }
+
+    /// Makes reads return EAGAIN instead of waiting for a request.
+    pub(crate) fn set_nonblocking(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.0.as_raw_fd();
+        // SAFETY: plain fcntl calls on a descriptor this channel owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Clone the FUSE device fd using FUSE_DEV_IOC_CLONE ioctl.

@@ -62,6 +62,7 @@ impl<FS: Filesystem> Session<FS> {
                 filesystem: Arc::new(FilesystemHolder { fs: Some(filesystem) }),
                 allowed: self.allowed,
                 session_owner: self.session_owner,
+                paced: false,
             },
         }
     }

@@ -237,6 +237,17 @@ impl<FS: Filesystem> Session<FS> {
         })
     }
 
+    /// Serve the device with one thread that never waits on it: it reads without blocking and
+    /// sleeps between empty reads (from `PACE_SHORTEST`, doubling up to `PACE_LONGEST` while
+    /// nothing comes). For a session whose requests arrive by another transport (FUSE over
+    /// io_uring), where the device carries only FORGETs and INTERRUPTs: a thread waiting on
+    /// the device is woken for every FORGET, and the wake-up costs the process that dropped
+    /// the inode (an unlink) more than the FORGET; left queued, they are read in batches.
+    /// Call before `run`.
+    pub fn pace_device(&mut self) {
+        self.config.pace_device = true;
+    }
+
     /// Run the session loop that receives kernel requests and dispatches them to method
     /// calls into the filesystem. This read-dispatch-loop is non-concurrent to prevent
     /// having multiple buffers (which take up much memory), but the filesystem methods
@@ -254,7 +265,7 @@ impl<FS: Filesystem> Session<FS> {
             config,
         } = self;
 
-        let n_threads = config.n_threads.unwrap_or(1);
+        let n_threads = if config.pace_device { 1 } else { config.n_threads.unwrap_or(1) };
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -286,6 +297,19 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        // The paced reader gets a description of its own: non-blocking reads must not change
+        // the session's descriptor, which other transports and notifications use.
+        #[cfg(target_os = "linux")]
+        let _session_ch = if config.pace_device {
+            let paced = ch.clone_fd()?;
+            paced.set_nonblocking()?;
+            channels.push(paced);
+            Some(ch)
+        } else {
+            channels.push(ch);
+            None
+        };
+        #[cfg(not(target_os = "linux"))]
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -298,6 +322,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                paced: config.pace_device,
             };
             threads.push(
                 thread::Builder::new()
@@ -518,7 +543,13 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// The channel is non-blocking: sleep between empty reads (see `Session::pace_device`).
+    pub(crate) paced: bool,
 }
+
+/// The first pause of a paced reader after an empty read, and the longest.
+const PACE_SHORTEST: std::time::Duration = std::time::Duration::from_millis(2);
+const PACE_LONGEST: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
@@ -526,10 +557,27 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
+        let mut pause = PACE_SHORTEST;
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.ch.receive_retrying(buf) {
+            let received = if self.paced {
+                match self.ch.receive(buf) {
+                    Err(nix::errno::Errno::EAGAIN) => {
+                        thread::sleep(pause);
+                        pause = (pause * 2).min(PACE_LONGEST);
+                        continue;
+                    }
+                    Err(nix::errno::Errno::ENOENT | nix::errno::Errno::EINTR) => continue,
+                    received => {
+                        pause = PACE_SHORTEST;
+                        received
+                    }
+                }
+            } else {
+                self.ch.receive_retrying(buf)
+            };
+            match received {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {

@@ -18,6 +18,8 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Read the device without waiting on it (see `Session::pace_device`).
+    pub pace_device: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
