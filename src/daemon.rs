@@ -96,6 +96,52 @@ fn watch_host_routes(config: &Config) -> (Option<HostChanges>, Config) {
     }
 }
 
+/// Warns about a sqlite database inside a host route's root: that route shows the raw file
+/// (every namespace in it, whatever the rules say of the sqlite route's paths), and the
+/// daemon's own writes to it do not reach the kernel's caches of that route.
+fn warn_databases_in_host_roots(config: &Config) {
+    let roots: Vec<(&VPath, PathBuf)> = config
+        .routes
+        .iter()
+        .filter_map(|r| match &r.backend {
+            BackendConfig::Host { root } => root.canonicalize().ok().map(|root| (&r.path, root)),
+            _ => None,
+        })
+        .collect();
+    for route in &config.routes {
+        let BackendConfig::Sqlite { database, .. } = &route.backend else { continue };
+        let Ok(database) = database.canonicalize() else { continue };
+        for (prefix, root) in &roots {
+            if let Ok(inside) = database.strip_prefix(root) {
+                tracing::warn!(
+                    "the database of {} ({}) lies inside the host route {}: {} shows it raw, around the rules of {}, and not always current; keep databases outside host roots",
+                    route.path,
+                    database.display(),
+                    prefix,
+                    prefix.join_rel(&inside.to_string_lossy()),
+                    route.path
+                );
+            }
+        }
+    }
+}
+
+/// Keeps the sqlite routes' own files (database, WAL, shared memory), which the daemon writes
+/// on every commit, out of the host-changes watcher's queue (see
+/// [`HostChanges::ignore_own_file`]). Call once the backends have opened them.
+fn ignore_own_files(changes: &HostChanges, config: &Config) {
+    for route in &config.routes {
+        let BackendConfig::Sqlite { database, .. } = &route.backend else { continue };
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = database.clone().into_os_string();
+            file.push(suffix);
+            if let Err(e) = changes.ignore_own_file(Path::new(&file)) {
+                tracing::debug!("host changes: cannot leave out {e}");
+            }
+        }
+    }
+}
+
 /// Builds the engine (gate, router, audit) that both doors share.
 pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
     let rules = RuleSet::new(config.rules.clone()).map_err(|e| anyhow!("{}: {e}", config.source))?;
@@ -220,6 +266,11 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let mountpoint = prepare_mountpoint(mountpoint)?;
     let (host_changes, engine_config) = watch_host_routes(&config);
     let engine = build_engine(&engine_config)?;
+    warn_databases_in_host_roots(&config);
+    if let Some(changes) = &host_changes {
+        let _ = engine.host_change_events.set(changes.events.clone());
+        ignore_own_files(changes, &config);
+    }
     let inodes = Arc::new(Inodes::new());
     let door = FuseDoor::new(
         engine.clone(),

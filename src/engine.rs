@@ -84,6 +84,8 @@ pub struct Engine {
     /// The requests each io_uring queue of the FUSE door served; unset when requests come by
     /// `/dev/fuse` alone. Set once at mount, shown by `status`.
     pub fuse_rings: std::sync::OnceLock<crate::fuse::ring::RingCounters>,
+    /// Events read by the host-changes watcher, when the daemon watches host routes.
+    pub host_change_events: std::sync::OnceLock<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 fn wants_read(flags: i32) -> bool {
@@ -104,6 +106,7 @@ impl Engine {
             observer: std::sync::OnceLock::new(),
             fuse_lookups: Default::default(),
             fuse_rings: std::sync::OnceLock::new(),
+            host_change_events: std::sync::OnceLock::new(),
         }
     }
 

@@ -19,6 +19,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::engine::ChangeObserver;
@@ -57,6 +58,8 @@ pub struct HostChanges {
     /// One root lies inside another: a host file is then seen through two routes, and a
     /// change the daemon makes through one must still be invalidated in the other.
     nested: bool,
+    /// Events read so far, the daemon's own included (`status` shows it).
+    pub events: Arc<AtomicU64>,
 }
 
 impl HostChanges {
@@ -96,7 +99,30 @@ impl HostChanges {
         let nested = watched.iter().any(|a| {
             watched.iter().any(|b| !std::ptr::eq(a, b) && a.fsid == b.fsid && a.host.starts_with(&b.host))
         });
-        Ok(HostChanges { fanotify, roots: watched, nested })
+        Ok(HostChanges { fanotify, roots: watched, nested, events: Arc::default() })
+    }
+
+    /// Drops the events of a file the daemon itself writes all the time (a sqlite route's
+    /// database, its WAL and its shared memory), with an ignore mark on the file: on a watched
+    /// filesystem each of its writes was otherwise queued as an event (the kernel encoding a
+    /// file handle for it) only to be skipped as the daemon's own. Returns whether the file
+    /// got the mark (not when it is missing).
+    pub fn ignore_own_file(&self, path: &Path) -> Result<bool, String> {
+        let path = match path.canonicalize() {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_IGNORED_MASK | libc::FAN_MARK_IGNORED_SURV_MODIFY;
+        let mask = EVENTS & !libc::FAN_ONDIR;
+        let ret = unsafe {
+            libc::fanotify_mark(self.fanotify.as_raw_fd(), flags, mask, libc::AT_FDCWD, c.as_ptr())
+        };
+        if ret < 0 {
+            return Err(format!("{}: {}", path.display(), std::io::Error::last_os_error()));
+        }
+        Ok(true)
     }
 
     /// Reports changes to `observer` from a thread of their own, and calls `overflowed` when
@@ -130,6 +156,7 @@ impl HostChanges {
             // change shows through the mount at a few milliseconds.
             let batch_until = std::time::Instant::now() + BATCH;
             for event in Events::new(&buf[..n as usize]) {
+                self.events.fetch_add(1, Ordering::Relaxed);
                 if event.mask & libc::FAN_Q_OVERFLOW != 0 {
                     resolved.clear();
                     overflowed();

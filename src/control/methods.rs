@@ -229,6 +229,7 @@ impl State {
                 "fuse_lookups": Counters::get(&self.engine.fuse_lookups),
                 "fuse_ring_requests": ring_requests,
                 "fuse_ring_promotions": rings.map_or(0, |r| r.promotions.load(relaxed)),
+                "host_change_events": self.engine.host_change_events.get().map(|n| n.load(relaxed)),
             },
         })
     }

@@ -2,7 +2,7 @@
 //! though the kernel may cache host-route names, attributes and listings for an hour.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -138,4 +138,70 @@ fn cached_names_stay_cached() {
     let before = fuse_lookups(&fx);
     assert_eq!(fs::metadata(&written).unwrap().len(), 17);
     assert_eq!(fuse_lookups(&fx) - before, 0, "the written file's name was invalidated");
+}
+
+fn host_change_events(fx: &Fixture) -> u64 {
+    crate::harness::status(fx)["counters"]["host_change_events"].as_u64().expect("host routes are watched")
+}
+
+/// The inode numbers (hex, as fdinfo shows them) that the daemon's fanotify group has ignore
+/// marks on.
+fn ignore_marked_inodes(pid: u64) -> Vec<String> {
+    for fd in fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        let fd = fd.unwrap();
+        if !fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:[fanotify]") {
+            continue;
+        }
+        let info =
+            fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).unwrap();
+        let field = |line: &str, key: &str| {
+            line.split_whitespace().find_map(|f| f.strip_prefix(key)).map(str::to_string)
+        };
+        return info
+            .lines()
+            .filter(|l| field(l, "ignored_mask:").is_some_and(|m| m != "0"))
+            .filter_map(|l| field(l, "ino:"))
+            .collect();
+    }
+    panic!("the daemon has no fanotify group")
+}
+
+/// The sqlite route's database shares a filesystem with the host route here, as it does by
+/// default (both under the user's home): its writes must not flood the watcher's queue with
+/// events the daemon would only skip as its own. The kernel drops them for files with an
+/// ignore mark. (Counting events would not tell: every test in parallel writes on this
+/// filesystem.)
+#[test]
+fn the_sqlite_routes_own_files_raise_no_host_change_events() {
+    let fx = Fixture::new("");
+    let before = host_change_events(&fx);
+    for i in 0..50 {
+        fs::write(fx.p(&format!("/db/note{i}")), "x").unwrap();
+    }
+    let marked = ignore_marked_inodes(crate::harness::status(&fx)["pid"].as_u64().unwrap());
+    for file in ["store.db", "store.db-wal", "store.db-shm"] {
+        let ino = fs::metadata(fx.scratch.path().join(file)).unwrap().ino();
+        assert!(marked.contains(&format!("{ino:x}")), "{file} (inode {ino:x}) not in {marked:?}");
+    }
+    // The daemon's own host-route writes are read (and skipped as its own).
+    for i in 0..300 {
+        fs::write(fx.p(&format!("/host/note{i}")), "x").unwrap();
+    }
+    soon("the host route's own events", || host_change_events(&fx) - before >= 300);
+}
+
+/// A database kept inside a host root is a file that route shows raw: the daemon says so.
+#[test]
+fn a_database_inside_a_host_root_is_warned_about() {
+    let fx = Fixture::with_config("", |text| text.replacen("store.db\"", "host-root/store.db\"", 1));
+    assert!(fx.host_root.join("store.db").exists());
+    let log = fx.mount.log_text();
+    assert!(
+        log.contains("the database of /db (")
+            && log.contains(") lies inside the host route /host: /host/store.db shows it raw"),
+        "{log}"
+    );
+    // The standard layout keeps it outside, and gets no warning.
+    let fx = Fixture::new("");
+    assert!(!fx.mount.log_text().contains("lies inside the host route"));
 }
