@@ -7,8 +7,9 @@
 //! under which root) and handed to the engine's [`ChangeObserver`], the same path tool-door
 //! changes take, once for every route whose root holds it (roots may nest). Changes the daemon
 //! makes itself are skipped, since the kernel made them through the mount and already knows,
-//! unless the file is also seen through a second, nesting route. When the queue overflows,
-//! every cached name is invalidated.
+//! unless the file is also seen through a second, nesting route; the files the daemon writes
+//! all the time (sqlite databases) carry ignore marks, so their events are not even queued.
+//! When the queue overflows, every cached name is invalidated.
 //!
 //! Delivery is asynchronous and batched (reads at most every 5 ms): a change made on the host
 //! shows through the mount within milliseconds, not at the instant the host's system call
