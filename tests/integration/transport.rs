@@ -117,21 +117,27 @@ fn when_rings_are_forbidden_requests_come_by_dev_fuse() {
     file_work(&fx, None);
 }
 
-/// The scheduling policy of each of the daemon's ring threads (`fuse-ring-N`), by name.
-fn ring_thread_policies(pid: u64) -> Vec<(String, i32)> {
-    let mut policies = Vec::new();
+/// The daemon's threads named `prefix` followed by a number: (name, thread id, /proc entry).
+fn daemon_threads(pid: u64, prefix: &str) -> Vec<(String, i32, std::path::PathBuf)> {
+    let mut threads = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let task = task.unwrap().path();
         let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default().trim().to_string();
-        let digits = name.strip_prefix("fuse-ring-").unwrap_or("");
+        let digits = name.strip_prefix(prefix).unwrap_or("");
         if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
             continue;
         }
         let tid: i32 = task.file_name().unwrap().to_str().unwrap().parse().unwrap();
-        policies.push((name, unsafe { libc::sched_getscheduler(tid) }));
+        threads.push((name, tid, task));
     }
-    policies.sort();
-    policies
+    threads.sort();
+    threads
+}
+
+/// The scheduling policy of each of the daemon's ring threads (`fuse-ring-N`), by name.
+fn ring_thread_policies(pid: u64) -> Vec<(String, i32)> {
+    let threads = daemon_threads(pid, "fuse-ring-");
+    threads.into_iter().map(|(name, tid, _)| (name, unsafe { libc::sched_getscheduler(tid) })).collect()
 }
 
 /// Shells pinned to CPUs, running while this lives.
@@ -235,18 +241,12 @@ fn with_the_idle_class_off_ring_threads_stay_normal() {
 
 /// Voluntary context switches of each of the daemon's `/dev/fuse` reader threads (`fuser-N`).
 fn dev_fuse_reader_switches(pid: u64) -> Vec<u64> {
-    let mut switches = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let task = task.unwrap().path();
-        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-        if !name.starts_with("fuser-") {
-            continue;
-        }
+    let switches = |task: &std::path::Path| {
         let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
         let line = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
-        switches.push(line.map_or(0, |n| n.trim().parse().unwrap()));
-    }
-    switches
+        line.map_or(0, |n| n.trim().parse().unwrap())
+    };
+    daemon_threads(pid, "fuser-").iter().map(|(_, _, task)| switches(task)).collect()
 }
 
 #[test]
