@@ -5,6 +5,7 @@ pub mod absent;
 mod convert;
 pub mod inodes;
 pub mod invalidate;
+mod open_files;
 mod park;
 mod passthrough;
 pub mod ring;
@@ -34,6 +35,7 @@ use crate::policy::Op;
 use crate::vpath::VPath;
 use convert::{absent_attr, ctx, errno, file_type, fuse_attr, time_set};
 use inodes::Inodes;
+use open_files::{DoorFile, OpenFiles};
 use passthrough::Passthrough;
 
 /// An open directory: a snapshot of its visible entries, served by offset.
@@ -42,22 +44,12 @@ struct DirHandle {
     entries: Vec<DirEntry>,
 }
 
-/// An open file, the inode it was opened through, and the process that opened it.
-struct DoorFile {
-    ino: u64,
-    pid: u32,
-    handle: OpenHandle,
-    /// The kernel reads and writes this handle's data itself (it holds one of the inode's
-    /// passthrough references, returned at release).
-    passthrough: bool,
-}
-
 /// Cheap to clone (shared state only): a paused operation keeps a clone to finish with.
 #[derive(Clone)]
 pub struct FuseDoor {
     engine: Arc<Engine>,
     inodes: Arc<Inodes>,
-    files: Arc<RwLock<HashMap<u64, Arc<DoorFile>>>>,
+    files: Arc<OpenFiles>,
     dirs: Arc<RwLock<HashMap<u64, Arc<DirHandle>>>>,
     next_handle: Arc<AtomicU64>,
     passthrough: Arc<Passthrough>,
@@ -99,7 +91,7 @@ impl FuseDoor {
         FuseDoor {
             engine,
             inodes,
-            files: Arc::new(RwLock::new(HashMap::new())),
+            files: Arc::default(),
             dirs: Arc::new(RwLock::new(HashMap::new())),
             next_handle: Arc::new(AtomicU64::new(1)),
             passthrough: Arc::default(),
@@ -127,7 +119,7 @@ impl FuseDoor {
     }
 
     fn file(&self, fh: FileHandle) -> FsResult<Arc<DoorFile>> {
-        self.files.read().get(&fh.0).cloned().ok_or_else(|| FsError::errno(Errno::EBADF))
+        self.files.get(fh.0).ok_or_else(|| FsError::errno(Errno::EBADF))
     }
 
     /// Registers a handle the engine opened (or created) and decides how the kernel serves
@@ -147,7 +139,7 @@ impl FuseDoor {
         let shared = self.passthrough.acquire(ino, handle.file.as_ref(), flags, register);
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let door_file = DoorFile { ino, pid, handle, passthrough: shared.is_some() };
-        self.files.write().insert(fh, Arc::new(door_file));
+        self.files.insert(fh, door_file);
         let noflush = if noflush { FopenFlags::FOPEN_NOFLUSH } else { FopenFlags::empty() };
         match shared {
             // The kernel takes only these flags with a backing file (the page cache is the
@@ -165,12 +157,12 @@ impl FuseDoor {
     /// gate (or a human) just allowed, so it is served through the opener's handle. Other
     /// setattrs of the opener are served through it too.
     fn writable_file_of(&self, ino: u64, pid: u32) -> Option<Arc<DoorFile>> {
-        self.files.read().values().find(|f| f.ino == ino && f.pid == pid && f.handle.writable).cloned()
+        self.files.writable_of(ino, pid)
     }
 
     /// Any open handle of an inode (for `fstat` of a file whose names were all removed).
     fn any_file_of(&self, ino: u64) -> Option<Arc<DoorFile>> {
-        self.files.read().values().find(|f| f.ino == ino).cloned()
+        self.files.any_of(ino)
     }
 
     /// Records a lookup of `path` and returns the inode number the kernel will hold.
@@ -529,7 +521,7 @@ impl Filesystem for FuseDoor {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let handle = self.files.write().remove(&fh.0);
+        let handle = self.files.remove(fh.0);
         if let Some(f) = handle.as_ref().filter(|f| f.passthrough) {
             self.passthrough.release(f.ino);
             if !f.handle.writable {
