@@ -30,10 +30,14 @@ use crate::route::{Route, Router};
 use crate::vpath::VPath;
 
 /// Opens the storage of one route.
-pub fn open_backend(config: &BackendConfig) -> Result<Arc<dyn Backend>> {
+/// Opens a route's backend. `own_files`: the daemon's own files under a host root, relative to
+/// it, which that route leaves out.
+pub fn open_backend(config: &BackendConfig, own_files: Vec<String>) -> Result<Arc<dyn Backend>> {
     Ok(match config {
         BackendConfig::Host { root } => Arc::new(
-            HostBackend::new(root).map_err(|e| anyhow!("cannot open host root {}: {e}", root.display()))?,
+            HostBackend::new(root)
+                .map_err(|e| anyhow!("cannot open host root {}: {e}", root.display()))?
+                .hiding(own_files),
         ),
         BackendConfig::Memory { max_bytes, store: MemoryStore::Tmpfs } => {
             match HostBackend::private_tmpfs(*max_bytes) {
@@ -96,44 +100,69 @@ fn watch_host_routes(config: &Config) -> (Option<HostChanges>, Config) {
     }
 }
 
-/// Warns about a sqlite database inside a host route's root: that route shows the raw file
-/// (every namespace in it, whatever the rules say of the sqlite route's paths), and the
-/// daemon's own writes to it do not reach the kernel's caches of that route.
-fn warn_databases_in_host_roots(config: &Config) {
-    let roots: Vec<(&VPath, PathBuf)> = config
-        .routes
-        .iter()
-        .filter_map(|r| match &r.backend {
-            BackendConfig::Host { root } => root.canonicalize().ok().map(|root| (&r.path, root)),
-            _ => None,
-        })
-        .collect();
-    for route in &config.routes {
-        let BackendConfig::Sqlite { database, .. } = &route.backend else { continue };
-        let Ok(database) = database.canonicalize() else { continue };
-        for (prefix, root) in &roots {
-            if let Ok(inside) = database.strip_prefix(root) {
-                tracing::warn!(
-                    "the database of {} ({}) lies inside the host route {}: {} shows it raw, around the rules of {}, and not always current; keep databases outside host roots",
-                    route.path,
-                    database.display(),
-                    prefix,
-                    prefix.join_rel(&inside.to_string_lossy()),
-                    route.path
-                );
+/// The databases the daemon writes itself: the sqlite routes' and the audit log's.
+fn own_databases(config: &Config) -> impl Iterator<Item = (String, &Path)> {
+    let stores = config.routes.iter().filter_map(|r| match &r.backend {
+        BackendConfig::Sqlite { database, .. } => {
+            Some((format!("the database of {}", r.path), database.as_path()))
+        }
+        _ => None,
+    });
+    stores.chain(config.audit_database.as_deref().map(|d| ("the audit log".to_string(), d)))
+}
+
+/// The files SQLite and the daemon keep beside a database, by suffix.
+const DATABASE_FILES: [&str; 5] = ["", "-wal", "-shm", "-journal", "-lock"];
+
+/// `path` with its longest existing prefix resolved (symlinks, `..`) and the rest appended: a
+/// database whose directory is not made yet is still placed where it will be.
+fn resolved_as_far_as_exists(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(mut resolved) = existing.canonicalize() {
+            resolved.extend(rest.iter().rev());
+            return resolved;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
             }
+            _ => return path.to_path_buf(),
         }
     }
 }
 
-/// Keeps the sqlite routes' own files (database, WAL, shared memory), which the daemon writes
-/// on every commit, out of the host-changes watcher's queue (see
+/// For a host route: the daemon's own files that lie under its root, relative to it. That
+/// route would show them raw (a database holds every namespace in it, whatever the rules say
+/// of the sqlite route's paths) and let callers write under SQLite's feet, so it leaves them
+/// out, with a warning.
+fn own_files_under(backend: &BackendConfig, config: &Config) -> Vec<String> {
+    let BackendConfig::Host { root } = backend else { return Vec::new() };
+    let Ok(root) = root.canonicalize() else { return Vec::new() };
+    let mut own = Vec::new();
+    for (what, database) in own_databases(config) {
+        let database = resolved_as_far_as_exists(database);
+        let Ok(inside) = database.strip_prefix(&root) else { continue };
+        let inside = inside.to_string_lossy();
+        tracing::warn!(
+            "{what} ({}) lies inside the host root {}: the route leaves it and its companion files out; keep databases outside host roots",
+            database.display(),
+            root.display()
+        );
+        own.extend(DATABASE_FILES.iter().map(|suffix| format!("{inside}{suffix}")));
+    }
+    own
+}
+
+/// Keeps the daemon's own databases (with their WAL and shared memory), which it writes on
+/// every commit, out of the host-changes watcher's queue (see
 /// [`HostChanges::ignore_own_file`]). Call once the backends have opened them.
 fn ignore_own_files(changes: &HostChanges, config: &Config) {
-    for route in &config.routes {
-        let BackendConfig::Sqlite { database, .. } = &route.backend else { continue };
-        for suffix in ["", "-wal", "-shm"] {
-            let mut file = database.clone().into_os_string();
+    for (_, database) in own_databases(config) {
+        for suffix in &DATABASE_FILES[..3] {
+            let mut file = database.as_os_str().to_owned();
             file.push(suffix);
             if let Err(e) = changes.ignore_own_file(Path::new(&file)) {
                 tracing::debug!("host changes: cannot leave out {e}");
@@ -149,7 +178,7 @@ pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
     for route in &config.routes {
         routes.push(Route {
             prefix: route.path.clone(),
-            backend: open_backend(&route.backend)?,
+            backend: open_backend(&route.backend, own_files_under(&route.backend, config))?,
             ttl: route.cache_ttl,
             kind: route.backend.kind(),
         });
@@ -266,7 +295,6 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let mountpoint = prepare_mountpoint(mountpoint)?;
     let (host_changes, engine_config) = watch_host_routes(&config);
     let engine = build_engine(&engine_config)?;
-    warn_databases_in_host_roots(&config);
     if let Some(changes) = &host_changes {
         let _ = engine.host_change_events.set(changes.events.clone());
         ignore_own_files(changes, &config);

@@ -190,18 +190,42 @@ fn the_sqlite_routes_own_files_raise_no_host_change_events() {
     soon("the host route's own events", || host_change_events(&fx) - before >= 300);
 }
 
-/// A database kept inside a host root is a file that route shows raw: the daemon says so.
+/// A database kept inside a host root (here under `state/`, with the audit log) is left out
+/// of that route: read raw it would show every namespace, around the rules of the sqlite
+/// route, and written it would be corrupted under SQLite's feet.
 #[test]
-fn a_database_inside_a_host_root_is_warned_about() {
-    let fx = Fixture::with_config("", |text| text.replacen("store.db\"", "host-root/store.db\"", 1));
-    assert!(fx.host_root.join("store.db").exists());
+fn the_daemons_own_databases_inside_a_host_root_are_left_out() {
+    let fx = Fixture::with_config("", |text| {
+        text.replacen("store.db\"", "host-root/state/store.db\"", 1).replacen(
+            "audit.db\"",
+            "host-root/state/audit.db\"",
+            1,
+        )
+    });
+    let state = fx.host_root.join("state");
+    fs::write(fx.p("/db/note"), "kept").unwrap();
+    fs::write(state.join("mine.txt"), "visible").unwrap();
+    assert!(state.join("store.db").exists() && state.join("audit.db").exists());
     let log = fx.mount.log_text();
-    assert!(
-        log.contains("the database of /db (")
-            && log.contains(") lies inside the host route /host: /host/store.db shows it raw"),
-        "{log}"
-    );
-    // The standard layout keeps it outside, and gets no warning.
+    assert!(log.contains("the database of /db (") && log.contains("the audit log ("), "{log}");
+
+    let shown = fx.p("/host/state");
+    assert_eq!(names(&shown), ["mine.txt"]);
+    for file in ["store.db", "store.db-wal", "store.db-shm", "store.db-lock", "audit.db"] {
+        let err = |r: std::io::Result<()>| r.map_err(|e| e.raw_os_error());
+        assert_eq!(err(fs::metadata(shown.join(file)).map(|_| ())), Err(Some(libc::ENOENT)), "{file}");
+        assert_eq!(err(fs::read(shown.join(file)).map(|_| ())), Err(Some(libc::ENOENT)), "{file}");
+        assert_eq!(err(fs::remove_file(shown.join(file))), Err(Some(libc::ENOENT)), "{file}");
+        assert_eq!(err(fs::write(shown.join(file), "x")), Err(Some(libc::EACCES)), "{file}");
+    }
+    // Moving or removing the directory would take the databases along.
+    let moved = fs::rename(&shown, fx.p("/host/moved")).map_err(|e| e.raw_os_error());
+    assert_eq!(moved, Err(Some(libc::EBUSY)));
+    assert!(std::process::Command::new("rm").arg("-rf").arg(&shown).status().unwrap().code() != Some(0));
+    assert!(state.join("store.db").exists() && !state.join("mine.txt").exists());
+    assert_eq!(fs::read_to_string(fx.p("/db/note")).unwrap(), "kept");
+
+    // The standard layout keeps them outside, and gets no warning.
     let fx = Fixture::new("");
-    assert!(!fx.mount.log_text().contains("lies inside the host route"));
+    assert!(!fx.mount.log_text().contains("lies inside the host root"));
 }

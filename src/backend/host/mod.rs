@@ -24,6 +24,10 @@ pub struct HostBackend {
     /// What `describe` says: the host directory, or the private tmpfs.
     description: String,
     root: OwnedFd,
+    /// The daemon's own files under the root (databases of sqlite routes and the audit log,
+    /// relative paths): absent through this backend, so that no caller reads them raw or
+    /// writes under SQLite's feet.
+    hidden: Vec<String>,
 }
 
 impl HostBackend {
@@ -34,7 +38,30 @@ impl HostBackend {
             return Err(FsError::new(Errno::last(), format!("host root {}", root.display())));
         }
         let root_fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        Ok(HostBackend { description: format!("host {}", root.display()), root: root_fd })
+        Ok(HostBackend { description: format!("host {}", root.display()), root: root_fd, hidden: Vec::new() })
+    }
+
+    /// This backend with `hidden` (paths relative to the root) left out: looking them up or
+    /// opening them is ENOENT, creating them EACCES, they are missing from listings, and a
+    /// directory holding one cannot be renamed (EBUSY).
+    pub fn hiding(mut self, hidden: Vec<String>) -> HostBackend {
+        self.hidden = hidden;
+        self
+    }
+
+    fn check_visible(&self, path: &str) -> FsResult<()> {
+        match self.hidden.iter().any(|h| h == path) {
+            true => Err(FsError::new(Errno::ENOENT, "one of the daemon's own files")),
+            false => Ok(()),
+        }
+    }
+
+    /// For a name about to be made: EACCES where one of the daemon's own files lives.
+    fn check_new(&self, path: &str) -> FsResult<()> {
+        match self.hidden.iter().any(|h| h == path) {
+            true => Err(FsError::new(Errno::EACCES, "one of the daemon's own files lives there")),
+            false => Ok(()),
+        }
     }
 
     /// A memory route's tree on a private tmpfs (see [`tmpfs`]). Needs CAP_SYS_ADMIN.
@@ -43,11 +70,12 @@ impl HostBackend {
             Some(cap) => format!("memory (private tmpfs, cap {cap} bytes)"),
             None => "memory (private tmpfs)".to_string(),
         };
-        Ok(HostBackend { description, root: tmpfs::private_tmpfs(max_bytes)? })
+        Ok(HostBackend { description, root: tmpfs::private_tmpfs(max_bytes)?, hidden: Vec::new() })
     }
 
     /// The directory holding `path`'s last component, and that component.
     fn parent<'a>(&self, path: &'a str) -> FsResult<(DirFd<'_>, &'a str)> {
+        self.check_visible(path)?;
         let (parent, name) = split_parent(path);
         if parent.is_empty() {
             return Ok((DirFd::Root(self.root.as_fd()), name));
@@ -58,6 +86,7 @@ impl HostBackend {
 
     /// An O_PATH descriptor of the node itself (a symlink stays a symlink).
     fn node(&self, path: &str) -> FsResult<OwnedFd> {
+        self.check_visible(path)?;
         sys::open_beneath(self.root.as_fd(), path, libc::O_PATH, 0)
     }
 
@@ -77,6 +106,14 @@ impl DirFd<'_> {
             DirFd::Root(fd) => *fd,
             DirFd::Owned(fd) => fd.as_fd(),
         }
+    }
+}
+
+/// `name` in the directory `dir` (both relative to the root, `dir` empty for the root).
+fn join(dir: &str, name: &str) -> String {
+    match dir {
+        "" => name.to_string(),
+        _ => format!("{dir}/{name}"),
     }
 }
 
@@ -109,9 +146,13 @@ impl Backend for HostBackend {
     fn getattr_entries(&self, dir: &str, names: &[&str]) -> Vec<FsResult<Attr>> {
         // One resolution of the directory, then one fstatat per name relative to it.
         match sys::open_beneath(self.root.as_fd(), dir, libc::O_PATH | libc::O_DIRECTORY, 0) {
-            Ok(fd) => {
-                names.iter().map(|name| Ok(sys::attr_from_stat(&sys::fstatat(fd.as_fd(), name)?))).collect()
-            }
+            Ok(fd) => names
+                .iter()
+                .map(|name| {
+                    self.check_visible(&join(dir, name))?;
+                    Ok(sys::attr_from_stat(&sys::fstatat(fd.as_fd(), name)?))
+                })
+                .collect(),
             Err(e) => names.iter().map(|_| Err(e.clone())).collect(),
         }
     }
@@ -139,6 +180,9 @@ impl Backend for HostBackend {
             };
             entries.push(DirEntry { name: name.to_string(), kind });
         }
+        if !self.hidden.is_empty() {
+            entries.retain(|e| self.check_visible(&join(path, &e.name)).is_ok());
+        }
         Ok(entries)
     }
 
@@ -146,6 +190,7 @@ impl Backend for HostBackend {
         // The kernel hands us the caller's append/truncate intent separately; pwrite at the
         // offsets it sends must not be redirected by O_APPEND.
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND | libc::O_NOCTTY);
+        self.check_visible(path)?;
         let fd = sys::open_beneath(self.root.as_fd(), path, flags, 0)?;
         Ok(Box::new(HostFile { fd }))
     }
@@ -157,6 +202,7 @@ impl Backend for HostBackend {
         flags: i32,
         caller: &Caller,
     ) -> FsResult<(Attr, Box<dyn OpenFile>)> {
+        self.check_new(path)?;
         let (dir, name) = self.parent(path)?;
         let mut flags =
             (flags & !(libc::O_APPEND | libc::O_TRUNC | libc::O_NOCTTY)) | libc::O_CREAT | libc::O_EXCL;
@@ -176,6 +222,7 @@ impl Backend for HostBackend {
     }
 
     fn mknod(&self, path: &str, mode: u32, rdev: u32, caller: &Caller) -> FsResult<Attr> {
+        self.check_new(path)?;
         let (dir, name) = self.parent(path)?;
         {
             let _as = AsCaller::enter(caller);
@@ -185,6 +232,7 @@ impl Backend for HostBackend {
     }
 
     fn mkdir(&self, path: &str, mode: u32, caller: &Caller) -> FsResult<Attr> {
+        self.check_new(path)?;
         let (dir, name) = self.parent(path)?;
         {
             let _as = AsCaller::enter(caller);
@@ -194,6 +242,7 @@ impl Backend for HostBackend {
     }
 
     fn symlink(&self, path: &str, target: &[u8], caller: &Caller) -> FsResult<Attr> {
+        self.check_new(path)?;
         let (dir, name) = self.parent(path)?;
         {
             let _as = AsCaller::enter(caller);
@@ -203,6 +252,7 @@ impl Backend for HostBackend {
     }
 
     fn link(&self, existing: &str, new_path: &str) -> FsResult<Attr> {
+        self.check_new(new_path)?;
         let (old_dir, old_name) = self.parent(existing)?;
         let (new_dir, new_name) = self.parent(new_path)?;
         sys::linkat(old_dir.fd(), old_name, new_dir.fd(), new_name)?;
@@ -225,6 +275,13 @@ impl Backend for HostBackend {
     }
 
     fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()> {
+        self.check_new(to)?;
+        // Moving a directory would move the daemon's own files beneath it.
+        if self.hidden.iter().any(|h| h.strip_prefix(from).is_some_and(|rest| rest.starts_with('/')))
+            || self.hidden.iter().any(|h| h.strip_prefix(to).is_some_and(|rest| rest.starts_with('/')))
+        {
+            return Err(FsError::new(Errno::EBUSY, "it holds the daemon's own files"));
+        }
         let (from_dir, from_name) = self.parent(from)?;
         let (to_dir, to_name) = self.parent(to)?;
         sys::renameat2(from_dir.fd(), from_name, to_dir.fd(), to_name, flags)
