@@ -149,7 +149,9 @@ impl Backend for HostBackend {
             Ok(fd) => names
                 .iter()
                 .map(|name| {
-                    self.check_visible(&join(dir, name))?;
+                    if !self.hidden.is_empty() {
+                        self.check_visible(&join(dir, name))?;
+                    }
                     Ok(sys::attr_from_stat(&sys::fstatat(fd.as_fd(), name)?))
                 })
                 .collect(),
