@@ -13,6 +13,8 @@
 pub mod host;
 pub mod memory;
 pub mod sqlite;
+#[cfg(test)]
+pub mod test_file;
 
 use std::os::fd::BorrowedFd;
 use std::time::SystemTime;

@@ -75,38 +75,15 @@ impl OpenFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Attr, OpenFile, SetAttr};
-    use crate::error::FsResult;
+    use crate::backend::test_file::TestFile;
     use crate::vpath::VPath;
 
-    struct NoFile;
-
-    impl OpenFile for NoFile {
-        fn read(&self, _: u64, _: u32) -> FsResult<Vec<u8>> {
-            unimplemented!()
-        }
-        fn write(&self, _: u64, _: &[u8]) -> FsResult<u32> {
-            unimplemented!()
-        }
-        fn flush(&self) -> FsResult<()> {
-            Ok(())
-        }
-        fn fsync(&self, _: bool) -> FsResult<()> {
-            Ok(())
-        }
-        fn fallocate(&self, _: u64, _: u64, _: i32) -> FsResult<()> {
-            unimplemented!()
-        }
-        fn getattr(&self) -> FsResult<Attr> {
-            unimplemented!()
-        }
-        fn setattr(&self, _: &SetAttr) -> FsResult<Attr> {
-            unimplemented!()
-        }
-    }
-
     fn file(ino: u64, pid: u32, writable: bool) -> DoorFile {
-        let handle = OpenHandle { path: VPath::parse("/f").unwrap(), file: Box::new(NoFile), writable };
+        let handle = OpenHandle {
+            path: VPath::parse("/f").unwrap(),
+            file: Box::new(TestFile(tempfile::tempfile().unwrap())),
+            writable,
+        };
         DoorFile { ino, pid, handle, passthrough: false }
     }
 

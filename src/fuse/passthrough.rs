@@ -182,41 +182,10 @@ fn evict_idle<Id>(backings: &mut HashMap<u64, Backing<Id>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Attr, SetAttr};
-    use crate::error::FsResult;
+    use crate::backend::test_file::TestFile as TempOpen;
     use std::cell::Cell;
     use std::fs::File;
     use std::io::Write;
-
-    /// An open file whose backing descriptor is a real temporary file.
-    struct TempOpen(File);
-
-    impl OpenFile for TempOpen {
-        fn read(&self, _: u64, _: u32) -> FsResult<Vec<u8>> {
-            unimplemented!()
-        }
-        fn write(&self, _: u64, _: &[u8]) -> FsResult<u32> {
-            unimplemented!()
-        }
-        fn flush(&self) -> FsResult<()> {
-            Ok(())
-        }
-        fn fsync(&self, _: bool) -> FsResult<()> {
-            Ok(())
-        }
-        fn fallocate(&self, _: u64, _: u64, _: i32) -> FsResult<()> {
-            unimplemented!()
-        }
-        fn getattr(&self) -> FsResult<Attr> {
-            unimplemented!()
-        }
-        fn setattr(&self, _: &SetAttr) -> FsResult<Attr> {
-            unimplemented!()
-        }
-        fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
-            Some(self.0.as_fd())
-        }
-    }
 
     fn temp_file(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
         let path = dir.path().join(name);
