@@ -93,6 +93,19 @@ impl Inodes {
         }
     }
 
+    /// The backend identity of an inode (none for directories and unknown inodes).
+    pub fn identity(&self, ino: u64) -> Option<Identity> {
+        self.tables.read().by_ino.get(&ino).and_then(Node::identity)
+    }
+
+    /// `path` no longer leads to inode `ino` (found so by the door): it stops being its name.
+    pub fn drop_stale_name(&self, ino: u64, path: &VPath) {
+        let mut tables = self.tables.write();
+        if tables.by_path.get(path) == Some(&ino) {
+            Self::unlink_path(&mut tables, path);
+        }
+    }
+
     /// Every live path of an inode (hard links), the preferred one first.
     pub fn paths(&self, ino: u64) -> FsResult<Vec<VPath>> {
         let tables = self.tables.read();

@@ -188,9 +188,41 @@ impl FuseDoor {
     }
 
     /// The preferred path of an inode, after the gate allowed `op` under its other names
-    /// (hard links) as well.
+    /// (hard links) as well. The names of a hard-linked node are checked first: a tool or
+    /// another program may have removed one behind the kernel's back while another still
+    /// leads to the file.
     fn node_path(&self, ctx: &Ctx, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
-        let mut paths = self.inodes.paths(ino.0)?;
+        let paths = self.inodes.paths(ino.0)?;
+        let paths = if paths.len() > 1 { self.live_names(ino.0, paths)? } else { paths };
+        self.judged_path(ctx, paths, operation, op)
+    }
+
+    /// Like [`FuseDoor::node_path`], for a change made by path: even a single name is checked
+    /// to lead to the node still, so the change cannot land on whatever file has that name
+    /// now (it was replaced behind the kernel's back).
+    fn live_path(&self, ctx: &Ctx, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
+        let paths = self.live_names(ino.0, self.inodes.paths(ino.0)?)?;
+        self.judged_path(ctx, paths, operation, op)
+    }
+
+    /// The names among `paths` that still lead to inode `ino`; the others are dropped from the
+    /// inode table. ENOENT when none does. Directories have no identity and keep their names.
+    fn live_names(&self, ino: u64, mut paths: Vec<VPath>) -> FsResult<Vec<VPath>> {
+        let Some(id) = self.inodes.identity(ino) else { return Ok(paths) };
+        paths.retain(|p| {
+            let live = self.engine.identity_now(p) == Some(id);
+            if !live {
+                self.inodes.drop_stale_name(ino, p);
+            }
+            live
+        });
+        if paths.is_empty() {
+            return Err(FsError::new(Errno::ENOENT, "every name of the file was removed"));
+        }
+        Ok(paths)
+    }
+
+    fn judged_path(&self, ctx: &Ctx, mut paths: Vec<VPath>, operation: &str, op: Op) -> FsResult<VPath> {
         if paths.len() > 1 {
             self.engine.check_aliases(ctx, operation, op, &paths[1..])?;
         }
@@ -265,14 +297,24 @@ impl Filesystem for FuseDoor {
             Some(f) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
             // Every name was removed, but the file is still open (fstat after unlink; the
             // name may also have gone behind the kernel's back, by a tool or another program).
-            None => match self.node_path(&ctx(req), ino, "getattr", Op::Read) {
-                Ok(p) => self.engine.getattr(&ctx(req), &p).map(|a| (a, p)),
-                Err(e) => Err(e),
-            }
-            .or_else(|e| match self.any_file_of(ino.0) {
-                Some(f) if e.is(Errno::ENOENT) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
-                _ => Err(e),
-            }),
+            None => self
+                .node_path(&ctx(req), ino, "getattr", Op::Read)
+                .and_then(|p| self.engine.getattr(&ctx(req), &p).map(|a| (a, p)))
+                .and_then(|(a, p)| match self.inodes.identity(ino.0) {
+                    // The name now leads to another file (replaced behind the kernel's back):
+                    // its attributes are not this inode's.
+                    Some(id) if self.engine.identity(&p, &a) != Some(id) => {
+                        self.inodes.drop_stale_name(ino.0, &p);
+                        Err(FsError::new(Errno::ENOENT, "the name leads to another file now"))
+                    }
+                    _ => Ok((a, p)),
+                })
+                .or_else(|e| match self.any_file_of(ino.0) {
+                    Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) => {
+                        f.handle.file.getattr().map(|a| (a, f.handle.path.clone()))
+                    }
+                    _ => Err(e),
+                }),
         };
         match result {
             Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
@@ -315,10 +357,19 @@ impl Filesystem for FuseDoor {
             None => self.writable_file_of(ino.0, req.pid()),
         };
         let work = move |d: &FuseDoor, c: &Ctx| {
-            let p = match &open {
-                Some(f) if fh.is_some() || size.is_some() => f.handle.path.clone(),
+            let (p, open) = match &open {
+                Some(f) if fh.is_some() || size.is_some() => (f.handle.path.clone(), open.clone()),
                 // Judged by the node's names, as if no handle served it.
-                _ => d.node_path(c, ino, "setattr", Op::Write)?,
+                _ => match d.live_path(c, ino, "setattr", Op::Write) {
+                    Ok(p) => (p, open.clone()),
+                    // Every name is gone (fchmod of a file deleted or replaced behind the
+                    // kernel's back): any open handle still reaches the file itself.
+                    Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) => {
+                        let f = open.clone().or_else(|| d.any_file_of(ino.0)).ok_or(e)?;
+                        (f.handle.path.clone(), Some(f))
+                    }
+                    Err(e) => return Err(e),
+                },
             };
             Ok((d.engine.setattr(c, &p, &changes, open.as_ref().map(|f| &f.handle))?, p))
         };

@@ -234,6 +234,50 @@ fn a_file_deleted_by_a_tool_while_open_can_be_fstated() {
     assert_eq!(held.metadata().map(|m| m.len()).map_err(|e| e.raw_os_error()), Ok(5));
 }
 
+/// A tool replaces a file whole (a new file renamed over the name) while the mount holds
+/// the old one open: `fstat` and `fchmod` of the old descriptor reach the old file, not the
+/// one that has the name now. On every route.
+#[test]
+fn a_file_a_tool_replaced_while_open_keeps_its_own_attributes() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Doors::new();
+    for dir in ["/host/open", "/db", "/mem"] {
+        let path = format!("{dir}/replaced");
+        d.mount_write(&path, "old file\n").unwrap();
+        let held = fs::File::open(d.fx.p(&path)).unwrap();
+        let (ok, text) = d.tool("write_file", json!({"file_path": path, "content": "the new one\n"}));
+        assert!(ok, "{text}");
+        // fchmod first: before anything else made the door look at the name again.
+        held.set_permissions(fs::Permissions::from_mode(0o600)).unwrap();
+        let old = held.metadata().unwrap();
+        assert_eq!((old.len(), old.mode() & 0o777), (9, 0o600), "{path}: fstat of the old file");
+        let now = fs::metadata(d.fx.p(&path)).unwrap();
+        assert_eq!((now.len(), now.mode() & 0o777), (12, 0o644), "{path}: the new file is untouched");
+        assert_eq!(d.mount_read(&path).unwrap(), "the new one\n");
+    }
+}
+
+/// A tool deletes one name of a hard-linked file (the name the mount learned first): the
+/// name the mount made elsewhere still opens the file.
+#[test]
+fn a_hard_link_outlives_the_name_a_tool_deleted() {
+    let mut d = Doors::new();
+    for dir in ["/host/open", "/db", "/mem"] {
+        let (ok, text) =
+            d.tool("write_file", json!({"file_path": format!("{dir}/sub/first"), "content": "one\n"}));
+        assert!(ok, "{text}");
+        fs::hard_link(d.fx.p(&format!("{dir}/sub/first")), d.fx.p(&format!("{dir}/second"))).unwrap();
+        let (ok, text) = d.tool("delete", json!({"file_path": format!("{dir}/sub/first")}));
+        assert!(ok, "{text}");
+        let second = format!("{dir}/second");
+        assert_eq!(d.mount_read(&second), Ok("one\n".to_string()), "{second}");
+        d.mount_write(&second, "two\n").unwrap();
+        assert_eq!(fs::metadata(d.fx.p(&second)).unwrap().nlink(), 1, "{second}");
+        let (ok, text) = d.tool("read_file", json!({"file_path": second}));
+        assert!(ok && text.ends_with("two"), "{text}");
+    }
+}
+
 /// Host filesystems reuse a deleted file's inode number. A file a tool deletes while the
 /// kernel still holds its inode (here through an inotify watch, which keeps no host file open)
 /// must not lend its name to a later file that gets its number: the new file is an inode of

@@ -11,6 +11,7 @@ mod file_ops;
 mod host_changes;
 mod interrupts;
 mod lifecycle;
+mod model;
 mod persistence;
 mod rules;
 mod security;
