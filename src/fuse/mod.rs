@@ -217,9 +217,21 @@ impl FuseDoor {
             live
         });
         if paths.is_empty() {
-            return Err(FsError::new(Errno::ENOENT, "every name of the file was removed"));
+            return Err(FsError::new(Errno::ESTALE, "every name of the file went behind the kernel's back"));
         }
         Ok(paths)
+    }
+
+    /// ESTALE when `path` leads to another file than inode `ino` (whose name it then stops
+    /// being), as for [`went_stale`].
+    fn check_identity(&self, ino: u64, path: &VPath, attr: impl FnOnce() -> FsResult<Attr>) -> FsResult<()> {
+        match self.inodes.identity(ino) {
+            Some(id) if self.engine.identity(path, &attr()?) != Some(id) => {
+                self.inodes.drop_stale_name(ino, path);
+                Err(FsError::new(Errno::ESTALE, "the name leads to another file now"))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn judged_path(&self, ctx: &Ctx, mut paths: Vec<VPath>, operation: &str, op: Op) -> FsResult<VPath> {
@@ -299,18 +311,15 @@ impl Filesystem for FuseDoor {
             // name may also have gone behind the kernel's back, by a tool or another program).
             None => self
                 .node_path(&ctx(req), ino, "getattr", Op::Read)
-                .and_then(|p| self.engine.getattr(&ctx(req), &p).map(|a| (a, p)))
-                .and_then(|(a, p)| match self.inodes.identity(ino.0) {
+                .and_then(|p| self.engine.getattr(&ctx(req), &p).map_err(went_stale).map(|a| (a, p)))
+                .and_then(|(a, p)| {
                     // The name now leads to another file (replaced behind the kernel's back):
                     // its attributes are not this inode's.
-                    Some(id) if self.engine.identity(&p, &a) != Some(id) => {
-                        self.inodes.drop_stale_name(ino.0, &p);
-                        Err(FsError::new(Errno::ENOENT, "the name leads to another file now"))
-                    }
-                    _ => Ok((a, p)),
+                    self.check_identity(ino.0, &p, || Ok(a.clone()))?;
+                    Ok((a, p))
                 })
                 .or_else(|e| match self.any_file_of(ino.0) {
-                    Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) => {
+                    Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
                         f.handle.file.getattr().map(|a| (a, f.handle.path.clone()))
                     }
                     _ => Err(e),
@@ -364,7 +373,7 @@ impl Filesystem for FuseDoor {
                     Ok(p) => (p, open.clone()),
                     // Every name is gone (fchmod of a file deleted or replaced behind the
                     // kernel's back): any open handle still reaches the file itself.
-                    Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) => {
+                    Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
                         let f = open.clone().or_else(|| d.any_file_of(ino.0)).ok_or(e)?;
                         (f.handle.path.clone(), Some(f))
                     }
@@ -496,7 +505,14 @@ impl Filesystem for FuseDoor {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
         let pid = req.pid();
-        let work = move |d: &FuseDoor, c: &Ctx| d.engine.open(c, &d.node_path(c, ino, "open", op)?, flags.0);
+        let work = move |d: &FuseDoor, c: &Ctx| {
+            let path = d.node_path(c, ino, "open", op)?;
+            let handle = d.engine.open(c, &path, flags.0).map_err(went_stale)?;
+            // The name may lead to another file by now (replaced behind the kernel's back):
+            // the kernel must not take it for this inode.
+            d.check_identity(ino.0, &path, || handle.file.getattr())?;
+            Ok(handle)
+        };
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| {
             let handle = match result {
                 Ok(handle) => handle,
@@ -847,6 +863,18 @@ impl Filesystem for FuseDoor {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+/// A name the kernel holds for an inode that no longer leads to it (removed or replaced behind
+/// the kernel's back, by a tool or another program) is answered ESTALE: the kernel then looks
+/// the path up afresh and retries `open`, `stat`, `chmod` and the like once, which gives the
+/// caller what the name leads to now instead of a stale ENOENT. A rule's refusal stays as it is.
+fn went_stale(e: FsError) -> FsError {
+    if (e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR)) && e.denied_by.is_none() {
+        FsError::new(Errno::ESTALE, format!("the name no longer leads to this inode: {}", e.context))
+    } else {
+        e
     }
 }
 

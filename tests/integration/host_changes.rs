@@ -229,3 +229,23 @@ fn the_daemons_own_databases_inside_a_host_root_are_left_out() {
     let fx = Fixture::new("");
     assert!(!fx.mount.log_text().contains("lies inside the host root"));
 }
+
+/// Right after a program on the host deletes a file, before the watcher has told the kernel,
+/// the kernel still holds the old name. Creating the file again through that name works: the
+/// daemon answers ESTALE for the stale name and the kernel looks the name up again.
+#[test]
+fn a_file_the_host_just_deleted_can_be_created_again_at_once() {
+    let fx = Fixture::new("");
+    let host = fx.host_root.join("dir");
+    fs::create_dir(&host).unwrap();
+    let mnt = fx.p("/host/dir");
+    for i in 0..30 {
+        let name = format!("deleted{i}");
+        fs::write(mnt.join(&name), "old").unwrap(); // a write makes the kernel ask for attributes
+        fs::remove_file(host.join(&name)).unwrap();
+        let stat = fs::metadata(mnt.join(&name)).map_err(|e| e.raw_os_error());
+        assert_eq!(stat.err(), Some(Some(libc::ENOENT)), "{name}");
+        fs::OpenOptions::new().write(true).create(true).truncate(false).open(mnt.join(&name)).unwrap();
+        assert_eq!(fs::metadata(host.join(&name)).unwrap().len(), 0, "{name}");
+    }
+}

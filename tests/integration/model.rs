@@ -26,28 +26,100 @@ const SLOTS: usize = 2;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { path: usize, offset: u64, len: usize, byte: u8 },
-    Append { path: usize, len: usize, byte: u8 },
-    Truncate { path: usize, size: u64 },
-    Read { path: usize },
-    Stat { path: usize },
-    List { path: usize },
-    Mkdir { path: usize },
-    Rmdir { path: usize },
-    Unlink { path: usize },
-    Rename { from: usize, to: usize },
-    Link { from: usize, to: usize },
-    Symlink { target: usize, at: usize },
-    Chmod { path: usize, mode: u32 },
-    Open { slot: usize, path: usize, create: bool },
-    PWrite { slot: usize, offset: u64, len: usize, byte: u8 },
-    PRead { slot: usize, offset: u64, len: usize },
-    FTruncate { slot: usize, size: u64 },
-    FStat { slot: usize },
-    Close { slot: usize },
-    ToolWrite { path: usize, len: usize, byte: u8 },
-    ToolEdit { path: usize, old: u8, new: u8 },
-    ToolDelete { path: usize },
+    Write {
+        path: usize,
+        offset: u64,
+        len: usize,
+        byte: u8,
+    },
+    Append {
+        path: usize,
+        len: usize,
+        byte: u8,
+    },
+    Truncate {
+        path: usize,
+        size: u64,
+    },
+    Read {
+        path: usize,
+    },
+    Stat {
+        path: usize,
+    },
+    List {
+        path: usize,
+    },
+    Mkdir {
+        path: usize,
+    },
+    Rmdir {
+        path: usize,
+    },
+    Unlink {
+        path: usize,
+    },
+    Rename {
+        from: usize,
+        to: usize,
+    },
+    Link {
+        from: usize,
+        to: usize,
+    },
+    Symlink {
+        target: usize,
+        at: usize,
+    },
+    Chmod {
+        path: usize,
+        mode: u32,
+    },
+    Open {
+        slot: usize,
+        path: usize,
+        create: bool,
+    },
+    PWrite {
+        slot: usize,
+        offset: u64,
+        len: usize,
+        byte: u8,
+    },
+    PRead {
+        slot: usize,
+        offset: u64,
+        len: usize,
+    },
+    FTruncate {
+        slot: usize,
+        size: u64,
+    },
+    FStat {
+        slot: usize,
+    },
+    Close {
+        slot: usize,
+    },
+    ToolWrite {
+        path: usize,
+        len: usize,
+        byte: u8,
+    },
+    ToolEdit {
+        path: usize,
+        old: u8,
+        new: u8,
+    },
+    ToolDelete {
+        path: usize,
+    },
+    /// A new file written beside the name and renamed over it, as editors save.
+    Replace {
+        path: usize,
+        len: usize,
+        byte: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -78,8 +150,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => slot.clone().prop_map(|slot| Op::FStat { slot }),
         2 => slot.prop_map(|slot| Op::Close { slot }),
         2 => (path.clone(), 0..4_000usize, byte.clone()).prop_map(|(path, len, byte)| Op::ToolWrite { path, len, byte }),
-        1 => (path.clone(), byte.clone(), byte).prop_map(|(path, old, new)| Op::ToolEdit { path, old, new }),
-        1 => path.prop_map(|path| Op::ToolDelete { path }),
+        1 => (path.clone(), byte.clone(), byte.clone()).prop_map(|(path, old, new)| Op::ToolEdit { path, old, new }),
+        1 => path.clone().prop_map(|path| Op::ToolDelete { path }),
+        2 => (path, 0..4_000usize, byte).prop_map(|(path, len, byte)| Op::Replace { path, len, byte }),
     ]
 }
 
@@ -179,6 +252,15 @@ impl Side {
             Op::FTruncate { slot, size } => self.file(slot).and_then(|f| f.set_len(size)).map(ok),
             Op::FStat { slot } => self.file(slot).and_then(|f| f.metadata()).map(|m| summary(&m)),
             Op::Close { slot } => self.slots[slot].take().map(|_| String::new()).ok_or_else(bad_descriptor),
+            Op::Replace { path, len, byte } => {
+                let target = self.p(path);
+                let tmp = target.with_file_name(".replacing");
+                fs::write(&tmp, vec![byte; len]).and_then(|_| fs::rename(&tmp, &target)).map(ok).inspect_err(
+                    |_| {
+                        let _ = fs::remove_file(&tmp);
+                    },
+                )
+            }
             Op::ToolWrite { .. } | Op::ToolEdit { .. } | Op::ToolDelete { .. } => {
                 unreachable!("tool calls are applied by the model")
             }
