@@ -5,6 +5,7 @@ pub mod absent;
 mod convert;
 pub mod inodes;
 pub mod invalidate;
+mod names;
 mod open_files;
 mod park;
 mod passthrough;
@@ -35,6 +36,7 @@ use crate::policy::Op;
 use crate::vpath::VPath;
 use convert::{absent_attr, ctx, errno, file_type, fuse_attr, time_set};
 use inodes::Inodes;
+use names::went_stale;
 use open_files::{DoorFile, OpenFiles};
 use passthrough::Passthrough;
 
@@ -185,60 +187,6 @@ impl FuseDoor {
     fn entry(&self, path: &VPath, attr: &Attr, reply: ReplyEntry) {
         let ino = self.remember(path, attr);
         reply.entry(&self.engine.ttl(path), &fuse_attr(ino, attr), GEN);
-    }
-
-    /// The preferred path of an inode, after the gate allowed `op` under its other names
-    /// (hard links) as well. The names of a hard-linked node are checked first: a tool or
-    /// another program may have removed one behind the kernel's back while another still
-    /// leads to the file.
-    fn node_path(&self, ctx: &Ctx, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
-        let paths = self.inodes.paths(ino.0)?;
-        let paths = if paths.len() > 1 { self.live_names(ino.0, paths)? } else { paths };
-        self.judged_path(ctx, paths, operation, op)
-    }
-
-    /// Like [`FuseDoor::node_path`], for a change made by path: even a single name is checked
-    /// to lead to the node still, so the change cannot land on whatever file has that name
-    /// now (it was replaced behind the kernel's back).
-    fn live_path(&self, ctx: &Ctx, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
-        let paths = self.live_names(ino.0, self.inodes.paths(ino.0)?)?;
-        self.judged_path(ctx, paths, operation, op)
-    }
-
-    /// The names among `paths` that still lead to inode `ino`; the others are dropped from the
-    /// inode table. ENOENT when none does. Directories have no identity and keep their names.
-    fn live_names(&self, ino: u64, mut paths: Vec<VPath>) -> FsResult<Vec<VPath>> {
-        let Some(id) = self.inodes.identity(ino) else { return Ok(paths) };
-        paths.retain(|p| {
-            let live = self.engine.identity_now(p) == Some(id);
-            if !live {
-                self.inodes.drop_stale_name(ino, p);
-            }
-            live
-        });
-        if paths.is_empty() {
-            return Err(FsError::new(Errno::ESTALE, "every name of the file went behind the kernel's back"));
-        }
-        Ok(paths)
-    }
-
-    /// ESTALE when `path` leads to another file than inode `ino` (whose name it then stops
-    /// being), as for [`went_stale`].
-    fn check_identity(&self, ino: u64, path: &VPath, attr: impl FnOnce() -> FsResult<Attr>) -> FsResult<()> {
-        match self.inodes.identity(ino) {
-            Some(id) if self.engine.identity(path, &attr()?) != Some(id) => {
-                self.inodes.drop_stale_name(ino, path);
-                Err(FsError::new(Errno::ESTALE, "the name leads to another file now"))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn judged_path(&self, ctx: &Ctx, mut paths: Vec<VPath>, operation: &str, op: Op) -> FsResult<VPath> {
-        if paths.len() > 1 {
-            self.engine.check_aliases(ctx, operation, op, &paths[1..])?;
-        }
-        Ok(paths.swap_remove(0))
     }
 }
 
@@ -863,18 +811,6 @@ impl Filesystem for FuseDoor {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
-    }
-}
-
-/// A name the kernel holds for an inode that no longer leads to it (removed or replaced behind
-/// the kernel's back, by a tool or another program) is answered ESTALE: the kernel then looks
-/// the path up afresh and retries `open`, `stat`, `chmod` and the like once, which gives the
-/// caller what the name leads to now instead of a stale ENOENT. A rule's refusal stays as it is.
-fn went_stale(e: FsError) -> FsError {
-    if (e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR)) && e.denied_by.is_none() {
-        FsError::new(Errno::ESTALE, format!("the name no longer leads to this inode: {}", e.context))
-    } else {
-        e
     }
 }
 
