@@ -160,27 +160,19 @@ impl Inodes {
         ino
     }
 
-    /// The other names of the node `identity` stands for, when `path` is not yet one of them:
+    /// The node `identity` stands for and its other names, when `path` is not yet one of them:
     /// what `path` would join as a hard link. A backend may recycle an identity (a host file
     /// deleted behind the kernel's back, another created with its inode number, while the
     /// kernel still holds the old inode), so the caller checks that these names still lead to
-    /// the node and drops those that do not ([`Inodes::drop_name`]) before remembering `path`.
-    pub fn other_names(&self, path: &VPath, identity: Identity) -> Vec<VPath> {
+    /// the node and drops those that do not ([`Inodes::drop_stale_name`]) before remembering
+    /// `path`.
+    pub fn other_names(&self, path: &VPath, identity: Identity) -> Option<(u64, Vec<VPath>)> {
         let tables = self.tables.read();
-        let Some(&ino) = tables.by_identity.get(&identity) else { return Vec::new() };
+        let &ino = tables.by_identity.get(&identity)?;
         if tables.by_path.get(path) == Some(&ino) {
-            return Vec::new();
+            return None;
         }
-        tables.by_ino[&ino].paths.iter().filter(|p| *p != path).cloned().collect()
-    }
-
-    /// `path` no longer leads to the node `identity` stands for: it stops being one of its names.
-    pub fn drop_name(&self, path: &VPath, identity: Identity) {
-        let mut tables = self.tables.write();
-        let Some(&ino) = tables.by_identity.get(&identity) else { return };
-        if tables.by_path.get(path) == Some(&ino) {
-            Self::unlink_path(&mut tables, path);
-        }
+        Some((ino, tables.by_ino[&ino].paths.iter().filter(|p| *p != path).cloned().collect()))
     }
 
     /// The kernel dropped `count` lookups; the inode goes when none are left.
@@ -339,11 +331,11 @@ mod tests {
         let t = Inodes::new();
         let old = t.remember(&p("/d/old"), Some((0, 42)));
         // Hard links: a second name of the same node.
-        assert_eq!(t.other_names(&p("/d/link"), (0, 42)), vec![p("/d/old")]);
-        assert!(t.other_names(&p("/d/old"), (0, 42)).is_empty(), "already a name");
-        assert!(t.other_names(&p("/d/x"), (0, 7)).is_empty(), "an unknown identity");
+        assert_eq!(t.other_names(&p("/d/link"), (0, 42)), Some((old, vec![p("/d/old")])));
+        assert_eq!(t.other_names(&p("/d/old"), (0, 42)), None, "already a name");
+        assert_eq!(t.other_names(&p("/d/x"), (0, 7)), None, "an unknown identity");
         // `/d/old` was deleted behind the kernel's back and `/d/new` got its inode number.
-        t.drop_name(&p("/d/old"), (0, 42));
+        t.drop_stale_name(old, &p("/d/old"));
         let new = t.remember(&p("/d/new"), Some((0, 42)));
         assert_ne!(new, old);
         assert_eq!(t.paths(new).unwrap(), vec![p("/d/new")]);

@@ -167,22 +167,6 @@ impl FuseDoor {
         self.files.any_of(ino)
     }
 
-    /// Records a lookup of `path` and returns the inode number the kernel will hold.
-    fn remember(&self, path: &VPath, attr: &Attr) -> u64 {
-        let identity = self.engine.identity(path, attr);
-        if let Some(id) = identity {
-            // Before `path` joins a node as another name (a hard link), the node's other
-            // names must still lead to it: a host inode number is reused once its file is
-            // deleted, and a deletion by a tool or another program leaves its name here.
-            for other in self.inodes.other_names(path, id) {
-                if self.engine.identity_now(&other) != Some(id) {
-                    self.inodes.drop_name(&other, id);
-                }
-            }
-        }
-        self.inodes.remember(path, identity)
-    }
-
     /// Replies with a new entry the kernel will hold a lookup on.
     fn entry(&self, path: &VPath, attr: &Attr, reply: ReplyEntry) {
         let ino = self.remember(path, attr);

@@ -11,6 +11,19 @@ use crate::vpath::VPath;
 use fuser::INodeNo;
 
 impl FuseDoor {
+    /// Records a lookup of `path` and returns the inode number the kernel will hold.
+    pub(super) fn remember(&self, path: &VPath, attr: &Attr) -> u64 {
+        let identity = self.engine.identity(path, attr);
+        if let Some((ino, others)) = identity.and_then(|id| self.inodes.other_names(path, id)) {
+            // Before `path` joins a node as another name (a hard link), the node's other
+            // names must still lead to it: a host inode number is reused once its file is
+            // deleted, and a deletion by a tool or another program leaves its name here.
+            // That none is left is no error: `path` then starts a node of its own.
+            let _ = self.live_names(ino, others);
+        }
+        self.inodes.remember(path, identity)
+    }
+
     /// The preferred path of an inode, after the gate allowed `op` under its other names
     /// (hard links) as well. The names of a hard-linked node are checked first: a tool or
     /// another program may have removed one behind the kernel's back while another still

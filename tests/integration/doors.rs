@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use agentvfs::control::client::Client;
 use serde_json::{json, Value};
 
-use crate::harness::{sh, Fixture};
+use crate::harness::{call_tool, sh, Fixture};
 
 const RULES: &str = r#"
 [[rules]]
@@ -61,10 +61,7 @@ impl Doors {
     }
 
     fn tool(&mut self, name: &str, arguments: Value) -> (bool, String) {
-        let result =
-            self.client.call("tools/call", Some(json!({"name": name, "arguments": arguments}))).unwrap();
-        let text = result["content"][0]["text"].as_str().unwrap_or_default().to_string();
-        (result["isError"] != json!(true), text)
+        call_tool(&mut self.client, name, arguments)
     }
 
     /// Through the mount: Ok(content) or Err(errno).

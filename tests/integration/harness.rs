@@ -231,3 +231,15 @@ pub fn status(fx: &Fixture) -> serde_json::Value {
 
 /// The routes every file-semantics test runs against.
 pub const ROUTES: [&str; 3] = ["/host", "/mem", "/db"];
+
+/// Calls a tool through `client` and says whether it succeeded, with the text it returned.
+pub fn call_tool(
+    client: &mut agentvfs::control::client::Client,
+    name: &str,
+    arguments: serde_json::Value,
+) -> (bool, String) {
+    let params = serde_json::json!({"name": name, "arguments": arguments});
+    let result = client.call("tools/call", Some(params)).unwrap();
+    let text = result["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    (result["isError"] != serde_json::json!(true), text)
+}

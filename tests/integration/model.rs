@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{json, Value};
 
-use crate::harness::{Fixture, ROUTES};
+use crate::harness::{call_tool, Fixture, ROUTES};
 
 /// Every path an operation may name, relative to the work directory.
 const NAMES: [&str; 9] = ["a", "b", "d", "d/a", "d/b", "d/e", "d/e/a", "e", "e/a"];
@@ -363,10 +363,7 @@ fn tool_reference(dir: &Path, op: &Op) -> Result<(), ()> {
 /// Calls a tool on a fresh connection (a session that has read nothing) and says whether it
 /// succeeded, with its text.
 fn tool(socket: &Path, name: &str, arguments: Value) -> (bool, String) {
-    let mut client = Client::connect(socket).unwrap();
-    let result = client.call("tools/call", Some(json!({"name": name, "arguments": arguments}))).unwrap();
-    let text = result["content"][0]["text"].as_str().unwrap_or_default().to_string();
-    (result["isError"] != json!(true), text)
+    call_tool(&mut Client::connect(socket).unwrap(), name, arguments)
 }
 
 fn tool_call(socket: &Path, route: &str, op: &Op) -> (bool, String) {
@@ -379,12 +376,7 @@ fn tool_call(socket: &Path, route: &str, op: &Op) -> (bool, String) {
         Op::ToolEdit { path, old, new } => {
             // An edit needs this session to have read the file: one connection for both.
             let mut client = Client::connect(socket).unwrap();
-            let mut call = |name: &str, arguments: Value| {
-                let result =
-                    client.call("tools/call", Some(json!({"name": name, "arguments": arguments}))).unwrap();
-                let text = result["content"][0]["text"].as_str().unwrap_or_default().to_string();
-                (result["isError"] != json!(true), text)
-            };
+            let mut call = |name: &str, arguments: Value| call_tool(&mut client, name, arguments);
             let (read, text) = call("read_file", json!({"file_path": vpath(path)}));
             if !read {
                 return (false, text);
