@@ -182,12 +182,19 @@ impl HostChanges {
                 if !resolved.contains_key(dir.key) {
                     resolved.insert(dir.key.to_vec(), self.resolve(dir));
                 }
-                let (Some(views), Ok(name)) = (resolved.get(dir.key), VPath::check_name(name)) else {
-                    continue;
-                };
+                let Some(views) = resolved.get(dir.key) else { continue };
                 if own && views.len() < 2 {
                     continue;
                 }
+                // An event on a directory itself (its mode, owner or times changed) names the
+                // directory with the name ".".
+                if name == b"." {
+                    for dir in views {
+                        observer.content_changed(dir);
+                    }
+                    continue;
+                }
+                let Ok(name) = VPath::check_name(name) else { continue };
                 for dir in views {
                     // A write or chmod leaves the name and the directory as they were:
                     // invalidating them too would make the kernel look the name up again

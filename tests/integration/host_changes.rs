@@ -47,6 +47,10 @@ fn host_side_changes_reach_cached_names_attributes_and_listings() {
     soon("a new size", || fs::metadata(mnt.join("a.txt")).unwrap().len() == 8);
     fs::set_permissions(host.join("a.txt"), fs::Permissions::from_mode(0o600)).unwrap();
     soon("a new mode", || fs::metadata(mnt.join("a.txt")).unwrap().permissions().mode() & 0o777 == 0o600);
+    // A directory's own attributes (fanotify names the directory itself, with the name ".").
+    assert_eq!(fs::metadata(&mnt).unwrap().permissions().mode() & 0o777, 0o755);
+    fs::set_permissions(&host, fs::Permissions::from_mode(0o750)).unwrap();
+    soon("a directory's new mode", || fs::metadata(&mnt).unwrap().permissions().mode() & 0o777 == 0o750);
     // A name the kernel was told is absent.
     assert!(!mnt.join("new.txt").exists() && !mnt.join("new.txt").exists());
     fs::write(host.join("new.txt"), "n").unwrap();
@@ -247,5 +251,37 @@ fn a_file_the_host_just_deleted_can_be_created_again_at_once() {
         assert_eq!(stat.err(), Some(Some(libc::ENOENT)), "{name}");
         fs::OpenOptions::new().write(true).create(true).truncate(false).open(mnt.join(&name)).unwrap();
         assert_eq!(fs::metadata(host.join(&name)).unwrap().len(), 0, "{name}");
+    }
+}
+
+/// A program on the host replaces a file by renaming a new one over it (what editors and
+/// `git checkout` do) while the file is open through the mount, and the file is read again
+/// right after, before the watcher's invalidation may have arrived. The new read gets the new
+/// file, never an error, and the open descriptor keeps the old one, content and attributes:
+/// the kernel's cached name still leads to the old inode, whose name the daemon finds stale.
+#[test]
+fn a_file_the_host_just_replaced_reads_anew_at_once() {
+    use std::os::unix::fs::FileExt;
+    let fx = Fixture::new("");
+    let host = fx.host_root.join("dir");
+    fs::create_dir(&host).unwrap();
+    let mnt = fx.p("/host/dir");
+    // Each version has another size, which attributes cached for the old file would betray.
+    let version = |i: usize| format!("version {i}{}", ".".repeat(i));
+    fs::write(host.join("file"), version(0)).unwrap();
+    for i in 1..30 {
+        let held = fs::File::open(mnt.join("file")).unwrap();
+        assert_eq!(fs::read_to_string(mnt.join("file")).unwrap(), version(i - 1), "round {i}");
+        fs::write(host.join("tmp"), version(i)).unwrap();
+        fs::rename(host.join("tmp"), host.join("file")).unwrap();
+        let read = fs::read_to_string(mnt.join("file")).map_err(|e| e.raw_os_error());
+        assert_eq!(read, Ok(version(i)), "round {i}");
+        let size = fs::metadata(mnt.join("file")).map(|m| m.len()).map_err(|e| e.raw_os_error());
+        assert_eq!(size, Ok(version(i).len() as u64), "round {i}");
+        let mut old = vec![0; 200];
+        let n = held.read_at(&mut old, 0).unwrap();
+        assert_eq!(&old[..n], version(i - 1).as_bytes(), "round {i}");
+        assert_eq!(held.metadata().unwrap().len(), version(i - 1).len() as u64, "round {i}");
+        assert_eq!(held.metadata().unwrap().nlink(), 0, "round {i}");
     }
 }
