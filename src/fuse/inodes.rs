@@ -8,7 +8,7 @@
 //! removes one path, and a node without paths lives on only for its open handles.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 use smallvec::SmallVec;
@@ -28,12 +28,14 @@ struct Node {
     /// Live names, the first one preferred; empty once every name was removed. One name,
     /// the usual case, needs no allocation of its own.
     paths: SmallVec<[VPath; 1]>,
-    /// The identity, unpacked so the node stays at 56 bytes (`Option<(u32, u64)>` takes 24).
+    /// The identity, unpacked so the node stays at 40 bytes (`Option<(u32, u64)>` takes 24).
     backend_ino: u64,
     /// `NO_ROUTE` for directories, which have no identity.
     route: u32,
-    /// Lookups the kernel holds on this inode (it sends `forget` to drop them).
-    lookups: AtomicU64,
+    /// Lookups the kernel holds on this inode (it sends `forget` to drop them). 32 bits: a
+    /// count that reaches the maximum stays there, and the node is then kept for good rather
+    /// than dropped while the kernel may still hold it.
+    lookups: AtomicU32,
 }
 
 const NO_ROUTE: u32 = u32::MAX;
@@ -41,7 +43,19 @@ const NO_ROUTE: u32 = u32::MAX;
 impl Node {
     fn new(path: VPath, identity: Option<Identity>) -> Node {
         let (route, backend_ino) = identity.unwrap_or((NO_ROUTE, 0));
-        Node { paths: smallvec::smallvec![path], backend_ino, route, lookups: AtomicU64::new(1) }
+        Node { paths: smallvec::smallvec![path], backend_ino, route, lookups: AtomicU32::new(1) }
+    }
+
+    fn add_lookup(&self) {
+        let _ = self.lookups.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+    }
+
+    /// Drops `count` lookups and returns how many are left (a saturated count never drops).
+    fn drop_lookups(&self, count: u64) -> u32 {
+        let held = self.lookups.load(Ordering::Relaxed);
+        let left = if held == u32::MAX { held } else { (held as u64).saturating_sub(count) as u32 };
+        self.lookups.store(left, Ordering::Relaxed);
+        left
     }
 
     fn identity(&self) -> Option<Identity> {
@@ -124,7 +138,7 @@ impl Inodes {
             if let Some(&ino) = tables.by_path.get(path) {
                 let node = &tables.by_ino[&ino];
                 if node.identity() == identity {
-                    node.lookups.fetch_add(1, Ordering::Relaxed);
+                    node.add_lookup();
                     return ino;
                 }
             }
@@ -132,7 +146,7 @@ impl Inodes {
         let mut tables = self.tables.write();
         if let Some(&ino) = tables.by_path.get(path) {
             if tables.by_ino[&ino].identity() == identity {
-                tables.by_ino[&ino].lookups.fetch_add(1, Ordering::Relaxed);
+                tables.by_ino[&ino].add_lookup();
                 return ino;
             }
             // The name now refers to another node (replaced behind our back).
@@ -144,7 +158,7 @@ impl Inodes {
                 // A node whose names were all removed is not revived by a recycled identity.
                 if !node.paths.is_empty() {
                     node.paths.push(path.clone());
-                    node.lookups.fetch_add(1, Ordering::Relaxed);
+                    node.add_lookup();
                     tables.by_path.insert(path.clone(), ino);
                     return ino;
                 }
@@ -183,8 +197,7 @@ impl Inodes {
         }
         let mut tables = self.tables.write();
         let Some(node) = tables.by_ino.get(&ino) else { return false };
-        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(count);
-        node.lookups.store(left, Ordering::Relaxed);
+        let left = node.drop_lookups(count);
         if left == 0 {
             let node = tables.by_ino.remove(&ino).expect("present");
             for path in &node.paths {
@@ -291,7 +304,7 @@ mod tests {
     fn nodes_stay_small() {
         // Per inode the kernel holds: this, three map entries and a path. A `find` over 1M
         // files must leave the daemon under 300 MiB.
-        assert!(std::mem::size_of::<super::Node>() <= 56, "{}", std::mem::size_of::<super::Node>());
+        assert!(std::mem::size_of::<super::Node>() <= 40, "{}", std::mem::size_of::<super::Node>());
     }
 
     use super::*;
@@ -310,6 +323,22 @@ mod tests {
         t.forget(a, 1);
         assert!(t.path(a).is_err());
         assert_ne!(t.remember(&p("/a"), Some((0, 7))), a, "numbers are not reused");
+    }
+
+    #[test]
+    fn a_lookup_count_at_its_maximum_keeps_the_inode() {
+        let t = Inodes::new();
+        let a = t.remember(&p("/a"), None);
+        t.tables.read().by_ino[&a].lookups.store(u32::MAX - 1, Ordering::Relaxed);
+        assert_eq!(t.remember(&p("/a"), None), a);
+        assert_eq!(t.remember(&p("/a"), None), a);
+        assert!(!t.forget(a, u64::from(u32::MAX) + 5));
+        assert_eq!(t.path(a).unwrap(), p("/a"));
+        // Below the maximum, a count is exact.
+        let b = t.remember(&p("/b"), None);
+        assert_eq!(t.remember(&p("/b"), None), b);
+        assert!(!t.forget(b, 1));
+        assert!(t.forget(b, 1));
     }
 
     #[test]
