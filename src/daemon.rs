@@ -311,6 +311,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     );
     let ring_door = door.clone();
     let door_expire_only = door.expire_only();
+    let door_notifier = door.notifier_slot();
     let listener = Listener::bind(&config.socket)?;
 
     // Installed before mounting, so a signal that arrives early is handled rather than
@@ -364,6 +365,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         None
     };
     let mut unmounter = session.unmount_callable();
+    let _ = door_notifier.set(session.notifier());
     let invalidator =
         Arc::new(KernelInvalidator { inodes, notifier: session.notifier(), expire_only: door_expire_only });
     engine.set_observer(invalidator.clone());

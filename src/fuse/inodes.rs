@@ -120,6 +120,11 @@ impl Inodes {
         }
     }
 
+    /// Whether an inode still has a name (unknown inodes have none).
+    pub fn has_names(&self, ino: u64) -> bool {
+        self.tables.read().by_ino.get(&ino).is_some_and(|node| !node.paths.is_empty())
+    }
+
     /// Every live path of an inode (hard links), the preferred one first.
     pub fn paths(&self, ino: u64) -> FsResult<Vec<VPath>> {
         let tables = self.tables.read();
@@ -133,24 +138,32 @@ impl Inodes {
     /// Records one kernel lookup of `path` and returns its inode number. `identity` (for
     /// non-directories) joins hard links of one backend node into one inode.
     pub fn remember(&self, path: &VPath, identity: Option<Identity>) -> u64 {
+        self.remember_displacing(path, identity).0
+    }
+
+    /// [`Inodes::remember`], which also returns the inode `path` was taken from when the name
+    /// led to another node until now (replaced behind the kernel's back).
+    pub fn remember_displacing(&self, path: &VPath, identity: Option<Identity>) -> (u64, Option<u64>) {
         {
             let tables = self.tables.read();
             if let Some(&ino) = tables.by_path.get(path) {
                 let node = &tables.by_ino[&ino];
                 if node.identity() == identity {
                     node.add_lookup();
-                    return ino;
+                    return (ino, None);
                 }
             }
         }
         let mut tables = self.tables.write();
+        let mut displaced = None;
         if let Some(&ino) = tables.by_path.get(path) {
             if tables.by_ino[&ino].identity() == identity {
                 tables.by_ino[&ino].add_lookup();
-                return ino;
+                return (ino, None);
             }
             // The name now refers to another node (replaced behind our back).
             Self::unlink_path(&mut tables, path);
+            displaced = Some(ino);
         }
         if let Some(id) = identity {
             if let Some(&ino) = tables.by_identity.get(&id) {
@@ -160,7 +173,7 @@ impl Inodes {
                     node.paths.push(path.clone());
                     node.add_lookup();
                     tables.by_path.insert(path.clone(), ino);
-                    return ino;
+                    return (ino, displaced);
                 }
             }
         }
@@ -171,7 +184,7 @@ impl Inodes {
         if let Some(id) = identity {
             tables.by_identity.insert(id, ino);
         }
-        ino
+        (ino, displaced)
     }
 
     /// The node `identity` stands for and its other names, when `path` is not yet one of them:

@@ -18,14 +18,14 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -65,6 +65,8 @@ pub struct FuseDoor {
     ring_negotiated: Arc<AtomicBool>,
     /// Whether the kernel can expire a cached name without dropping it (`FUSE_EXPIRE_ONLY`).
     expire_only: Arc<AtomicBool>,
+    /// The session's notifier, set once the session exists (see [`FuseDoor::notifier_slot`]).
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 /// The `[fuse]` choices the door acts on.
@@ -101,7 +103,14 @@ impl FuseDoor {
             options,
             ring_negotiated: Arc::default(),
             expire_only: Arc::default(),
+            notifier: Arc::default(),
         }
+    }
+
+    /// Where the daemon puts the session's notifier: the door tells the kernel itself when it
+    /// finds an inode's attributes stale (see [`FuseDoor::drop_stale_name`]).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
     }
 
     /// Set by `init` when the kernel can expire cached names without dropping them (see
@@ -254,11 +263,17 @@ impl Filesystem for FuseDoor {
                     Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
                         f.handle.file.getattr().map(|a| (a, f.handle.path.clone()))
                     }
+                    // A file no name leads to and nothing holds open: the kernel reached it by
+                    // a name it still caches, which went behind its back (the host watch has
+                    // not told it yet). ESTALE makes it look that name up again.
+                    None if e.is(Errno::ENOENT) && self.inodes.identity(ino.0).is_some() => {
+                        Err(went_stale(e))
+                    }
                     _ => Err(e),
                 }),
         };
         match result {
-            Ok((attr, path)) => reply.attr(&self.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
+            Ok((attr, path)) => reply.attr(&self.attr_ttl(ino.0, &path), &fuse_attr(ino.0, &attr)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -315,7 +330,7 @@ impl Filesystem for FuseDoor {
             Ok((d.engine.setattr(c, &p, &changes, open.as_ref().map(|f| &f.handle))?, p))
         };
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyAttr| match result {
-            Ok((attr, path)) => reply.attr(&d.engine.ttl(&path), &fuse_attr(ino.0, &attr)),
+            Ok((attr, path)) => reply.attr(&d.attr_ttl(ino.0, &path), &fuse_attr(ino.0, &attr)),
             Err(e) => reply.error(errno(&e)),
         })
     }
@@ -438,7 +453,8 @@ impl Filesystem for FuseDoor {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
         let pid = req.pid();
         let work = move |d: &FuseDoor, c: &Ctx| {
-            let path = d.node_path(c, ino, "open", op)?;
+            // No name left: the kernel reached the inode by a name that went behind its back.
+            let path = d.node_path(c, ino, "open", op).map_err(went_stale)?;
             let handle = d.engine.open(c, &path, flags.0).map_err(went_stale)?;
             // The name may lead to another file by now (replaced behind the kernel's back):
             // the kernel must not take it for this inode.

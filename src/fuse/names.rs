@@ -21,7 +21,12 @@ impl FuseDoor {
             // That none is left is no error: `path` then starts a node of its own.
             let _ = self.live_names(ino, others);
         }
-        self.inodes.remember(path, identity)
+        let (ino, displaced) = self.inodes.remember_displacing(path, identity);
+        if let Some(old) = displaced {
+            // The name was taken from another inode: its attributes are suspect as well.
+            self.invalidate_attributes(old);
+        }
+        ino
     }
 
     /// The preferred path of an inode, after the gate allowed `op` under its other names
@@ -49,7 +54,7 @@ impl FuseDoor {
         paths.retain(|p| {
             let live = self.engine.identity_now(p) == Some(id);
             if !live {
-                self.inodes.drop_stale_name(ino, p);
+                self.drop_stale_name(ino, p);
             }
             live
         });
@@ -69,10 +74,37 @@ impl FuseDoor {
     ) -> FsResult<()> {
         match self.inodes.identity(ino) {
             Some(id) if self.engine.identity(path, &attr()?) != Some(id) => {
-                self.inodes.drop_stale_name(ino, path);
+                self.drop_stale_name(ino, path);
                 Err(FsError::new(Errno::ESTALE, "the name leads to another file now"))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// `path` went behind the kernel's back and stops being a name of inode `ino`. The
+    /// kernel's attributes of the inode are suspect too (the change that moved the name may
+    /// have changed the file, and the host watch reports changes by name, so it can no longer
+    /// reach this inode through `path`): they are invalidated, the attributes only (no page
+    /// locks are taken, so this is safe inside a request).
+    fn drop_stale_name(&self, ino: u64, path: &VPath) {
+        self.inodes.drop_stale_name(ino, path);
+        self.invalidate_attributes(ino);
+    }
+
+    fn invalidate_attributes(&self, ino: u64) {
+        if let Some(notifier) = self.notifier.get() {
+            let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+        }
+    }
+
+    /// How long the kernel may keep attributes of inode `ino` it reached by `path`. An inode
+    /// without a name (removed, or found stale) is reached only through open descriptors, and
+    /// nothing reports changes to its file any more: the kernel asks again each time.
+    pub(super) fn attr_ttl(&self, ino: u64, path: &VPath) -> std::time::Duration {
+        if self.inodes.has_names(ino) {
+            self.engine.ttl(path)
+        } else {
+            std::time::Duration::ZERO
         }
     }
 

@@ -285,3 +285,85 @@ fn a_file_the_host_just_replaced_reads_anew_at_once() {
         assert_eq!(held.metadata().unwrap().nlink(), 0, "round {i}");
     }
 }
+
+/// A file open through the mount that a host program renames: the kernel's name for it goes
+/// stale, and once the new name is looked up the open file is reached only through its
+/// descriptor. Its attributes must still follow the host file (a write by the host under the
+/// new name, then its deletion), not stay as the kernel cached them an hour long.
+#[test]
+fn an_open_file_the_host_renames_keeps_fresh_attributes() {
+    let fx = Fixture::new("");
+    let (host, mnt) = (fx.host_root.join("m"), fx.p("/host/m"));
+    fs::create_dir(&mnt).unwrap();
+    let held = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(mnt.join("a"))
+        .unwrap();
+    assert_eq!(held.metadata().unwrap().len(), 0);
+    fs::rename(host.join("a"), host.join("e")).unwrap();
+    soon("the new name", || mnt.join("e").exists() && !mnt.join("a").exists());
+    assert_eq!(held.metadata().unwrap().len(), 0);
+    fs::write(host.join("e"), "xyz").unwrap();
+    soon("the host's write, through the open descriptor", || held.metadata().unwrap().len() == 3);
+    fs::remove_file(host.join("e")).unwrap();
+    soon("the host's deletion, through the open descriptor", || held.metadata().unwrap().nlink() == 0);
+}
+
+/// A file open through the mount that a host program replaces by renaming another file over
+/// it: when the name is looked up again (before the host watch reports the rename; `O_EXCL`
+/// makes the kernel ask at once), the open file loses it, and its descriptor reports what ext4
+/// reports, a link count of 0.
+#[test]
+fn an_open_file_the_host_replaces_reports_no_links() {
+    let fx = Fixture::new("");
+    let (host, mnt) = (fx.host_root.join("m"), fx.p("/host/m"));
+    fs::create_dir(&mnt).unwrap();
+    for i in 0..20 {
+        let name = format!("f{i}");
+        let held =
+            fs::OpenOptions::new().write(true).create(true).truncate(false).open(mnt.join(&name)).unwrap();
+        fs::write(host.join("tmp"), "new").unwrap();
+        fs::rename(host.join("tmp"), host.join(&name)).unwrap();
+        let exclusive = fs::OpenOptions::new().write(true).create_new(true).open(mnt.join(&name));
+        assert_eq!(exclusive.map_err(|e| e.raw_os_error()).err(), Some(Some(libc::EEXIST)), "{name}");
+        assert_eq!(held.metadata().unwrap().nlink(), 0, "{name}");
+        assert_eq!(fs::metadata(mnt.join(&name)).unwrap().len(), 3, "{name}");
+    }
+}
+
+/// Right after a host program renames a file away, every call on the old name through the
+/// mount agrees on what it leads to now, even before the host watch has told the kernel: the
+/// new name's lookup takes the file from the kernel's old name, and the daemon then answers
+/// ESTALE for that name, which the kernel looks up again. With nothing there, `stat` and
+/// `link` say ENOENT (not EEXIST, which `link` said when the kernel still held the name); with
+/// a new file the host put there, `open` reaches it.
+#[test]
+fn a_name_the_host_renamed_away_leads_where_the_host_says() {
+    let fx = Fixture::new("");
+    let (host, mnt) = (fx.host_root.join("m"), fx.p("/host/m"));
+    fs::create_dir(&mnt).unwrap();
+    for i in 0..40 {
+        let (old, new) = (format!("old{i}"), format!("new{i}"));
+        fs::write(mnt.join(&old), "first").unwrap();
+        assert!(mnt.join(&old).exists());
+        fs::rename(host.join(&old), host.join(&new)).unwrap();
+        let anew = i % 2 == 1;
+        if anew {
+            fs::write(host.join(&old), "second").unwrap();
+        }
+        assert!(fs::symlink_metadata(mnt.join(&new)).is_ok(), "{new}");
+        if anew {
+            let read = fs::read_to_string(mnt.join(&old)).map_err(|e| e.raw_os_error());
+            assert_eq!(read, Ok("second".to_string()), "{old}");
+        } else {
+            let stat = fs::symlink_metadata(mnt.join(&old)).map_err(|e| e.raw_os_error());
+            assert_eq!(stat.err(), Some(Some(libc::ENOENT)), "{old}");
+            // `link` looks the old name up before the new one, which exists.
+            let link = fs::hard_link(mnt.join(&old), mnt.join(&new)).map_err(|e| e.raw_os_error());
+            assert_eq!(link.err(), Some(Some(libc::ENOENT)), "{old}");
+        }
+    }
+}

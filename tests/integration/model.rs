@@ -1,7 +1,9 @@
 //! Random sequences of file operations, through the mount and on a plain directory, must agree
 //! call by call (same result, same errno) and leave the same tree. Descriptors stay open across
 //! renames and unlinks, and the tool API's writes, edits and deletes are mixed in, so a stale
-//! kernel cache or a door that misses the other's change shows as a difference.
+//! kernel cache or a door that misses the other's change shows as a difference. On the host
+//! route some calls are made directly in the host directory, as by another program; the test
+//! then waits until the mount shows their effect (the host watch is asynchronous) and goes on.
 //!
 //! `MODEL_CASES` (default 300) sets the sequences per route and `MODEL_SEED` picks other ones;
 //! a failure prints the shrunk sequence.
@@ -120,9 +122,38 @@ enum Op {
         len: usize,
         byte: u8,
     },
+    /// A change made by another program directly in the host directory behind the host
+    /// route (skipped on the other routes).
+    OnHost(Box<Op>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => mount_op(),
+        1 => host_op().prop_map(|op| Op::OnHost(Box::new(op))),
+    ]
+}
+
+/// What another program may do in the host directory: calls by name only.
+fn host_op() -> impl Strategy<Value = Op> {
+    let path = 0..NAMES.len();
+    let byte = b'a'..=b'f';
+    prop_oneof![
+        2 => (path.clone(), 0..12_000u64, 0..6_000usize, byte.clone())
+            .prop_map(|(path, offset, len, byte)| Op::Write { path, offset, len, byte }),
+        1 => (path.clone(), 0..15_000u64).prop_map(|(path, size)| Op::Truncate { path, size }),
+        1 => path.clone().prop_map(|path| Op::Mkdir { path }),
+        1 => path.clone().prop_map(|path| Op::Rmdir { path }),
+        1 => path.clone().prop_map(|path| Op::Unlink { path }),
+        2 => (path.clone(), path.clone()).prop_map(|(from, to)| Op::Rename { from, to }),
+        1 => (path.clone(), path.clone()).prop_map(|(from, to)| Op::Link { from, to }),
+        1 => (path.clone(), 0..0o1000u32).prop_map(|(path, mode)| Op::Chmod { path, mode }),
+        2 => (path, 0..4_000usize, byte).prop_map(|(path, len, byte)| Op::Replace { path, len, byte }),
+    ]
+}
+
+/// What a program does through the mount, and the tool calls.
+fn mount_op() -> impl Strategy<Value = Op> {
     let path = 0..NAMES.len();
     let slot = 0..SLOTS;
     // Letters only, so the tool API sees text; holes read as NUL, which is text too.
@@ -261,8 +292,8 @@ impl Side {
                     },
                 )
             }
-            Op::ToolWrite { .. } | Op::ToolEdit { .. } | Op::ToolDelete { .. } => {
-                unreachable!("tool calls are applied by the model")
+            Op::ToolWrite { .. } | Op::ToolEdit { .. } | Op::ToolDelete { .. } | Op::OnHost(_) => {
+                unreachable!("applied by the model")
             }
         }
         .map_err(errno)
@@ -275,18 +306,28 @@ impl Side {
     /// Every node under the work directory with its summary, and each file's content or each
     /// link's target.
     fn tree(&self) -> BTreeMap<String, String> {
+        self.try_tree().unwrap()
+    }
+
+    /// The tree, and what a `stat` of every name answers.
+    fn view(&mut self) -> (Result<BTreeMap<String, String>, i32>, Vec<Outcome>) {
+        let stats = (0..NAMES.len()).map(|path| self.apply(&Op::Stat { path })).collect();
+        (self.try_tree().map_err(errno), stats)
+    }
+
+    fn try_tree(&self) -> std::io::Result<BTreeMap<String, String>> {
         let mut out = BTreeMap::new();
         let mut stack = vec![self.dir.clone()];
         while let Some(dir) = stack.pop() {
-            for entry in fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                let m = fs::symlink_metadata(&path).unwrap();
+            for entry in fs::read_dir(&dir)? {
+                let path = entry?.path();
+                let m = fs::symlink_metadata(&path)?;
                 let rel = path.strip_prefix(&self.dir).unwrap().display().to_string();
                 let detail = if m.is_dir() {
                     stack.push(path.clone());
                     String::new()
                 } else if m.file_type().is_symlink() {
-                    fs::read_link(&path).unwrap().display().to_string()
+                    fs::read_link(&path)?.display().to_string()
                 } else {
                     // A read error is part of the tree: the other side would not have it.
                     fs::read(&path).map_or_else(|e| format!("error {e}"), |d| String::from_utf8(d).unwrap())
@@ -294,7 +335,7 @@ impl Side {
                 out.insert(rel, format!("{} {detail}", summary(&m)));
             }
         }
-        out
+        Ok(out)
     }
 
     fn reset(&mut self) {
@@ -403,8 +444,27 @@ fn run(
     reference.reset();
     mounted.reset();
     let socket = fx.scratch.path().join("agentvfs.sock");
+    // The host directory behind the mounted side, on the host route.
+    let mut on_host = (route == "/host").then(|| Side::new(fx.host_root.join("m")));
     for (i, op) in ops.iter().enumerate() {
         match op {
+            Op::OnHost(op) => {
+                let Some(host) = on_host.as_mut() else { continue };
+                let want = reference.apply(op);
+                let got = host.apply(op);
+                prop_assert_eq!(&got, &want, "step {} on the host {:?}", i, op);
+                // The host watch tells the kernel within milliseconds; until then the mount
+                // may show the old tree, or the old answer for a name it cached (present or
+                // absent) that no listing shows.
+                let want = reference.view();
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                let mut seen = mounted.view();
+                while seen != want && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    seen = mounted.view();
+                }
+                prop_assert_eq!(seen, want, "step {} on the host {:?}: not seen through the mount", i, op);
+            }
             Op::ToolWrite { path, .. } | Op::ToolEdit { path, .. } | Op::ToolDelete { path } => {
                 if through_symlink(&reference.dir, NAMES[*path]) {
                     continue;
