@@ -248,29 +248,7 @@ impl Filesystem for FuseDoor {
         let open = fh.and_then(|fh| self.file(fh).ok());
         let result = match open {
             Some(f) => f.handle.file.getattr().map(|a| (a, f.handle.path.clone())),
-            // Every name was removed, but the file is still open (fstat after unlink; the
-            // name may also have gone behind the kernel's back, by a tool or another program).
-            None => self
-                .node_path(&ctx(req), ino, "getattr", Op::Read)
-                .and_then(|p| self.engine.getattr(&ctx(req), &p).map_err(went_stale).map(|a| (a, p)))
-                .and_then(|(a, p)| {
-                    // The name now leads to another file (replaced behind the kernel's back):
-                    // its attributes are not this inode's.
-                    self.check_identity(ino.0, &p, || Ok(a.clone()))?;
-                    Ok((a, p))
-                })
-                .or_else(|e| match self.any_file_of(ino.0) {
-                    Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
-                        f.handle.file.getattr().map(|a| (a, f.handle.path.clone()))
-                    }
-                    // A file no name leads to and nothing holds open: the kernel reached it by
-                    // a name it still caches, which went behind its back (the host watch has
-                    // not told it yet). ESTALE makes it look that name up again.
-                    None if e.is(Errno::ENOENT) && self.inodes.identity(ino.0).is_some() => {
-                        Err(went_stale(e))
-                    }
-                    _ => Err(e),
-                }),
+            None => self.attr_by_name(&ctx(req), ino),
         };
         match result {
             Ok((attr, path)) => reply.attr(&self.attr_ttl(ino.0, &path), &fuse_attr(ino.0, &attr)),

@@ -97,6 +97,31 @@ impl FuseDoor {
         }
     }
 
+    /// The attributes of an inode the kernel asks about without naming a handle (`stat`,
+    /// `fstat`), and the path they were found by. When every name was removed but the file is
+    /// still open (`fstat` after unlink; the name may also have gone behind the kernel's back,
+    /// by a tool or another program), an open handle answers.
+    pub(super) fn attr_by_name(&self, ctx: &Ctx, ino: INodeNo) -> FsResult<(Attr, VPath)> {
+        self.node_path(ctx, ino, "getattr", Op::Read)
+            .and_then(|p| self.engine.getattr(ctx, &p).map_err(went_stale).map(|a| (a, p)))
+            .and_then(|(a, p)| {
+                // The name now leads to another file (replaced behind the kernel's back): its
+                // attributes are not this inode's.
+                self.check_identity(ino.0, &p, || Ok(a.clone()))?;
+                Ok((a, p))
+            })
+            .or_else(|e| match self.any_file_of(ino.0) {
+                Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
+                    f.handle.file.getattr().map(|a| (a, f.handle.path.clone()))
+                }
+                // A file no name leads to and nothing holds open: the kernel reached it by a
+                // name it still caches, which went behind its back (the host watch has not
+                // told it yet). ESTALE makes it look that name up again.
+                None if e.is(Errno::ENOENT) && self.inodes.identity(ino.0).is_some() => Err(went_stale(e)),
+                _ => Err(e),
+            })
+    }
+
     /// How long the kernel may keep attributes of inode `ino` it reached by `path`. An inode
     /// without a name (removed, or found stale) is reached only through open descriptors, and
     /// nothing reports changes to its file any more: the kernel asks again each time.
