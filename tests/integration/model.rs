@@ -147,7 +147,9 @@ fn host_op() -> impl Strategy<Value = Op> {
         1 => path.clone().prop_map(|path| Op::Unlink { path }),
         2 => (path.clone(), path.clone()).prop_map(|(from, to)| Op::Rename { from, to }),
         1 => (path.clone(), path.clone()).prop_map(|(from, to)| Op::Link { from, to }),
+        1 => (path.clone(), 0..3_000usize, byte.clone()).prop_map(|(path, len, byte)| Op::Append { path, len, byte }),
         1 => (path.clone(), 0..0o1000u32).prop_map(|(path, mode)| Op::Chmod { path, mode }),
+        1 => (path.clone(), path.clone()).prop_map(|(target, at)| Op::Symlink { target, at }),
         2 => (path, 0..4_000usize, byte).prop_map(|(path, len, byte)| Op::Replace { path, len, byte }),
     ]
 }
