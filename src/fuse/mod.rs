@@ -431,8 +431,7 @@ impl Filesystem for FuseDoor {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
         let pid = req.pid();
         let work = move |d: &FuseDoor, c: &Ctx| {
-            // No name left: the kernel reached the inode by a name that went behind its back.
-            let path = d.node_path(c, ino, "open", op).map_err(went_stale)?;
+            let path = d.node_path(c, ino, "open", op)?;
             let handle = d.engine.open(c, &path, flags.0).map_err(went_stale)?;
             // The name may lead to another file by now (replaced behind the kernel's back):
             // the kernel must not take it for this inode.
