@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::harness::Fixture;
@@ -15,6 +15,14 @@ fn soon(what: &str, check: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "not seen through the mount: {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A fresh directory under the host route's root: its host path and its path through the
+/// mount.
+fn work_dir(fx: &Fixture) -> (PathBuf, PathBuf) {
+    let host = fx.host_root.join("dir");
+    fs::create_dir(&host).unwrap();
+    (host, fx.p("/host/dir"))
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -32,9 +40,7 @@ fn host_side_changes_reach_cached_names_attributes_and_listings() {
         text.replacen("backend = \"host\"\n", "backend = \"host\"\ncache_ttl_seconds = 3600\n", 1)
     });
 
-    let host = fx.host_root.join("dir");
-    let mnt = fx.p("/host/dir");
-    fs::create_dir(&host).unwrap();
+    let (host, mnt) = work_dir(&fx);
     fs::write(host.join("a.txt"), "one").unwrap();
     fs::write(host.join("gone.txt"), "x").unwrap();
     // Cache everything: the listing, the names, the attributes.
@@ -240,9 +246,7 @@ fn the_daemons_own_databases_inside_a_host_root_are_left_out() {
 #[test]
 fn a_file_the_host_just_deleted_can_be_created_again_at_once() {
     let fx = Fixture::new("");
-    let host = fx.host_root.join("dir");
-    fs::create_dir(&host).unwrap();
-    let mnt = fx.p("/host/dir");
+    let (host, mnt) = work_dir(&fx);
     for i in 0..30 {
         let name = format!("deleted{i}");
         fs::write(mnt.join(&name), "old").unwrap(); // a write makes the kernel ask for attributes
@@ -263,9 +267,7 @@ fn a_file_the_host_just_deleted_can_be_created_again_at_once() {
 fn a_file_the_host_just_replaced_reads_anew_at_once() {
     use std::os::unix::fs::FileExt;
     let fx = Fixture::new("");
-    let host = fx.host_root.join("dir");
-    fs::create_dir(&host).unwrap();
-    let mnt = fx.p("/host/dir");
+    let (host, mnt) = work_dir(&fx);
     // Each version has another size, which attributes cached for the old file would betray.
     let version = |i: usize| format!("version {i}{}", ".".repeat(i));
     fs::write(host.join("file"), version(0)).unwrap();
@@ -293,8 +295,7 @@ fn a_file_the_host_just_replaced_reads_anew_at_once() {
 #[test]
 fn an_open_file_the_host_renames_keeps_fresh_attributes() {
     let fx = Fixture::new("");
-    let (host, mnt) = (fx.host_root.join("m"), fx.p("/host/m"));
-    fs::create_dir(&mnt).unwrap();
+    let (host, mnt) = work_dir(&fx);
     let held = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -319,8 +320,7 @@ fn an_open_file_the_host_renames_keeps_fresh_attributes() {
 #[test]
 fn an_open_file_the_host_replaces_reports_no_links() {
     let fx = Fixture::new("");
-    let (host, mnt) = (fx.host_root.join("m"), fx.p("/host/m"));
-    fs::create_dir(&mnt).unwrap();
+    let (host, mnt) = work_dir(&fx);
     for i in 0..20 {
         let name = format!("f{i}");
         let held =
@@ -343,8 +343,7 @@ fn an_open_file_the_host_replaces_reports_no_links() {
 #[test]
 fn a_name_the_host_renamed_away_leads_where_the_host_says() {
     let fx = Fixture::new("");
-    let (host, mnt) = (fx.host_root.join("m"), fx.p("/host/m"));
-    fs::create_dir(&mnt).unwrap();
+    let (host, mnt) = work_dir(&fx);
     for i in 0..40 {
         let (old, new) = (format!("old{i}"), format!("new{i}"));
         fs::write(mnt.join(&old), "first").unwrap();
