@@ -360,6 +360,7 @@ fn status_text(s: &Value) -> String {
         _ => "FUSE transport: /dev/fuse\n".to_string(),
     };
     out += &format!("pending interrupts: {}\n", s["pending_interrupts"]);
+    out += &format!("files open through the mount: {}\n", c["fuse_open_files"]);
     out += &format!("audit records: {} ({} dropped)\n", c["audit_records"], c["audit_dropped"]);
     out += &format!(
         "connections: {} open, {} total, {} refused; requests: {}; tool calls: {}\n",

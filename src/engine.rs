@@ -81,6 +81,9 @@ pub struct Engine {
     /// Names the kernel asked the FUSE door for because it had not cached them (present or
     /// absent): how well its caches work, shown by `status`.
     pub fuse_lookups: std::sync::atomic::AtomicU64,
+    /// Files open through the FUSE door now: opened, and not yet released by the kernel (which
+    /// releases a file shortly after its last descriptor is closed). Shown by `status`.
+    pub fuse_open_files: std::sync::atomic::AtomicU64,
     /// The requests each io_uring queue of the FUSE door served; unset when requests come by
     /// `/dev/fuse` alone. Set once at mount, shown by `status`.
     pub fuse_rings: std::sync::OnceLock<crate::fuse::ring::RingCounters>,
@@ -105,6 +108,7 @@ impl Engine {
             audit,
             observer: std::sync::OnceLock::new(),
             fuse_lookups: Default::default(),
+            fuse_open_files: Default::default(),
             fuse_rings: std::sync::OnceLock::new(),
             host_change_events: std::sync::OnceLock::new(),
         }

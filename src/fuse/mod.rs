@@ -151,6 +151,7 @@ impl FuseDoor {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let door_file = DoorFile { ino, pid, handle, passthrough: shared.is_some() };
         self.files.insert(fh, door_file);
+        self.engine.fuse_open_files.fetch_add(1, Ordering::Relaxed);
         let noflush = if noflush { FopenFlags::FOPEN_NOFLUSH } else { FopenFlags::empty() };
         match shared {
             // The kernel takes only these flags with a backing file (the page cache is the
@@ -514,6 +515,9 @@ impl Filesystem for FuseDoor {
         reply: ReplyEmpty,
     ) {
         let handle = self.files.remove(fh.0);
+        if handle.is_some() {
+            self.engine.fuse_open_files.fetch_sub(1, Ordering::Relaxed);
+        }
         if let Some(f) = handle.as_ref().filter(|f| f.passthrough) {
             self.passthrough.release(f.ino);
             if !f.handle.writable {

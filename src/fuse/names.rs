@@ -33,8 +33,16 @@ impl FuseDoor {
     /// (hard links) as well. The names of a hard-linked node are checked first: a tool or
     /// another program may have removed one behind the kernel's back while another still
     /// leads to the file.
+    ///
+    /// A file without a name is answered ESTALE: the kernel reached it by a name it still
+    /// caches that went behind its back (the host watch has not told it yet), and looks that
+    /// name up again. An open descriptor of the file may have answered the kernel's permission
+    /// check before, so `open` cannot rely on `getattr` having said so.
     pub(super) fn node_path(&self, ctx: &Ctx, ino: INodeNo, operation: &str, op: Op) -> FsResult<VPath> {
-        let paths = self.inodes.paths(ino.0)?;
+        let paths = self.inodes.paths(ino.0).map_err(|e| match self.inodes.identity(ino.0) {
+            Some(_) => went_stale(e),
+            None => e,
+        })?;
         let paths = if paths.len() > 1 { self.live_names(ino.0, paths)? } else { paths };
         self.judged_path(ctx, paths, operation, op)
     }
@@ -114,10 +122,7 @@ impl FuseDoor {
                 Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
                     f.handle.file.getattr().map(|a| (a, f.handle.path.clone()))
                 }
-                // A file no name leads to and nothing holds open: the kernel reached it by a
-                // name it still caches, which went behind its back (the host watch has not
-                // told it yet). ESTALE makes it look that name up again.
-                None if e.is(Errno::ENOENT) && self.inodes.identity(ino.0).is_some() => Err(went_stale(e)),
+                // A file no name leads to and nothing holds open: ESTALE from `node_path`.
                 _ => Err(e),
             })
     }

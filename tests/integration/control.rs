@@ -414,15 +414,16 @@ fn status_paths_and_tools_from_the_cli() {
         _ => "FUSE transport: /dev/fuse".to_string(),
     };
     assert_eq!(
-        lines[8..12],
+        lines[8..13],
         [
             "rules: 1 (observation: strict)",
             &transport,
             "pending interrupts: 0",
+            "files open through the mount: 0",
             "audit records: 0 (0 dropped)"
         ]
     );
-    assert!(lines[12].starts_with("connections: 1 open, "), "{out}");
+    assert!(lines[13].starts_with("connections: 1 open, "), "{out}");
 
     let status: Value = serde_json::from_str(&cli_ok(&["status", "--socket", &socket, "--json"])).unwrap();
     assert_eq!(status["mountpoint"], json!(mount));
@@ -468,6 +469,24 @@ fn status_paths_and_tools_from_the_cli() {
         };
         assert!(line.starts_with(&format!("{name:<12} {kind}")), "{human}");
     }
+}
+
+/// `status` counts the files open through the mount on every route (directories not), until
+/// the kernel releases them.
+#[test]
+fn status_counts_the_files_open_through_the_mount() {
+    let f = Fixture::new("");
+    let open_files = || crate::harness::open_files(&f);
+    assert_eq!(open_files(), 0);
+    let held: Vec<std::fs::File> =
+        ["/host/a", "/mem/b", "/db/c"].iter().map(|p| std::fs::File::create(f.p(p)).unwrap()).collect();
+    let again = std::fs::File::open(f.p("/host/a")).unwrap();
+    let dir = std::fs::read_dir(f.p("/host")).unwrap();
+    assert_eq!(open_files(), 4);
+    drop(held);
+    crate::harness::soon("three files released", || open_files() == 1);
+    drop((again, dir));
+    crate::harness::soon("every file released", || open_files() == 0);
 }
 
 #[test]

@@ -229,6 +229,22 @@ pub fn status(fx: &Fixture) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Files open through the mount now, as `status` counts them. The kernel releases a file
+/// shortly after its last descriptor is closed, not at the `close` itself.
+pub fn open_files(fx: &Fixture) -> u64 {
+    status(fx)["counters"]["fuse_open_files"].as_u64().unwrap()
+}
+
+/// Waits (up to 3 s) for `check` to hold: for what the daemon or the kernel does shortly
+/// after a call returns.
+pub fn soon(what: &str, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !check() {
+        assert!(Instant::now() < deadline, "not seen in time: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The routes every file-semantics test runs against.
 pub const ROUTES: [&str; 3] = ["/host", "/mem", "/db"];
 

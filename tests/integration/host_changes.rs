@@ -4,18 +4,10 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::harness::Fixture;
-
-/// Waits (up to 3 s, far below the hour the kernel may cache) for `check` to hold.
-fn soon(what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !check() {
-        assert!(Instant::now() < deadline, "not seen through the mount: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+// `soon` waits 3 s at most, far below the hour the kernel may cache.
+use crate::harness::{open_files, soon, Fixture};
 
 /// A fresh directory under the host route's root: its host path and its path through the
 /// mount.
@@ -250,6 +242,9 @@ fn a_file_the_host_just_deleted_can_be_created_again_at_once() {
     for i in 0..30 {
         let name = format!("deleted{i}");
         fs::write(mnt.join(&name), "old").unwrap(); // a write makes the kernel ask for attributes
+                                                    // Until the kernel releases the written file, the daemon answers the kernel's questions
+                                                    // about it from that open file (a `stat` through the stale name would see it).
+        soon("the written file released", || open_files(&fx) == 0);
         fs::remove_file(host.join(&name)).unwrap();
         let stat = fs::metadata(mnt.join(&name)).map_err(|e| e.raw_os_error());
         assert_eq!(stat.err(), Some(Some(libc::ENOENT)), "{name}");
@@ -347,6 +342,7 @@ fn a_name_the_host_renamed_away_leads_where_the_host_says() {
     for i in 0..40 {
         let (old, new) = (format!("old{i}"), format!("new{i}"));
         fs::write(mnt.join(&old), "first").unwrap();
+        soon("the written file released", || open_files(&fx) == 0);
         assert!(mnt.join(&old).exists());
         fs::rename(host.join(&old), host.join(&new)).unwrap();
         let anew = i % 2 == 1;
@@ -364,5 +360,25 @@ fn a_name_the_host_renamed_away_leads_where_the_host_says() {
             let link = fs::hard_link(mnt.join(&old), mnt.join(&new)).map_err(|e| e.raw_os_error());
             assert_eq!(link.err(), Some(Some(libc::ENOENT)), "{old}");
         }
+    }
+}
+
+/// As above while a process holds the old file open through the mount: the daemon can then
+/// answer the kernel's permission check for the old inode from that descriptor, and it is the
+/// `open` itself that must send the kernel back to look the name up again.
+#[test]
+fn a_name_the_host_replaced_opens_the_new_file_while_the_old_one_is_held_open() {
+    let fx = Fixture::new("");
+    let (host, mnt) = work_dir(&fx);
+    for i in 0..20 {
+        let (old, new) = (format!("old{i}"), format!("new{i}"));
+        fs::write(mnt.join(&old), "first").unwrap();
+        let held = fs::File::open(mnt.join(&old)).unwrap();
+        fs::rename(host.join(&old), host.join(&new)).unwrap();
+        fs::write(host.join(&old), "second").unwrap();
+        assert!(fs::symlink_metadata(mnt.join(&new)).is_ok(), "{new}");
+        let read = fs::read_to_string(mnt.join(&old)).map_err(|e| e.raw_os_error());
+        assert_eq!(read, Ok("second".to_string()), "{old}");
+        assert_eq!(std::io::read_to_string(&held).unwrap(), "first", "{old}");
     }
 }
