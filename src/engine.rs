@@ -284,6 +284,23 @@ impl Engine {
         Ok(OpenHandle { path: path.clone(), file, writable: wants_write(flags) })
     }
 
+    /// Opens anew the file an open handle holds, as a process does through `/proc/PID/fd/N`
+    /// once every name of the file is gone. Judged by the gate under the name the handle was
+    /// opened by, as an `open` of that name.
+    pub fn reopen(&self, ctx: &Ctx, handle: &OpenHandle, flags: i32) -> FsResult<OpenHandle> {
+        if flags & libc::O_ACCMODE == libc::O_ACCMODE {
+            return Err(FsError::new(Errno::EINVAL, "invalid access mode"));
+        }
+        if wants_read(flags) {
+            self.check(ctx, "open", Op::Read, &handle.path, false)?;
+        }
+        if wants_write(flags) {
+            self.check(ctx, "open", Op::Write, &handle.path, false)?;
+        }
+        let file = handle.file.reopen(flags)?;
+        Ok(OpenHandle { path: handle.path.clone(), file, writable: wants_write(flags) })
+    }
+
     pub fn create(&self, ctx: &Ctx, path: &VPath, mode: u32, flags: i32) -> FsResult<(Attr, OpenHandle)> {
         let permit = self.check_new(ctx, "create", path, false)?;
         if wants_read(flags) {

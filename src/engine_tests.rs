@@ -129,3 +129,22 @@ fn open_checks_each_access_mode() {
     let changes = SetAttr { mode: Some(0o600), ..SetAttr::default() };
     assert_eq!(e.setattr(&ctx(), &p("/w/f"), &changes, None).unwrap_err().errno, Errno::EACCES);
 }
+
+#[test]
+fn a_reopen_is_judged_under_the_name_the_file_was_opened_by() {
+    let e = engine(vec![rule(&[Op::Write], &["/w/f"], Mode::Deny, true)]);
+    write(&e, "/w/g", b"data");
+    let opened = e.open(&ctx(), &p("/w/g"), libc::O_RDONLY).unwrap();
+    e.unlink(&ctx(), &p("/w/g")).unwrap();
+    let again = e.reopen(&ctx(), &opened, libc::O_RDWR).unwrap();
+    assert!(again.writable && again.path == p("/w/g"));
+    e.write(&again, 4, b"!").unwrap();
+    assert_eq!(e.read(&opened, 0, 10).unwrap(), b"data!");
+    // The same file, had it been opened as `/w/f`.
+    let as_f = OpenHandle { path: p("/w/f"), ..opened };
+    assert_eq!(e.read(&e.reopen(&ctx(), &as_f, libc::O_RDONLY).unwrap(), 0, 10).unwrap(), b"data!");
+    for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC] {
+        assert_eq!(e.reopen(&ctx(), &as_f, flags).err().map(|e| e.errno), Some(Errno::EACCES), "{flags:o}");
+    }
+    assert_eq!(e.reopen(&ctx(), &as_f, libc::O_ACCMODE).err().map(|e| e.errno), Some(Errno::EINVAL));
+}

@@ -437,14 +437,7 @@ impl MemoryBackend {
     }
 
     fn handle(&self, ino: u64, flags: i32) -> Box<dyn OpenFile> {
-        let mode = flags & libc::O_ACCMODE;
-        Box::new(MemFile {
-            tree: Arc::clone(&self.tree),
-            ino,
-            readable: mode != libc::O_WRONLY,
-            writable: mode == libc::O_WRONLY || mode == libc::O_RDWR,
-            append: flags & libc::O_APPEND != 0,
-        })
+        MemFile::boxed(&self.tree, ino, flags)
     }
 
     /// Links `node` in at `path`, charging its bytes against the cap. An `opened` node starts
@@ -717,6 +710,20 @@ struct MemFile {
     append: bool,
 }
 
+impl MemFile {
+    /// A handle on node `ino`, whose open count the caller has already raised.
+    fn boxed(tree: &Arc<RwLock<Tree>>, ino: u64, flags: i32) -> Box<dyn OpenFile> {
+        let mode = flags & libc::O_ACCMODE;
+        Box::new(MemFile {
+            tree: Arc::clone(tree),
+            ino,
+            readable: mode != libc::O_WRONLY,
+            writable: mode == libc::O_WRONLY || mode == libc::O_RDWR,
+            append: flags & libc::O_APPEND != 0,
+        })
+    }
+}
+
 impl Drop for MemFile {
     fn drop(&mut self) {
         let mut t = self.tree.write();
@@ -803,6 +810,12 @@ impl OpenFile for MemFile {
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
         self.tree.write().setattr(self.ino, changes, SystemTime::now())
+    }
+
+    fn reopen(&self, flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        // This handle keeps the node in the table, so it can be counted once more.
+        self.tree.read().node(self.ino).open.fetch_add(1, Ordering::AcqRel);
+        Ok(MemFile::boxed(&self.tree, self.ino, flags))
     }
 }
 

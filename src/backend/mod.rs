@@ -199,6 +199,9 @@ pub trait OpenFile: Send + Sync {
     fn getattr(&self) -> FsResult<Attr>;
     /// `ftruncate`, `fchmod` and friends on the open file.
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr>;
+    /// The same file opened anew with the kernel's open `flags`, as through `/proc/PID/fd/N`:
+    /// how a file is opened once every name of it is gone.
+    fn reopen(&self, flags: i32) -> FsResult<Box<dyn OpenFile>>;
     /// A host file descriptor the kernel may serve reads and writes from directly
     /// (FUSE passthrough). Only backends whose data lives in a real file return one.
     fn backing_fd(&self) -> Option<BorrowedFd<'_>> {

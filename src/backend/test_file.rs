@@ -31,6 +31,9 @@ impl OpenFile for TestFile {
     fn setattr(&self, _: &SetAttr) -> FsResult<Attr> {
         unimplemented!()
     }
+    fn reopen(&self, _: i32) -> FsResult<Box<dyn OpenFile>> {
+        unimplemented!()
+    }
     fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.0.as_fd())
     }

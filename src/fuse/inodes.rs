@@ -7,7 +7,7 @@
 //! Renames move the paths of a node and of everything the kernel knows beneath it; unlink
 //! removes one path, and a node without paths lives on only for its open handles.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
@@ -68,6 +68,9 @@ struct Tables {
     by_ino: HashMap<u64, Node>,
     by_path: HashMap<VPath, u64>,
     by_identity: HashMap<Identity, u64>,
+    /// Inodes that lost a name behind the kernel's back (found stale by the door), until the
+    /// kernel forgets them: the kernel may still hold that name. Rare, so kept apart.
+    went_stale: HashSet<u64>,
 }
 
 pub struct Inodes {
@@ -117,7 +120,16 @@ impl Inodes {
         let mut tables = self.tables.write();
         if tables.by_path.get(path) == Some(&ino) {
             Self::unlink_path(&mut tables, path);
+            tables.went_stale.insert(ino);
         }
+    }
+
+    /// Whether every name of a file was removed by calls through the mount: the kernel dropped
+    /// each of those names itself and holds none, so a call for the file came through a
+    /// descriptor (an open of `/proc/PID/fd/N`), not through a stale name.
+    pub fn unlinked_through_mount(&self, ino: u64) -> bool {
+        let tables = self.tables.read();
+        tables.by_ino.get(&ino).is_some_and(|node| node.paths.is_empty()) && !tables.went_stale.contains(&ino)
     }
 
     /// Whether an inode still has a name (unknown inodes have none).
@@ -163,6 +175,7 @@ impl Inodes {
             }
             // The name now refers to another node (replaced behind our back).
             Self::unlink_path(&mut tables, path);
+            tables.went_stale.insert(ino);
             displaced = Some(ino);
         }
         if let Some(id) = identity {
@@ -223,6 +236,7 @@ impl Inodes {
                     tables.by_identity.remove(&id);
                 }
             }
+            tables.went_stale.remove(&ino);
         }
         drop(tables);
         if left == 0 {
@@ -362,8 +376,10 @@ mod tests {
         assert_eq!(t.paths(a).unwrap(), [p("/x/a"), p("/x/b")]);
         t.removed(&p("/x/a"));
         assert_eq!(t.path(a).unwrap(), p("/x/b"));
+        assert!(!t.unlinked_through_mount(a));
         t.removed(&p("/x/b"));
         assert_eq!(t.path(a).unwrap_err().errno, Errno::ENOENT);
+        assert!(t.unlinked_through_mount(a));
         // A recycled backend identity does not revive a node whose names are gone.
         assert_ne!(t.remember(&p("/x/c"), Some((1, 9))), a);
     }
@@ -381,10 +397,32 @@ mod tests {
         let new = t.remember(&p("/d/new"), Some((0, 42)));
         assert_ne!(new, old);
         assert_eq!(t.paths(new).unwrap(), vec![p("/d/new")]);
-        // The old inode lives on, nameless, until the kernel forgets it.
+        // The old inode lives on, nameless, until the kernel forgets it; the kernel may still
+        // hold its old name.
         assert_eq!(t.paths(old).unwrap_err().errno, Errno::ENOENT);
+        assert!(!t.unlinked_through_mount(old));
         assert!(t.forget(old, 1));
+        assert!(t.tables.read().went_stale.is_empty());
         assert_eq!(t.paths(new).unwrap(), vec![p("/d/new")]);
+    }
+
+    #[test]
+    fn a_file_that_lost_a_name_behind_the_kernels_back_is_never_taken_for_unlinked() {
+        let t = Inodes::new();
+        let a = t.remember(&p("/a"), Some((0, 5)));
+        assert_eq!(t.remember(&p("/b"), Some((0, 5))), a);
+        t.drop_stale_name(a, &p("/b"));
+        t.removed(&p("/a"));
+        assert!(!t.unlinked_through_mount(a), "the kernel may still hold /b");
+        // Nor is one whose name a lookup found leading to another file.
+        let c = t.remember(&p("/c"), Some((0, 6)));
+        assert_ne!(t.remember(&p("/c"), Some((0, 7))), c);
+        assert!(!t.unlinked_through_mount(c));
+        // A rename through the mount over a file's only name unlinks it cleanly.
+        let d = t.remember(&p("/d"), Some((0, 8)));
+        t.remember(&p("/e"), Some((0, 9)));
+        t.renamed(&p("/e"), &p("/d"));
+        assert!(t.unlinked_through_mount(d));
     }
 
     #[test]

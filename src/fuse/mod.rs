@@ -432,7 +432,17 @@ impl Filesystem for FuseDoor {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
         let pid = req.pid();
         let work = move |d: &FuseDoor, c: &Ctx| {
-            let path = d.node_path(c, ino, "open", op)?;
+            let path = match d.node_path(c, ino, "open", op) {
+                Ok(path) => path,
+                // Every name was removed through the mount, so the kernel came by a
+                // descriptor (`/proc/PID/fd/N`): the file is opened anew through an open
+                // handle of it, as a local filesystem does.
+                Err(e) if e.is(Errno::ESTALE) && d.inodes.unlinked_through_mount(ino.0) => {
+                    let open = d.any_file_of(ino.0).ok_or(e)?;
+                    return d.engine.reopen(c, &open.handle, flags.0);
+                }
+                Err(e) => return Err(e),
+            };
             let handle = d.engine.open(c, &path, flags.0).map_err(went_stale)?;
             // The name may lead to another file by now (replaced behind the kernel's back):
             // the kernel must not take it for this inode.

@@ -121,8 +121,8 @@ impl<Id> Passthrough<Id> {
         let (reopened, writable) = match own & libc::O_ACCMODE {
             libc::O_RDWR if plain && wants_write && !exec => (None, true),
             libc::O_RDONLY if plain || exec => (None, false),
-            _ if wants_write && !exec => (Some(reopen(fd, libc::O_RDWR)?), true),
-            _ => (Some(reopen(fd, libc::O_RDONLY)?), false),
+            _ if wants_write && !exec => (Some(reopen(fd, libc::O_RDWR).ok()?), true),
+            _ => (Some(reopen(fd, libc::O_RDONLY).ok()?), false),
         };
         let backing_fd = reopened.as_ref().map_or(fd, |f| f.as_fd());
         match register(backing_fd) {

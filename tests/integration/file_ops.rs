@@ -264,3 +264,44 @@ fn mmap_and_fsync() {
         assert_eq!(&data[4096..4101], b"MMAP!", "{route}: mmap write visible to read");
     }
 }
+
+/// A file open through the mount whose every name was deleted opens again through its
+/// descriptor's `/proc/self/fd/N` link, for reading and for writing, as on a local filesystem.
+/// That is how `cat /dev/stdin` reads a shell's here-document: bash writes it to a file in
+/// `$TMPDIR`, opens it, deletes it, and hands the descriptor on as stdin.
+#[test]
+fn a_deleted_file_opens_again_through_its_descriptor() {
+    use std::os::fd::AsRawFd;
+    let fx = Fixture::new("");
+    for route in ROUTES {
+        let f = fx.p(&format!("{route}/gone.txt"));
+        let link = fx.p(&format!("{route}/gone-link.txt"));
+        fs::write(&f, "kept").unwrap();
+        fs::hard_link(&f, &link).unwrap();
+        let mut held = fs::File::open(&f).unwrap();
+        let magic = format!("/proc/self/fd/{}", held.as_raw_fd());
+        fs::remove_file(&f).unwrap();
+        assert_eq!(fs::read_to_string(&magic).unwrap(), "kept", "{route}: by its other name");
+        fs::remove_file(&link).unwrap();
+        assert_eq!(fs::read_to_string(&magic).unwrap(), "kept", "{route}: with no name left");
+        fs::OpenOptions::new().append(true).open(&magic).unwrap().write_all(b", and more").unwrap();
+        let mut seen = String::new();
+        held.read_to_string(&mut seen).unwrap();
+        assert_eq!(seen, "kept, and more", "{route}");
+        assert_eq!(held.metadata().unwrap().nlink(), 0, "{route}");
+        assert!(!f.exists() && !link.exists(), "{route}");
+        // `fexecve` of a deleted program.
+        let program = fx.p(&format!("{route}/program"));
+        fs::copy("/bin/true", &program).unwrap();
+        let held_program = fs::File::open(&program).unwrap();
+        fs::remove_file(&program).unwrap();
+        let run = std::process::Command::new(format!("/proc/self/fd/{}", held_program.as_raw_fd())).status();
+        assert!(run.unwrap().success(), "{route}");
+
+        let dir = fx.p(route);
+        let script =
+            "big=$(head -c 100000 /dev/zero | tr '\\0' x)\ncat /dev/stdin <<EOF | wc -c\n$big\nEOF\n";
+        let out = sh_ok(&dir, &format!("TMPDIR=\"$PWD\" bash -c '{}'", script.replace('\'', "'\\''")));
+        assert_eq!(out.trim(), "100001", "{route}: a here-document read through /dev/stdin");
+    }
+}

@@ -189,11 +189,8 @@ impl Backend for HostBackend {
     }
 
     fn open(&self, path: &str, flags: i32) -> FsResult<Box<dyn OpenFile>> {
-        // The kernel hands us the caller's append/truncate intent separately; pwrite at the
-        // offsets it sends must not be redirected by O_APPEND.
-        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND | libc::O_NOCTTY);
         self.check_visible(path)?;
-        let fd = sys::open_beneath(self.root.as_fd(), path, flags, 0)?;
+        let fd = sys::open_beneath(self.root.as_fd(), path, opening_flags(flags), 0)?;
         Ok(Box::new(HostFile { fd }))
     }
 
@@ -413,6 +410,13 @@ fn apply_setattr(
     Ok(())
 }
 
+/// The kernel's open flags as the host file is opened with. The kernel hands the daemon the
+/// caller's append/truncate intent separately; pwrite at the offsets it sends must not be
+/// redirected by O_APPEND.
+fn opening_flags(flags: i32) -> i32 {
+    flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND | libc::O_NOCTTY)
+}
+
 /// An open host file: plain positional I/O on a real descriptor.
 struct HostFile {
     fd: OwnedFd,
@@ -520,6 +524,12 @@ impl OpenFile for HostFile {
             sys::utimens_fd(fd, changes.atime, changes.mtime)?;
         }
         self.getattr()
+    }
+
+    fn reopen(&self, flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        // Through the descriptor's magic link, which O_NOFOLLOW would refuse.
+        let fd = sys::reopen(self.fd.as_fd(), opening_flags(flags) & !libc::O_NOFOLLOW)?;
+        Ok(Box::new(HostFile { fd }))
     }
 
     fn backing_fd(&self) -> Option<BorrowedFd<'_>> {

@@ -89,13 +89,13 @@ pub fn proc_fd_path(fd: BorrowedFd<'_>) -> CString {
     CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a number")
 }
 
-/// The same file as `fd` (not the same name: it may have been renamed since) opened anew with
-/// `access` and nothing else. `None` when the kernel refuses (read-only fs, immutable file, a
-/// program running from it) or `/proc` is missing.
-pub fn reopen(fd: BorrowedFd<'_>, access: i32) -> Option<OwnedFd> {
+/// The same file as `fd` (not the same name: it may have been renamed or deleted since) opened
+/// anew with `flags`. Fails when the kernel refuses (read-only fs, immutable file, a program
+/// running from it) or `/proc` is missing.
+pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> FsResult<OwnedFd> {
     let path = proc_fd_path(fd);
-    let raw = unsafe { libc::open(path.as_ptr(), access | libc::O_CLOEXEC) };
-    (raw >= 0).then(|| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+    let raw = check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) })?;
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
 }
 
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &str, mode: u32) -> FsResult<()> {

@@ -558,6 +558,11 @@ impl OpenFile for SqliteFile {
             _ => self.inner.setattr_locked(self.ino, st, changes),
         }
     }
+
+    fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        // This handle keeps an unlinked node's rows until it closes.
+        Ok(Box::new(self.inner.open_handle(self.ino)?))
+    }
 }
 
 impl Drop for SqliteFile {
