@@ -14,7 +14,6 @@ pub mod ring_guard;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,22 +21,22 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    AccessFlags, BackingId, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{Attr, DirEntry, SetAttr};
-use crate::engine::{Ctx, Engine, OpenHandle};
+use crate::engine::{Ctx, Engine};
 use crate::error::{Errno, FsError, FsResult};
 use crate::policy::Op;
 use crate::vpath::VPath;
 use convert::{absent_attr, ctx, errno, file_type, fuse_attr, time_set};
 use inodes::Inodes;
 use names::went_stale;
-use open_files::{DoorFile, OpenFiles};
+use open_files::OpenFiles;
 use passthrough::Passthrough;
 
 /// An open directory: a snapshot of its visible entries, served by offset.
@@ -127,54 +126,6 @@ impl FuseDoor {
     fn child(&self, parent: INodeNo, name: &OsStr) -> FsResult<VPath> {
         let dir = self.inodes.path(parent.0)?;
         Ok(dir.join(VPath::check_name(name.as_bytes())?))
-    }
-
-    fn file(&self, fh: FileHandle) -> FsResult<Arc<DoorFile>> {
-        self.files.get(fh.0).ok_or_else(|| FsError::errno(Errno::EBADF))
-    }
-
-    /// Registers a handle the engine opened (or created) and decides how the kernel serves
-    /// it: the file handle, the open flags, and the backing file to name when the kernel does
-    /// the I/O itself (passthrough). Otherwise the page cache is kept across opens; the kernel
-    /// drops it when it sees the file change size or mtime (FUSE_AUTO_INVAL_DATA). `noflush`:
-    /// the handle has nothing to flush, so its close costs no request.
-    fn admit_file(
-        &self,
-        ino: u64,
-        pid: u32,
-        handle: OpenHandle,
-        flags: i32,
-        noflush: bool,
-        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
-    ) -> (FileHandle, FopenFlags, Option<Arc<BackingId>>) {
-        let shared = self.passthrough.acquire(ino, handle.file.as_ref(), flags, register);
-        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let door_file = DoorFile { ino, pid, handle, passthrough: shared.is_some() };
-        self.files.insert(fh, door_file);
-        self.engine.fuse_open_files.fetch_add(1, Ordering::Relaxed);
-        let noflush = if noflush { FopenFlags::FOPEN_NOFLUSH } else { FopenFlags::empty() };
-        match shared {
-            // The kernel takes only these flags with a backing file (the page cache is the
-            // host file's own).
-            Some(shared) if shared.direct_io => {
-                (FileHandle(fh), noflush | FopenFlags::FOPEN_DIRECT_IO, Some(shared.backing))
-            }
-            Some(shared) => (FileHandle(fh), noflush, Some(shared.backing)),
-            None => (FileHandle(fh), noflush | FopenFlags::FOPEN_KEEP_CACHE, None),
-        }
-    }
-
-    /// A handle `pid` opened for writing on `ino`. The kernel truncates for `open(O_TRUNC)`
-    /// with a separate setattr that names no handle; that truncate belongs to the open the
-    /// gate (or a human) just allowed, so it is served through the opener's handle. Other
-    /// setattrs of the opener are served through it too.
-    fn writable_file_of(&self, ino: u64, pid: u32) -> Option<Arc<DoorFile>> {
-        self.files.writable_of(ino, pid)
-    }
-
-    /// Any open handle of an inode (for `fstat` of a file whose names were all removed).
-    fn any_file_of(&self, ino: u64) -> Option<Arc<DoorFile>> {
-        self.files.any_of(ino)
     }
 
     /// Replies with a new entry the kernel will hold a lookup on.

@@ -1,14 +1,20 @@
 //! The FUSE door's open files: each handle by its number, and the handles of each inode, for
 //! the requests that name an inode but no handle (a `fchmod` of a file its caller holds open,
-//! an `fstat` of a file whose names are gone).
+//! an `fstat` of a file whose names are gone); and how the door admits a handle the engine
+//! opened.
 
 use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use fuser::{BackingId, FileHandle, FopenFlags};
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 
+use super::FuseDoor;
 use crate::engine::OpenHandle;
+use crate::error::{Errno, FsError, FsResult};
 
 /// An open file, the inode it was opened through, and the process that opened it.
 pub struct DoorFile {
@@ -69,6 +75,56 @@ impl OpenFiles {
         let tables = self.tables.read();
         let handles = tables.by_ino.get(&ino)?;
         handles.iter().map(|fh| &tables.by_handle[fh]).find(|f| wanted(f)).cloned()
+    }
+}
+
+impl FuseDoor {
+    pub(super) fn file(&self, fh: FileHandle) -> FsResult<Arc<DoorFile>> {
+        self.files.get(fh.0).ok_or_else(|| FsError::errno(Errno::EBADF))
+    }
+
+    /// Registers a handle the engine opened (or created) and decides how the kernel serves
+    /// it: the file handle, the open flags, and the backing file to name when the kernel does
+    /// the I/O itself (passthrough). Otherwise the page cache is kept across opens; the kernel
+    /// drops it when it sees the file change size or mtime (FUSE_AUTO_INVAL_DATA). `noflush`:
+    /// the handle has nothing to flush, so its close costs no request.
+    pub(super) fn admit_file(
+        &self,
+        ino: u64,
+        pid: u32,
+        handle: OpenHandle,
+        flags: i32,
+        noflush: bool,
+        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
+    ) -> (FileHandle, FopenFlags, Option<Arc<BackingId>>) {
+        let shared = self.passthrough.acquire(ino, handle.file.as_ref(), flags, register);
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let door_file = DoorFile { ino, pid, handle, passthrough: shared.is_some() };
+        self.files.insert(fh, door_file);
+        self.engine.fuse_open_files.fetch_add(1, Ordering::Relaxed);
+        let noflush = if noflush { FopenFlags::FOPEN_NOFLUSH } else { FopenFlags::empty() };
+        match shared {
+            // The kernel takes only these flags with a backing file (the page cache is the
+            // host file's own).
+            Some(shared) if shared.direct_io => {
+                (FileHandle(fh), noflush | FopenFlags::FOPEN_DIRECT_IO, Some(shared.backing))
+            }
+            Some(shared) => (FileHandle(fh), noflush, Some(shared.backing)),
+            None => (FileHandle(fh), noflush | FopenFlags::FOPEN_KEEP_CACHE, None),
+        }
+    }
+
+    /// A handle `pid` opened for writing on `ino`. The kernel truncates for `open(O_TRUNC)`
+    /// with a separate setattr that names no handle; that truncate belongs to the open the
+    /// gate (or a human) just allowed, so it is served through the opener's handle. Other
+    /// setattrs of the opener are served through it too.
+    pub(super) fn writable_file_of(&self, ino: u64, pid: u32) -> Option<Arc<DoorFile>> {
+        self.files.writable_of(ino, pid)
+    }
+
+    /// Any open handle of an inode (for `fstat` of a file whose names were all removed).
+    pub(super) fn any_file_of(&self, ino: u64) -> Option<Arc<DoorFile>> {
+        self.files.any_of(ino)
     }
 }
 
