@@ -276,9 +276,11 @@ fn replies_may_come_out_of_order() {
 #[test]
 fn other_users_are_refused() {
     let (f, socket) = fixture();
-    // A copy of the binary that uid 65534 can run wherever the build directory is.
+    // A copy of the binary that uid 65534 can run wherever the build directory is. Copied by
+    // another process: a parallel test's child forked while this one held the copy open for
+    // writing would keep it open until its own exec (ETXTBSY for ours).
     let bin = f.scratch.path().join("agentvfs");
-    std::fs::copy(BIN, &bin).unwrap();
+    assert!(Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(f.scratch.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     let as_nobody = |args: &[&str]| {

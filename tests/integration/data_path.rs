@@ -90,7 +90,9 @@ fn a_writer_joining_open_readers_sees_and_is_seen() {
 fn a_program_running_from_the_mount_leaves_its_host_file_executable() {
     let fx = Fixture::new("");
     let program = fx.p("/host/snooze");
-    fs::copy("/usr/bin/sleep", &program).unwrap();
+    // Copied by another process, so that no child a parallel test forks inherits it open for
+    // writing (its exec would fail with ETXTBSY).
+    sh_ok(&fx.mount.dir, "cp /usr/bin/sleep host/snooze");
     fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
     let mut running = Command::new(&program).arg("5").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));

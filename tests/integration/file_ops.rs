@@ -290,9 +290,11 @@ fn a_deleted_file_opens_again_through_its_descriptor() {
         assert_eq!(seen, "kept, and more", "{route}");
         assert_eq!(held.metadata().unwrap().nlink(), 0, "{route}");
         assert!(!f.exists() && !link.exists(), "{route}");
-        // `fexecve` of a deleted program.
+        // `fexecve` of a deleted program. Written by another process: a parallel test's child,
+        // forked while this process held the file open for writing, would hold it open too
+        // until its own exec, and the exec here would fail with ETXTBSY.
         let program = fx.p(&format!("{route}/program"));
-        fs::copy("/bin/true", &program).unwrap();
+        sh_ok(&fx.p(route), "cp /bin/true program");
         let held_program = fs::File::open(&program).unwrap();
         fs::remove_file(&program).unwrap();
         let run = std::process::Command::new(format!("/proc/self/fd/{}", held_program.as_raw_fd())).status();
