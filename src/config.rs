@@ -162,7 +162,7 @@ struct RawConfig {
     rules: Vec<Spanned<RawRule>>,
     interrupts: Option<RawInterrupts>,
     exec: Option<Spanned<RawExec>>,
-    tools: Option<toml::Table>,
+    tools: Option<RawTools>,
     fuse: Option<RawFuse>,
     audit: Option<RawAudit>,
 }
@@ -199,6 +199,12 @@ struct RawRule {
     paths: Spanned<Vec<Spanned<String>>>,
     mode: Spanned<String>,
     hide: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTools {
+    observation: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -579,20 +585,18 @@ impl Parser<'_> {
         Ok(exec)
     }
 
-    /// `[tools] observation = "strict" | "off"` (default strict). The `[tools]` table stays
-    /// open to other keys, which the tools read themselves; toml tables keep no positions, so
-    /// the error points at the line by searching for the key.
-    fn observation(&self, tools: Option<&toml::Table>) -> Result<Observation, ConfigError> {
-        let Some(value) = tools.and_then(|t| t.get("observation")) else {
+    /// `[tools] observation = "strict" | "off"` (default strict).
+    fn observation(&self, tools: Option<&RawTools>) -> Result<Observation, ConfigError> {
+        let Some(value) = tools.and_then(|t| t.observation.as_ref()) else {
             return Ok(Observation::Strict);
         };
-        match value.as_str() {
-            Some("strict") => Ok(Observation::Strict),
-            Some("off") => Ok(Observation::Off),
-            _ => {
-                let span = self.text.find("observation").map(|start| start..start);
-                Err(self.err(span, format!("[tools] observation = {value}: expected \"strict\" or \"off\"")))
-            }
+        match value.get_ref().as_str() {
+            "strict" => Ok(Observation::Strict),
+            "off" => Ok(Observation::Off),
+            other => Err(self.err(
+                Some(value.span()),
+                format!("[tools] observation = {other:?}: expected \"strict\" or \"off\""),
+            )),
         }
     }
 }
@@ -686,5 +690,19 @@ mod exec_tests {
         assert_eq!(e.line, Some(2));
         let e = parse("[exec]\nshell = \"bash\"\n").unwrap_err();
         assert!(e.message.contains("unknown field `shell`"), "{e}");
+    }
+
+    #[test]
+    fn tools_keys_are_checked() {
+        assert_eq!(parse("").unwrap().observation, Observation::Strict);
+        assert_eq!(parse("[tools]\nobservation = \"off\"\n").unwrap().observation, Observation::Off);
+        let e = parse("[tools]\n\nobservation = \"loose\"\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.message.as_str()),
+            (Some(3), "[tools] observation = \"loose\": expected \"strict\" or \"off\"")
+        );
+        let e = parse("[tools]\nobservaton = \"off\"\n").unwrap_err();
+        assert!(e.message.contains("unknown field `observaton`"), "{e}");
+        assert_eq!(e.line, Some(2));
     }
 }

@@ -56,6 +56,10 @@ pub struct OpenHandle {
     pub writable: bool,
 }
 
+/// Numbers the temporary files of [`Engine::write_atomic`], so that two writes of one path at
+/// once never meet on one name.
+static TEMPORARY_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Past this many entries a directory rename that rules might care about is refused rather
 /// than judged entry by entry.
 const RENAME_WALK_LIMIT: usize = 100_000;
@@ -309,6 +313,48 @@ impl Engine {
         let (attr, file) = self.router.create(&permit, mode, flags, &ctx.caller)?;
         self.note_change(ctx, path);
         Ok((attr, OpenHandle { path: path.clone(), file, writable: true }))
+    }
+
+    /// Replaces (or creates) the file at `path` with `data` atomically: a temporary file beside
+    /// it is written, fsynced and renamed over it, so a reader sees the old content or the new,
+    /// and a crash leaves one of them. Judged as one write of `path`: the temporary name is
+    /// the engine's own, and no rule is asked about it. `owner` (uid, gid) is given to the new
+    /// file before it takes the name, where the daemon may change owners.
+    pub fn write_atomic(
+        &self,
+        ctx: &Ctx,
+        path: &VPath,
+        data: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> FsResult<Attr> {
+        let permit = self.check_new(ctx, "write", path, false)?;
+        let serial = TEMPORARY_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!(".{}.agentvfs-{}-{serial}.tmp", path.name(), std::process::id());
+        let temporary = permit.temporary_sibling(&name).ok_or_else(|| FsError::errno(Errno::EISDIR))?;
+        let (attr, file) = self.router.create(&temporary, mode, libc::O_WRONLY, &ctx.caller)?;
+        let written = (|| {
+            if let Some((uid, gid)) = owner.filter(|&(uid, gid)| (uid, gid) != (attr.uid, attr.gid)) {
+                match file.setattr(&SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() }) {
+                    Err(e) if e.is(Errno::EPERM) => {} // a daemon that is not root keeps its own
+                    other => other.map(|_| ())?,
+                }
+            }
+            let mut offset = 0usize;
+            while offset < data.len() {
+                let end = (offset + (1 << 20)).min(data.len());
+                offset += file.write(offset as u64, &data[offset..end])? as usize;
+            }
+            file.fsync(false)?;
+            file.flush()
+        })();
+        drop(file);
+        if let Err(e) = written.and_then(|_| self.router.rename(&temporary, &permit, 0)) {
+            let _ = self.router.unlink(&temporary);
+            return Err(e);
+        }
+        self.note_change(ctx, path);
+        self.router.getattr(&permit)
     }
 
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {

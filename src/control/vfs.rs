@@ -2,7 +2,7 @@
 //! the virtual tree, and whole-file operations (read, atomic write, recursive delete, walk),
 //! all through the engine and so through the gate.
 
-use crate::backend::{Attr, FileKind};
+use crate::backend::{Attr, FileKind, SetAttr};
 use crate::engine::{Ctx, Door, Engine};
 use crate::error::{Errno, FsError, FsResult};
 use crate::policy::{Op, Verdict};
@@ -151,28 +151,19 @@ impl<'e> ToolFs<'e> {
         Ok(data)
     }
 
-    /// Replaces (or creates) `path` with `data` atomically: a temporary file beside it,
-    /// written and fsynced, then renamed over the target. Missing parent directories are
-    /// created. Returns the attributes of the new file.
+    /// Replaces (or creates) `path` with `data` atomically ([`Engine::write_atomic`]). Missing
+    /// parent directories are created. A replaced file keeps its owner; a new one belongs to
+    /// the owner of its directory, as if that user had written it (the daemon usually runs as
+    /// root, and a checkout's files should stay its owner's). Returns the new file's
+    /// attributes.
     pub fn write_atomic(&self, path: &VPath, data: &[u8], mode: u32) -> FsResult<Attr> {
         self.make_parents(&path.parent())?;
-        let tmp = path.parent().join(&format!(".{}.agentvfs-{}.tmp", path.name(), std::process::id()));
-        let (_, handle) = self.engine.create(&self.ctx, &tmp, mode, libc::O_WRONLY)?;
-        let written = (|| {
-            let mut offset = 0usize;
-            while offset < data.len() {
-                let end = (offset + (1 << 20)).min(data.len());
-                offset += self.engine.write(&handle, offset as u64, &data[offset..end])? as usize;
-            }
-            self.engine.fsync(&handle, false)?;
-            self.engine.flush(&handle)
-        })();
-        drop(handle);
-        if let Err(e) = written.and_then(|_| self.engine.rename(&self.ctx, &tmp, path, 0)) {
-            let _ = self.engine.unlink(&self.ctx, &tmp);
-            return Err(e);
-        }
-        self.engine.lookup(&self.ctx, path)
+        let owner = match self.engine.lookup(&self.ctx, path) {
+            Ok(existing) => Some(existing),
+            Err(_) => self.engine.lookup(&self.ctx, &path.parent()).ok(),
+        };
+        let owner = owner.map(|a| (a.uid, a.gid));
+        self.engine.write_atomic(&self.ctx, path, data, mode, owner)
     }
 
     fn make_parents(&self, dir: &VPath) -> FsResult<()> {
@@ -183,7 +174,22 @@ impl<'e> ToolFs<'e> {
                 self.make_parents(&dir.parent())?;
                 match self.engine.mkdir(&self.ctx, dir, 0o755) {
                     Err(e) if !e.is(Errno::EEXIST) => Err(e),
-                    _ => Ok(()),
+                    Err(_) => Ok(()),
+                    // Like a new file, a new directory belongs to its directory's owner.
+                    Ok(made) => match self.engine.lookup(&self.ctx, &dir.parent()) {
+                        Ok(parent) if (parent.uid, parent.gid) != (made.uid, made.gid) => {
+                            let owner = SetAttr {
+                                uid: Some(parent.uid),
+                                gid: Some(parent.gid),
+                                ..SetAttr::default()
+                            };
+                            match self.engine.setattr(&self.ctx, dir, &owner, None) {
+                                Err(e) if !e.is(Errno::EPERM) => Err(e),
+                                _ => Ok(()),
+                            }
+                        }
+                        _ => Ok(()),
+                    },
                 }
             }
             Err(e) => Err(e),

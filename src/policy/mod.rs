@@ -31,6 +31,15 @@ impl Permit {
     pub fn op(&self) -> Op {
         self.op
     }
+
+    /// A permit for a temporary file named `name` beside this permit's path, which may be
+    /// written only to replace the path at once by renaming it there: the write of the path is
+    /// what the gate judged, and the temporary name never outlives the operation. `None` for
+    /// anything but a write.
+    pub fn temporary_sibling(&self, name: &str) -> Option<Permit> {
+        (self.op == Op::Write && !self.path.is_root())
+            .then(|| Permit { path: self.path.parent().join(name), op: Op::Write })
+    }
 }
 
 /// A decision other than allow, with what is needed to report it.

@@ -307,3 +307,55 @@ fn a_file_deleted_by_a_tool_lends_nothing_to_its_successor() {
     }
     assert!(reused > 0, "the host filesystem never reused an inode number: nothing was tested");
 }
+
+/// A tool write is judged as a write of its path alone, as a shell's `>` is (its temporary
+/// file is the daemon's own), and it leaves ownership as the file's owner would: a replaced
+/// file keeps its owner, and new files and directories get their directory's owner.
+#[test]
+fn a_tool_write_is_a_write_of_its_path_that_keeps_owners() {
+    use std::os::unix::fs::chown;
+    let fx = Fixture::new(
+        r#"
+[[rules]]
+operations = ["write"]
+paths = ["/host/only/notes.md"]
+mode = "allow"
+
+[[rules]]
+operations = ["write"]
+paths = ["/host/only/**"]
+mode = "deny"
+"#,
+    );
+    let (only, mine) = (fx.host_root.join("only"), fx.host_root.join("mine"));
+    fs::create_dir(&only).unwrap();
+    fs::create_dir(&mine).unwrap();
+    fs::write(only.join("notes.md"), "one\n").unwrap();
+    chown(only.join("notes.md"), Some(1001), Some(1002)).unwrap();
+    chown(&mine, Some(1000), Some(1003)).unwrap();
+    let mut client = Client::connect(&fx.scratch.path().join("agentvfs.sock")).unwrap();
+
+    // The shell's door and the tools' agree on what may be written.
+    fs::write(fx.p("/host/only/notes.md"), "two\n").unwrap();
+    let refused = fs::write(fx.p("/host/only/other.md"), "x").map_err(|e| e.raw_os_error());
+    assert_eq!(refused, Err(Some(libc::EACCES)));
+    assert!(call_tool(&mut client, "read_file", json!({"file_path": "/host/only/notes.md"})).0);
+    let edit = json!({"file_path": "/host/only/notes.md", "old_string": "two", "new_string": "three"});
+    let (ok, text) = call_tool(&mut client, "edit_file", edit);
+    assert!(ok, "{text}");
+    let other = json!({"file_path": "/host/only/other.md", "content": "x"});
+    let (ok, text) = call_tool(&mut client, "write_file", other);
+    assert_eq!((ok, text.as_str()), (false, "Error: permission denied for write on /host/only/other.md"));
+
+    let notes = fs::metadata(only.join("notes.md")).unwrap();
+    assert_eq!(fs::read_to_string(only.join("notes.md")).unwrap(), "three\n");
+    assert_eq!((notes.uid(), notes.gid()), (1001, 1002), "the edited file keeps its owner");
+    let new = json!({"file_path": "/host/mine/sub/new.txt", "content": "n"});
+    assert!(call_tool(&mut client, "write_file", new).0);
+    for made in [mine.join("sub"), mine.join("sub/new.txt")] {
+        let meta = fs::metadata(&made).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1003), "{}", made.display());
+    }
+    let names: Vec<_> = fs::read_dir(&only).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["notes.md"], "no temporary file is left");
+}

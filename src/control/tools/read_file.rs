@@ -142,30 +142,42 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
             })
         }
     };
-    // The version was taken before the content: if the file changes in between, a later
-    // write is refused as stale rather than allowed over unseen content.
-    env.session.observe(&loc.real, Version::of(&attr));
-    if data.is_empty() {
-        return ToolOutput::text(EMPTY_CONTENT_WARNING)
+    let (output, inspected) = if data.is_empty() {
+        let output = ToolOutput::text(EMPTY_CONTENT_WARNING)
             .with("total_lines", json!(0))
             .with("truncated", json!(false));
-    }
-    if let Some(mime_type) = media {
-        return ToolOutput {
+        (output, true)
+    } else if let Some(mime_type) = media {
+        let output = ToolOutput {
             content: vec![Block::Image { data: common::base64(&data), mime_type: mime_type.to_string() }],
             is_error: false,
             structured: Default::default(),
         }
         .with("mime_type", json!(mime_type))
         .with("size", json!(data.len()));
+        (output, true)
+    } else {
+        match std::str::from_utf8(&data) {
+            // A window of no lines did not inspect a file that has some.
+            Ok(text) => {
+                let output = render_text(text, path.as_str(), offset, limit);
+                let inspected = !output.is_error && (limit > 0 || is_blank(text));
+                (output, inspected)
+            }
+            // Read whole, and found not to be text: an edit then says so, as in Deep Agents.
+            Err(e) => {
+                let text = format!("Error: Error reading file '{path}': {}", common::py_utf8_error(&data, e));
+                (ToolOutput::error(ErrorCode::NotText, text), true)
+            }
+        }
+    };
+    // The session has read the file only when it saw it: not for a window of no lines, nor an
+    // offset past the end. The version was taken before the content: if the file changes in
+    // between, a later write is refused as stale rather than allowed over unseen content.
+    if inspected {
+        env.session.observe(&loc.real, Version::of(&attr));
     }
-    match std::str::from_utf8(&data) {
-        Ok(text) => render_text(text, path.as_str(), offset, limit),
-        Err(e) => ToolOutput::error(
-            ErrorCode::NotText,
-            format!("Error: Error reading file '{path}': {}", common::py_utf8_error(&data, e)),
-        ),
-    }
+    output
 }
 
 /// The window of a (non-empty) text file Deep Agents would return for `offset`/`limit`,

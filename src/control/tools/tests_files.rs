@@ -627,6 +627,80 @@ fn edit_file_requires_reading_the_current_version() {
     off.fails(&edit_file::SPEC, same, "Error: new_string must differ from old_string", "FS_INVALID_ARGUMENT");
 }
 
+/// A read that showed nothing of the file (no lines, or an offset past its end) is no read.
+#[test]
+fn a_read_that_showed_nothing_does_not_count() {
+    let args = json!({"file_path": "/e.txt", "old_string": "alpha", "new_string": "beta"});
+    let fx = Fx::new(vec![]);
+    fx.put("/e.txt", b"alpha\n");
+    for nothing in [window("/e.txt", 0, 0), window("/e.txt", 5, 10)] {
+        fx.call(&read_file::SPEC, nothing);
+        fx.fails(
+            &edit_file::SPEC,
+            args.clone(),
+            "Error: edit requires reading '/e.txt' first",
+            "FS_NOT_OBSERVED",
+        );
+    }
+    fx.ok(&read_file::SPEC, window("/e.txt", 0, 1));
+    fx.ok(&edit_file::SPEC, args);
+    // An empty or blank file is read whole by any window.
+    fx.put("/blank.txt", b"\n\n");
+    fx.ok(&read_file::SPEC, window("/blank.txt", 0, 0));
+    fx.ok(&write_file::SPEC, json!({"file_path": "/blank.txt", "content": "x"}));
+}
+
+/// A tool write is judged as a write of its path, like a shell's `>`: the temporary file it
+/// writes first is the engine's own, and no rule is asked about it.
+#[test]
+fn a_tool_write_is_judged_on_its_path_alone() {
+    let fx = Fx::new(vec![
+        rule(&[Write], &["/w/notes.md"], Allow),
+        rule(&[Write], &["/**/.*", "/**/*.tmp"], Deny),
+        rule(&[Write], &["/**"], Deny),
+    ]);
+    fx.parents("/w/notes.md");
+    fx.ok(&write_file::SPEC, json!({"file_path": "/w/notes.md", "content": "one\n"}));
+    fx.ok(&edit_file::SPEC, json!({"file_path": "/w/notes.md", "old_string": "one", "new_string": "two"}));
+    assert_eq!(fx.content("/w/notes.md"), b"two\n");
+    fx.fails(
+        &write_file::SPEC,
+        json!({"file_path": "/w/other.md", "content": "x"}),
+        "Error: permission denied for write on /w/other.md",
+        "FS_PERMISSION_DENIED",
+    );
+    let names: Vec<String> = fx
+        .engine
+        .router
+        .readdir(&fx.engine.gate.probe(&p("/w")))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["notes.md"], "no temporary file is left");
+}
+
+/// Writes of one path at once each replace it whole; none fails on another's temporary file.
+/// (Without observation: one session's writes at once may find each other's version.)
+#[test]
+fn tool_writes_of_one_path_at_once_all_succeed() {
+    let fx = Fx::with(&["/"], vec![], Observation::Off);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let fx = &fx;
+            s.spawn(move || {
+                for i in 0..50 {
+                    // Big enough that the writes overlap.
+                    let content = format!("{}writer {t}, round {i}\n", "-".repeat(1 << 18));
+                    fx.ok(&write_file::SPEC, json!({"file_path": "/same.txt", "content": content}));
+                }
+            });
+        }
+    });
+    let last = String::from_utf8(fx.content("/same.txt")).unwrap();
+    assert!(last.trim_start_matches('-').starts_with("writer ") && last.ends_with(", round 49\n"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // §1.5 delete, §2.7, deviation 6
 
