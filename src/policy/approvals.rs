@@ -174,12 +174,16 @@ pub fn kernel_max_request_timeout() -> u64 {
 /// rmdir) is rooted at the directory itself; anything else at its parent. So the first
 /// `mkdir /secrets/dst` of `cp -r src /secrets/dst` grants `/secrets/dst/**` and every file
 /// cp then creates there passes, while `cp a b /secrets/` grants `/secrets/**` from the
-/// first file. Never rooted at `/` for a file directly under it: that would grant everything.
-pub fn grant_root(path: &VPath, is_dir_operation: bool) -> VPath {
-    if is_dir_operation || path.parent().is_root() {
-        path.clone()
+/// first file. Never rooted at `/`, which would grant everything: a file directly under it is
+/// granted alone, and an operation on `/` itself (an `ls /`, a `grep` without a path) gets no
+/// grant (`None`: its approval holds once).
+pub fn grant_root(path: &VPath, is_dir_operation: bool) -> Option<VPath> {
+    if path.is_root() {
+        None
+    } else if is_dir_operation || path.parent().is_root() {
+        Some(path.clone())
     } else {
-        path.parent()
+        Some(path.parent())
     }
 }
 
@@ -285,10 +289,12 @@ impl Approvals {
             inner.covers.insert(id, cover);
         }
         if decision == Decision::Approve(Scope::Session) {
-            let root = grant_root(&ticket.request.path, is_dir_operation(&ticket.request.operation));
-            let grant = Grant { op: ticket.request.op, root };
-            if !inner.grants.contains(&grant) {
-                inner.grants.push(grant);
+            if let Some(root) = grant_root(&ticket.request.path, is_dir_operation(&ticket.request.operation))
+            {
+                let grant = Grant { op: ticket.request.op, root };
+                if !inner.grants.contains(&grant) {
+                    inner.grants.push(grant);
+                }
             }
         }
         let mut view = describe(id, &ticket);

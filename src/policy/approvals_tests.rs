@@ -143,9 +143,20 @@ fn session_grants_cover_the_subtree_and_end_with_the_rules() {
 
 #[test]
 fn grant_roots() {
-    assert_eq!(grant_root(&p("/a/b/c"), false), p("/a/b"));
-    assert_eq!(grant_root(&p("/a/b/c"), true), p("/a/b/c"));
-    assert_eq!(grant_root(&p("/top"), false), p("/top"), "never everything");
+    assert_eq!(grant_root(&p("/a/b/c"), false), Some(p("/a/b")));
+    assert_eq!(grant_root(&p("/a/b/c"), true), Some(p("/a/b/c")));
+    assert_eq!(grant_root(&p("/top"), false), Some(p("/top")), "never everything");
+    assert_eq!(grant_root(&p("/top"), true), Some(p("/top")));
+    assert_eq!(grant_root(&p("/"), true), None, "never everything");
+}
+
+#[test]
+fn a_session_approval_of_the_root_itself_holds_once() {
+    let a = Approvals::default();
+    let _rx = ask(&a, request("tool", "grep", Op::Read, "/", me()), None);
+    a.resolve(only_id(&a), Decision::Approve(Scope::Session), "u").unwrap();
+    assert!(a.grants().is_empty());
+    assert!(!a.covers(None, Op::Read, &p("/secrets/key")));
 }
 
 #[test]
