@@ -398,6 +398,10 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     }
     println!("  {} rule(s) from {}", engine.gate.rules().len(), config.source);
     println!("  control socket {}", socket.display());
+    match &config.audit_database {
+        Some(database) => println!("  audit log {}", database.display()),
+        None => println!("  audit log: none ([audit] database unset): refusals go to this log only"),
+    }
     tracing::info!(mountpoint = %mountpoint.display(), socket = %socket.display(), "mounted");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 

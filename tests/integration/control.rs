@@ -335,6 +335,8 @@ fn the_socket_file_is_private_replaced_when_stale_and_removed_at_exit() {
     assert!(meta.file_type().is_socket());
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert!(m.log_text().contains(&format!("  control socket {}\n", socket.display())), "{}", m.log_text());
+    let audit = format!("  audit log {}\n", s.path().join("audit.db").display());
+    assert!(m.log_text().contains(&audit), "{}", m.log_text());
     assert_eq!(Conn::open(&socket).result(1, "ping", json!({})), json!({}));
     m.stop();
     assert!(!socket.exists(), "the socket outlived the daemon");
