@@ -312,6 +312,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let ring_door = door.clone();
     let door_expire_only = door.expire_only();
     let door_notifier = door.notifier_slot();
+    let door_replaced = door.replaced_files();
     let listener = Listener::bind(&config.socket)?;
 
     // Installed before mounting, so a signal that arrives early is handled rather than
@@ -366,8 +367,12 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     };
     let mut unmounter = session.unmount_callable();
     let _ = door_notifier.set(session.notifier());
-    let invalidator =
-        Arc::new(KernelInvalidator { inodes, notifier: session.notifier(), expire_only: door_expire_only });
+    let invalidator = Arc::new(KernelInvalidator {
+        inodes,
+        notifier: session.notifier(),
+        expire_only: door_expire_only,
+        replaced: door_replaced,
+    });
     engine.set_observer(invalidator.clone());
     if let Some(changes) = host_changes {
         let forgetter = invalidator.clone();

@@ -75,6 +75,12 @@ pub trait ChangeObserver: Send + Sync {
     fn content_changed(&self, path: &VPath) {
         self.changed(path);
     }
+
+    /// A rename is replacing the file with backend identity `identity`, which `file` holds: a
+    /// door that may still be asked for that file by its old name (an open racing the rename)
+    /// can keep it. Said just before the rename and again just after (the file may have come
+    /// to a door's notice in between).
+    fn replacing(&self, _identity: (u32, u64), _file: &Arc<OpenHandle>) {}
 }
 
 pub struct Engine {
@@ -305,6 +311,14 @@ impl Engine {
         Ok(OpenHandle { path: handle.path.clone(), file, writable: wants_write(flags) })
     }
 
+    /// Holds the file at `path` for the daemon's own use, without opening it for reading or
+    /// writing (`O_PATH` on host routes), so that it outlives its name. Nothing reaches its
+    /// content but [`Engine::reopen`], which the gate judges.
+    pub fn hold(&self, path: &VPath) -> FsResult<OpenHandle> {
+        let file = self.router.open(&self.gate.probe(path), libc::O_PATH)?;
+        Ok(OpenHandle { path: path.clone(), file, writable: false })
+    }
+
     pub fn create(&self, ctx: &Ctx, path: &VPath, mode: u32, flags: i32) -> FsResult<(Attr, OpenHandle)> {
         let permit = self.check_new(ctx, "create", path, false)?;
         if wants_read(flags) {
@@ -332,6 +346,7 @@ impl Engine {
         let serial = TEMPORARY_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!(".{}.agentvfs-{}-{serial}.tmp", path.name(), std::process::id());
         let temporary = permit.temporary_sibling(&name).ok_or_else(|| FsError::errno(Errno::EISDIR))?;
+
         let (attr, file) = self.router.create(&temporary, mode, libc::O_WRONLY, &ctx.caller)?;
         let written = (|| {
             if let Some((uid, gid)) = owner.filter(|&(uid, gid)| (uid, gid) != (attr.uid, attr.gid)) {
@@ -349,9 +364,20 @@ impl Engine {
             file.flush()
         })();
         drop(file);
+        // The file being replaced, for opens that race the rename (see ChangeObserver).
+        let replacing = self.observer.get().and_then(|observer| {
+            let old = self.hold(path).ok()?;
+            let identity = self.identity(path, &old.file.getattr().ok()?)?;
+            let old = Arc::new(old);
+            observer.replacing(identity, &old);
+            Some((observer, identity, old))
+        });
         if let Err(e) = written.and_then(|_| self.router.rename(&temporary, &permit, 0)) {
             let _ = self.router.unlink(&temporary);
             return Err(e);
+        }
+        if let Some((observer, identity, old)) = replacing {
+            observer.replacing(identity, &old);
         }
         self.note_change(ctx, path);
         self.router.getattr(&permit)

@@ -124,10 +124,11 @@ impl Inodes {
         }
     }
 
-    /// Whether every name of a file was removed by calls through the mount: the kernel dropped
-    /// each of those names itself and holds none, so a call for the file came through a
-    /// descriptor (an open of `/proc/PID/fd/N`), not through a stale name.
-    pub fn unlinked_through_mount(&self, ino: u64) -> bool {
+    /// Whether every name of a file was removed or replaced by calls through the mount: the
+    /// kernel dropped each of those names itself and holds none, so a call for the file came
+    /// through a descriptor (an open of `/proc/PID/fd/N`), or raced the call that took the name,
+    /// not through a stale name.
+    pub fn lost_names_through_mount(&self, ino: u64) -> bool {
         let tables = self.tables.read();
         tables.by_ino.get(&ino).is_some_and(|node| node.paths.is_empty()) && !tables.went_stale.contains(&ino)
     }
@@ -307,6 +308,11 @@ impl Inodes {
         }
     }
 
+    /// The inode that stands for the backend node `identity`, if the kernel knows one.
+    pub fn ino_by_identity(&self, identity: Identity) -> Option<u64> {
+        self.tables.read().by_identity.get(&identity).copied()
+    }
+
     /// The inode the kernel knows `path` by, if any.
     pub fn ino_of(&self, path: &VPath) -> Option<u64> {
         self.tables.read().by_path.get(path).copied()
@@ -376,10 +382,10 @@ mod tests {
         assert_eq!(t.paths(a).unwrap(), [p("/x/a"), p("/x/b")]);
         t.removed(&p("/x/a"));
         assert_eq!(t.path(a).unwrap(), p("/x/b"));
-        assert!(!t.unlinked_through_mount(a));
+        assert!(!t.lost_names_through_mount(a));
         t.removed(&p("/x/b"));
         assert_eq!(t.path(a).unwrap_err().errno, Errno::ENOENT);
-        assert!(t.unlinked_through_mount(a));
+        assert!(t.lost_names_through_mount(a));
         // A recycled backend identity does not revive a node whose names are gone.
         assert_ne!(t.remember(&p("/x/c"), Some((1, 9))), a);
     }
@@ -400,7 +406,7 @@ mod tests {
         // The old inode lives on, nameless, until the kernel forgets it; the kernel may still
         // hold its old name.
         assert_eq!(t.paths(old).unwrap_err().errno, Errno::ENOENT);
-        assert!(!t.unlinked_through_mount(old));
+        assert!(!t.lost_names_through_mount(old));
         assert!(t.forget(old, 1));
         assert!(t.tables.read().went_stale.is_empty());
         assert_eq!(t.paths(new).unwrap(), vec![p("/d/new")]);
@@ -413,16 +419,16 @@ mod tests {
         assert_eq!(t.remember(&p("/b"), Some((0, 5))), a);
         t.drop_stale_name(a, &p("/b"));
         t.removed(&p("/a"));
-        assert!(!t.unlinked_through_mount(a), "the kernel may still hold /b");
+        assert!(!t.lost_names_through_mount(a), "the kernel may still hold /b");
         // Nor is one whose name a lookup found leading to another file.
         let c = t.remember(&p("/c"), Some((0, 6)));
         assert_ne!(t.remember(&p("/c"), Some((0, 7))), c);
-        assert!(!t.unlinked_through_mount(c));
+        assert!(!t.lost_names_through_mount(c));
         // A rename through the mount over a file's only name unlinks it cleanly.
         let d = t.remember(&p("/d"), Some((0, 8)));
         t.remember(&p("/e"), Some((0, 9)));
         t.renamed(&p("/e"), &p("/d"));
-        assert!(t.unlinked_through_mount(d));
+        assert!(t.lost_names_through_mount(d));
     }
 
     #[test]

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use fuser::{INodeNo, Notifier};
 
-use crate::engine::ChangeObserver;
+use crate::engine::{ChangeObserver, OpenHandle};
 use crate::fuse::inodes::Inodes;
+use crate::fuse::replaced::ReplacedFiles;
 use crate::vpath::VPath;
 
 pub struct KernelInvalidator {
@@ -18,6 +19,8 @@ pub struct KernelInvalidator {
     /// Set by the door's `init` when the kernel can expire names (see
     /// [`crate::fuse::FuseDoor::expire_only`]).
     pub expire_only: Arc<AtomicBool>,
+    /// Shared with the door ([`crate::fuse::FuseDoor::replaced_files`]).
+    pub replaced: Arc<ReplacedFiles>,
 }
 
 impl ChangeObserver for KernelInvalidator {
@@ -38,6 +41,10 @@ impl ChangeObserver for KernelInvalidator {
         if let Some(ino) = self.inodes.ino_of(path) {
             let _ = self.notifier.inval_inode(INodeNo(ino), 0, -1);
         }
+    }
+
+    fn replacing(&self, identity: (u32, u64), file: &Arc<OpenHandle>) {
+        self.replaced.keep(&self.inodes, identity, file.clone());
     }
 }
 

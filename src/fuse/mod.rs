@@ -9,6 +9,7 @@ mod names;
 mod open_files;
 mod park;
 mod passthrough;
+pub mod replaced;
 pub mod ring;
 pub mod ring_guard;
 
@@ -66,6 +67,8 @@ pub struct FuseDoor {
     expire_only: Arc<AtomicBool>,
     /// The session's notifier, set once the session exists (see [`FuseDoor::notifier_slot`]).
     notifier: Arc<OnceLock<Notifier>>,
+    /// Files renames through the mount replaced, by the inode the kernel knew them by.
+    replaced: Arc<replaced::ReplacedFiles>,
 }
 
 /// The `[fuse]` choices the door acts on.
@@ -103,6 +106,7 @@ impl FuseDoor {
             ring_negotiated: Arc::default(),
             expire_only: Arc::default(),
             notifier: Arc::default(),
+            replaced: Arc::default(),
         }
     }
 
@@ -193,6 +197,7 @@ impl Filesystem for FuseDoor {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if self.inodes.forget(ino.0, nlookup) {
             self.passthrough.forget(ino.0);
+            self.replaced.forget(ino.0);
         }
     }
 
@@ -353,7 +358,11 @@ impl Filesystem for FuseDoor {
         let (name, newname, flags) = (name.to_owned(), newname.to_owned(), flags.bits());
         let work = move |d: &FuseDoor, c: &Ctx| {
             let (from, to) = (d.child(parent, &name)?, d.child(newparent, &newname)?);
-            d.engine.rename(c, &from, &to, flags)?;
+            let replacing = flags & (crate::backend::RENAME_EXCHANGE | crate::backend::RENAME_NOREPLACE) == 0;
+            // Held from before the rename: an open may meet the new file under the name while
+            // the rename is under way.
+            let held = if replacing { d.hold_replaced(&to) } else { None };
+            d.engine.rename(c, &from, &to, flags).inspect_err(|_| d.release_replaced(held))?;
             Ok((from, to))
         };
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyEmpty| match result {
@@ -383,22 +392,29 @@ impl Filesystem for FuseDoor {
         let op = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY { Op::Read } else { Op::Write };
         let pid = req.pid();
         let work = move |d: &FuseDoor, c: &Ctx| {
-            let path = match d.node_path(c, ino, "open", op) {
-                Ok(path) => path,
-                // Every name was removed through the mount, so the kernel came by a
-                // descriptor (`/proc/PID/fd/N`): the file is opened anew through an open
-                // handle of it, as a local filesystem does.
-                Err(e) if e.is(Errno::ESTALE) && d.inodes.unlinked_through_mount(ino.0) => {
-                    let open = d.any_file_of(ino.0).ok_or(e)?;
-                    return d.engine.reopen(c, &open.handle, flags.0);
+            let by_name = d.node_path(c, ino, "open", op).and_then(|path| {
+                let handle = d.engine.open(c, &path, flags.0).map_err(went_stale)?;
+                // The name may lead to another file by now (replaced behind the kernel's
+                // back): the kernel must not take it for this inode.
+                d.check_identity(ino.0, &path, || handle.file.getattr())?;
+                Ok(handle)
+            });
+            match by_name {
+                // The name no longer leads to the file. If a rename through the mount replaced
+                // it (the open raced the rename), or every name was removed through the mount
+                // (the kernel came by a descriptor's `/proc/PID/fd/N`), the file itself is
+                // opened anew, through what the door holds of it, as a local filesystem would.
+                Err(e) if e.is(Errno::ESTALE) => {
+                    if let Some(replaced) = d.replaced_file(ino.0) {
+                        return d.engine.reopen(c, &replaced, flags.0);
+                    }
+                    match d.any_file_of(ino.0).filter(|_| d.inodes.lost_names_through_mount(ino.0)) {
+                        Some(open) => d.engine.reopen(c, &open.handle, flags.0),
+                        None => Err(e),
+                    }
                 }
-                Err(e) => return Err(e),
-            };
-            let handle = d.engine.open(c, &path, flags.0).map_err(went_stale)?;
-            // The name may lead to another file by now (replaced behind the kernel's back):
-            // the kernel must not take it for this inode.
-            d.check_identity(ino.0, &path, || handle.file.getattr())?;
-            Ok(handle)
+                other => other,
+            }
         };
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| {
             let handle = match result {

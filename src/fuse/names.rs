@@ -22,6 +22,9 @@ impl FuseDoor {
             let _ = self.live_names(ino, others);
         }
         let (ino, displaced) = self.inodes.remember_displacing(path, identity);
+        if let Some(id) = identity {
+            self.replaced.claim(ino, id);
+        }
         if let Some(old) = displaced {
             // The name was taken from another inode: its attributes are suspect as well.
             self.invalidate_attributes(old);
@@ -118,12 +121,20 @@ impl FuseDoor {
                 self.check_identity(ino.0, &p, || Ok(a.clone()))?;
                 Ok((a, p))
             })
-            .or_else(|e| match self.any_file_of(ino.0) {
-                Some(f) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
-                    f.handle.file.getattr().map(|a| (a, f.handle.path.clone()))
+            .or_else(|e| {
+                if !e.is(Errno::ENOENT) && !e.is(Errno::ESTALE) {
+                    return Err(e);
                 }
-                // A file no name leads to and nothing holds open: ESTALE from `node_path`.
-                _ => Err(e),
+                if let Some(f) = self.any_file_of(ino.0) {
+                    return f.handle.file.getattr().map(|a| (a, f.handle.path.clone()));
+                }
+                // A rename through the mount replaced the file just now.
+                if let Some(held) = self.replaced_file(ino.0) {
+                    return held.file.getattr().map(|a| (a, held.path.clone()));
+                }
+                // A file no name leads to and the door holds nothing of: ESTALE from
+                // `node_path` has the kernel look the name up again.
+                Err(e)
             })
     }
 

@@ -135,8 +135,18 @@ impl Backend for SqliteBackend {
 
     fn getattr(&self, path: &str) -> FsResult<Attr> {
         let inner = &self.inner;
-        let node = inner.read_tx(|c| store::resolve_node(c, inner.root, path)).map_err(at(path))?;
-        inner.attr_of(node)
+        let mut vanished = None;
+        for _ in 0..100 {
+            let node = inner.read_tx(|c| store::resolve_node(c, inner.root, path)).map_err(at(path))?;
+            let ino = node.ino;
+            match inner.attr_of(node) {
+                // An open node is read again under its lock, and a rename may have replaced
+                // and deleted it since the walk: the name leads to the new one.
+                Err(e) if e.is(Errno::ENOENT) && vanished != Some(ino) => vanished = Some(ino),
+                attr => return attr.map_err(at(path)),
+            }
+        }
+        Err(FsError::new(Errno::EAGAIN, format!("{path}: replaced faster than it could be read")))
     }
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
@@ -151,8 +161,17 @@ impl Backend for SqliteBackend {
 
     fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
         let inner = &self.inner;
-        let ino = inner.read_tx(|c| store::resolve(c, inner.root, path)).map_err(at(path))?;
-        Ok(Box::new(inner.open_handle(ino).map_err(at(path))?))
+        let mut vanished = None;
+        for _ in 0..100 {
+            let ino = inner.read_tx(|c| store::resolve(c, inner.root, path)).map_err(at(path))?;
+            match inner.open_handle(ino) {
+                // The node went between the lookup and the open: a rename replaced the name
+                // (which never stopped existing) or an unlink removed it. Look it up again.
+                Err(e) if e.is(Errno::ENOENT) && vanished != Some(ino) => vanished = Some(ino),
+                opened => return Ok(Box::new(opened.map_err(at(path))?)),
+            }
+        }
+        Err(FsError::new(Errno::EAGAIN, format!("{path}: replaced faster than it could be opened")))
     }
 
     fn create(

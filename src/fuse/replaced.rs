@@ -1,0 +1,138 @@
+//! Files that a rename replaced (through the mount, or a tool's write), held until the kernel
+//! forgets the inodes it knew them by.
+//!
+//! An `open` races a rename over its name: the kernel may have found the old file's inode just
+//! before the rename and send its `open` just after. On a local filesystem that open gets the
+//! old file. The daemon, which finds files by name, would find the name taken and answer
+//! ESTALE; the kernel then looks the name up again, once, and a program replacing the file in
+//! a loop can win that race again, so that an `open` of a name that never stopped existing
+//! failed. Holding the replaced file (`O_PATH` on host routes: no I/O, no side effects) lets
+//! such an open get it, as on a local filesystem. The kernel drops a replaced inode as soon as
+//! nothing uses it, and the held file goes with it.
+//!
+//! A lookup that started before a tool's rename may give the kernel an inode for the old file
+//! only after the rename (the kernel revalidates cached names without the directory's lock).
+//! So a replaced file that no inode stands for yet waits a moment, unclaimed, for such a lookup
+//! to claim it: at most [`UNCLAIMED`] of them, each for [`CLAIM_WITHIN`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::inodes::{Identity, Inodes};
+use super::FuseDoor;
+use crate::engine::OpenHandle;
+use crate::vpath::VPath;
+
+/// Replaced files held at most: past this, a replacement is not held (its racing opens get
+/// ESTALE and look the name up again).
+const MOST: usize = 4096;
+
+/// Replaced files no inode stood for yet, kept at most.
+const UNCLAIMED: usize = 64;
+
+/// How long a replaced file waits to be claimed by a lookup under way during its rename.
+const CLAIM_WITHIN: Duration = Duration::from_millis(100);
+
+/// The held files, by the kernel's inode number of each.
+#[derive(Default)]
+pub struct ReplacedFiles {
+    held: Mutex<HashMap<u64, Arc<OpenHandle>>>,
+    /// Replaced files no inode stood for yet, oldest first, with when they were replaced.
+    unclaimed: Mutex<VecDeque<(Identity, Instant, Arc<OpenHandle>)>>,
+    /// Whether `unclaimed` may hold anything: lookups check this alone.
+    any_unclaimed: AtomicBool,
+}
+
+impl ReplacedFiles {
+    /// Keeps `file`, whose backend identity is `identity`, for the inode the kernel knows it
+    /// by, if any (and if there is room). Returns that inode.
+    pub fn keep(&self, inodes: &Inodes, identity: Identity, file: Arc<OpenHandle>) -> Option<u64> {
+        let Some(ino) = inodes.ino_by_identity(identity) else {
+            self.wait_for_claim(identity, file);
+            return None;
+        };
+        let mut held = self.held.lock();
+        if held.len() >= MOST && !held.contains_key(&ino) {
+            return None;
+        }
+        held.insert(ino, file);
+        Some(ino)
+    }
+
+    fn wait_for_claim(&self, identity: Identity, file: Arc<OpenHandle>) {
+        let mut unclaimed = self.unclaimed.lock();
+        let now = Instant::now();
+        unclaimed.retain(|(id, at, _)| *id != identity && now.duration_since(*at) < CLAIM_WITHIN);
+        if unclaimed.len() >= UNCLAIMED {
+            unclaimed.pop_front();
+        }
+        unclaimed.push_back((identity, now, file));
+        self.any_unclaimed.store(true, Ordering::Release);
+    }
+
+    /// A lookup gave the kernel inode `ino` for the backend node `identity`: a replaced file
+    /// of that identity waiting to be claimed is held for it.
+    pub fn claim(&self, ino: u64, identity: Identity) {
+        if !self.any_unclaimed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut unclaimed = self.unclaimed.lock();
+        let now = Instant::now();
+        let mut claimed = None;
+        unclaimed.retain(|(id, at, file)| {
+            if *id == identity {
+                claimed = Some(file.clone());
+            }
+            *id != identity && now.duration_since(*at) < CLAIM_WITHIN
+        });
+        self.any_unclaimed.store(!unclaimed.is_empty(), Ordering::Release);
+        drop(unclaimed);
+        if let Some(file) = claimed {
+            self.held.lock().insert(ino, file);
+        }
+    }
+
+    pub fn get(&self, ino: u64) -> Option<Arc<OpenHandle>> {
+        self.held.lock().get(&ino).cloned()
+    }
+
+    pub fn forget(&self, ino: u64) {
+        let mut held = self.held.lock();
+        if !held.is_empty() {
+            held.remove(&ino);
+        }
+    }
+}
+
+impl FuseDoor {
+    /// Where the files replaced by tool writes are kept, for the kernel invalidator (which the
+    /// engine tells of them) to share with the door.
+    pub fn replaced_files(&self) -> Arc<ReplacedFiles> {
+        self.replaced.clone()
+    }
+
+    /// Holds the file at `to` before a rename through the mount replaces it, when the kernel
+    /// knows it (only then can an open race the rename). Returns its inode.
+    pub(super) fn hold_replaced(&self, to: &VPath) -> Option<u64> {
+        self.inodes.ino_of(to)?;
+        let held = self.engine.hold(to).ok()?;
+        let identity = self.engine.identity(to, &held.file.getattr().ok()?)?;
+        self.replaced.keep(&self.inodes, identity, Arc::new(held))
+    }
+
+    /// The rename did not happen: what [`FuseDoor::hold_replaced`] held goes.
+    pub(super) fn release_replaced(&self, held: Option<u64>) {
+        if let Some(ino) = held {
+            self.replaced.forget(ino);
+        }
+    }
+
+    /// The replaced file inode `ino` stood for, if the daemon holds it.
+    pub(super) fn replaced_file(&self, ino: u64) -> Option<Arc<OpenHandle>> {
+        self.replaced.get(ino)
+    }
+}
