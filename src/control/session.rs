@@ -9,17 +9,20 @@ use crate::backend::Attr;
 use crate::vpath::VPath;
 
 /// What identifies one state of a file's content, as far as the session can tell: any write
-/// through either door changes the mtime or the size (or the node, for atomic replaces).
+/// through either door changes the mtime or the size (or the node, for atomic replaces), and
+/// the ctime, which no program can set back (`touch -r` or `rsync -t` restore an mtime after
+/// changing the content; a change of mode or owner makes a read needed too, which is safe).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Version {
     pub ino: u64,
     pub size: u64,
     pub mtime: SystemTime,
+    pub ctime: SystemTime,
 }
 
 impl Version {
     pub fn of(attr: &Attr) -> Version {
-        Version { ino: attr.ino, size: attr.size, mtime: attr.mtime }
+        Version { ino: attr.ino, size: attr.size, mtime: attr.mtime, ctime: attr.ctime }
     }
 }
 

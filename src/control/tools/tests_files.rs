@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::audit::Audit;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{Backend, Caller, SetAttr};
+use crate::backend::{Backend, Caller, SetAttr, TimeSet};
 use crate::control::session::{Observation, Session, Version};
 use crate::control::tools::common::{char_len, py_repr, MAX_CHARS, TRUNCATION_GUIDANCE};
 use crate::control::tools::{
@@ -625,6 +625,27 @@ fn edit_file_requires_reading_the_current_version() {
     // Deviation 5 holds either way.
     let same = json!({"file_path": "/e.txt", "old_string": "beta", "new_string": "beta"});
     off.fails(&edit_file::SPEC, same, "Error: new_string must differ from old_string", "FS_INVALID_ARGUMENT");
+}
+
+/// A change of content that kept the size and set the mtime back (`touch -r`, `rsync -t`) is
+/// still a change: the ctime moved.
+#[test]
+fn a_change_with_its_mtime_set_back_is_still_stale() {
+    let fx = Fx::new(vec![]);
+    fx.put("/e.txt", b"alpha\n");
+    fx.ok(&read_file::SPEC, read("/e.txt"));
+    let probe = fx.engine.gate.probe(&p("/e.txt"));
+    let before = fx.engine.router.getattr(&probe).unwrap();
+    fx.put("/e.txt", b"omega\n");
+    let back = SetAttr { mtime: Some(TimeSet::At(before.mtime)), ..SetAttr::default() };
+    let after = fx.engine.router.setattr(&probe, &back).unwrap();
+    assert_eq!((after.size, after.mtime), (before.size, before.mtime));
+    fx.fails(
+        &edit_file::SPEC,
+        json!({"file_path": "/e.txt", "old_string": "omega", "new_string": "beta"}),
+        "Error: '/e.txt' changed since it was read; re-read the file, then retry",
+        "FS_STALE_VERSION",
+    );
 }
 
 /// A read that showed nothing of the file (no lines, or an offset past its end) is no read.
