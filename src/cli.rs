@@ -31,9 +31,14 @@ struct Cli {
 /// How to reach the daemon, shared by every client command.
 #[derive(Args, Clone)]
 struct Remote {
-    /// The control socket [default: $AGENTVFS_SOCKET, else the default config's socket].
+    /// The control socket [default: --config's, else $AGENTVFS_SOCKET, else the default
+    /// config's socket].
     #[arg(long, value_name = "S")]
     socket: Option<PathBuf>,
+    /// The daemon's config file, to take its control socket from (`explain`: the rules to
+    /// explain, without asking a daemon).
+    #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+    config: Option<PathBuf>,
     /// Print the daemon's JSON answer instead of text.
     #[arg(long)]
     json: bool,
@@ -57,8 +62,6 @@ enum Command {
     /// Show the decision for one operation on one path, and the rule that made it
     /// (from --config, else from the running daemon, else from the embedded default).
     Explain {
-        #[arg(long, conflicts_with = "socket")]
-        config: Option<PathBuf>,
         #[command(flatten)]
         remote: Remote,
         /// `read` or `write`.
@@ -124,9 +127,13 @@ enum Command {
     },
     /// Bridge MCP over stdio to the daemon's socket (for MCP clients that launch servers).
     Mcp {
-        /// The control socket [default: $AGENTVFS_SOCKET, else the default config's socket].
+        /// The control socket [default: --config's, else $AGENTVFS_SOCKET, else the default
+        /// config's socket].
         #[arg(long, value_name = "S")]
         socket: Option<PathBuf>,
+        /// The daemon's config file, to take its control socket from.
+        #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -151,20 +158,24 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The socket to use: `--socket`, then `$AGENTVFS_SOCKET`, then the default config's.
-fn socket_path(flag: Option<&PathBuf>) -> PathBuf {
+/// The socket to use: `--socket`, then the one `--config` names, then `$AGENTVFS_SOCKET`,
+/// then the default config's.
+fn socket_path(flag: Option<&PathBuf>, config: Option<&PathBuf>) -> Result<PathBuf> {
     if let Some(path) = flag {
-        return path.clone();
+        return Ok(path.clone());
     }
-    match std::env::var_os("AGENTVFS_SOCKET") {
+    if let Some(config) = config {
+        return Ok(Config::load(config)?.socket);
+    }
+    Ok(match std::env::var_os("AGENTVFS_SOCKET") {
         Some(path) if !path.is_empty() => PathBuf::from(path),
         _ => crate::config::default_socket(),
-    }
+    })
 }
 
 impl Remote {
     fn call(&self, method: &str, params: Option<Value>) -> Result<Value> {
-        let path = socket_path(self.socket.as_ref());
+        let path = socket_path(self.socket.as_ref(), self.config.as_ref())?;
         let mut client = Client::connect(&path)?;
         Ok(client.call(method, params)?)
     }
@@ -209,7 +220,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Explain { config, remote, operation, path } => {
+        Command::Explain { remote, operation, path } => {
+            let config = remote.config.clone();
             let params = json!({"operation": operation, "path": path});
             let result = if config.is_none() && remote.socket.is_some() {
                 remote.call("vfs/explain", Some(params))?
@@ -300,7 +312,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Interrupts { remote, watch } => {
-            let path = socket_path(remote.socket.as_ref());
+            let path = socket_path(remote.socket.as_ref(), remote.config.as_ref())?;
             interrupts::show(&mut Client::connect(&path)?, watch, remote.json)
         }
         Command::Approve { remote, id, scope } => {
@@ -311,7 +323,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let params = json!({"id": id, "decision": "reject", "message": reason});
             interrupts::resolved(&remote.call("interrupts/resolve", Some(params))?, remote.json)
         }
-        Command::Mcp { socket } => mcp_bridge(&socket_path(socket.as_ref())),
+        Command::Mcp { socket, config } => mcp_bridge(&socket_path(socket.as_ref(), config.as_ref())?),
     }
 }
 

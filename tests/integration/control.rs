@@ -431,6 +431,10 @@ fn status_paths_and_tools_from_the_cli() {
 
     let status: Value = serde_json::from_str(&cli_ok(&["status", "--socket", &socket, "--json"])).unwrap();
     assert_eq!(status["mountpoint"], json!(mount));
+    // The daemon's config file names the socket too.
+    let config = f.config_path().display().to_string();
+    let by_config: Value = serde_json::from_str(&cli_ok(&["status", "--config", &config, "--json"])).unwrap();
+    assert_eq!(by_config["pid"], status["pid"]);
     assert_eq!(status["rules"], json!(1));
     assert_eq!(status["routes"][1], json!({"path": "/host", "backend": "host", "location": f.host_root}));
     for key in
