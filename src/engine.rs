@@ -346,7 +346,6 @@ impl Engine {
         let serial = TEMPORARY_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!(".{}.agentvfs-{}-{serial}.tmp", path.name(), std::process::id());
         let temporary = permit.temporary_sibling(&name).ok_or_else(|| FsError::errno(Errno::EISDIR))?;
-
         let (attr, file) = self.router.create(&temporary, mode, libc::O_WRONLY, &ctx.caller)?;
         let written = (|| {
             if let Some((uid, gid)) = owner.filter(|&(uid, gid)| (uid, gid) != (attr.uid, attr.gid)) {
@@ -365,7 +364,7 @@ impl Engine {
         })();
         drop(file);
         // The file being replaced, for opens that race the rename (see ChangeObserver).
-        let replacing = self.observer.get().and_then(|observer| {
+        let replacing = self.observer.get().filter(|_| written.is_ok()).and_then(|observer| {
             let old = self.hold(path).ok()?;
             let identity = self.identity(path, &old.file.getattr().ok()?)?;
             let old = Arc::new(old);
