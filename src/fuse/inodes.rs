@@ -71,6 +71,9 @@ struct Tables {
     /// Inodes that lost a name behind the kernel's back (found stale by the door), until the
     /// kernel forgets them: the kernel may still hold that name. Rare, so kept apart.
     went_stale: HashSet<u64>,
+    /// Inodes whose last name an unlink through the mount removed (not a rename's
+    /// replacement), until the kernel forgets them.
+    deleted: HashSet<u64>,
 }
 
 pub struct Inodes {
@@ -131,6 +134,12 @@ impl Inodes {
     pub fn lost_names_through_mount(&self, ino: u64) -> bool {
         let tables = self.tables.read();
         tables.by_ino.get(&ino).is_some_and(|node| node.paths.is_empty()) && !tables.went_stale.contains(&ino)
+    }
+
+    /// [`Inodes::lost_names_through_mount`], the last name by an unlink: the name is gone (a
+    /// rename's replacement leaves the name there, leading to another file).
+    pub fn deleted_through_mount(&self, ino: u64) -> bool {
+        self.lost_names_through_mount(ino) && self.tables.read().deleted.contains(&ino)
     }
 
     /// Whether an inode still has a name (unknown inodes have none).
@@ -238,6 +247,7 @@ impl Inodes {
                 }
             }
             tables.went_stale.remove(&ino);
+            tables.deleted.remove(&ino);
         }
         drop(tables);
         if left == 0 {
@@ -246,18 +256,23 @@ impl Inodes {
         left == 0
     }
 
-    /// The name at `path` is gone (unlink, rmdir, or replaced by a rename).
+    /// The name at `path` is gone (unlink, rmdir).
     pub fn removed(&self, path: &VPath) {
         let mut tables = self.tables.write();
-        Self::unlink_path(&mut tables, path);
-    }
-
-    fn unlink_path(tables: &mut Tables, path: &VPath) {
-        if let Some(ino) = tables.by_path.remove(path) {
-            if let Some(node) = tables.by_ino.get_mut(&ino) {
-                node.paths.retain(|p| p != path);
+        if let Some(ino) = Self::unlink_path(&mut tables, path) {
+            if tables.by_ino.get(&ino).is_some_and(|node| node.paths.is_empty()) {
+                tables.deleted.insert(ino);
             }
         }
+    }
+
+    /// Removes `path` from the tables; returns the inode it named.
+    fn unlink_path(tables: &mut Tables, path: &VPath) -> Option<u64> {
+        let ino = tables.by_path.remove(path)?;
+        if let Some(node) = tables.by_ino.get_mut(&ino) {
+            node.paths.retain(|p| p != path);
+        }
+        Some(ino)
     }
 
     fn entries_under(tables: &Tables, root: &VPath) -> Vec<(VPath, u64)> {
@@ -385,7 +400,7 @@ mod tests {
         assert!(!t.lost_names_through_mount(a));
         t.removed(&p("/x/b"));
         assert_eq!(t.path(a).unwrap_err().errno, Errno::ENOENT);
-        assert!(t.lost_names_through_mount(a));
+        assert!(t.lost_names_through_mount(a) && t.deleted_through_mount(a));
         // A recycled backend identity does not revive a node whose names are gone.
         assert_ne!(t.remember(&p("/x/c"), Some((1, 9))), a);
     }
@@ -428,7 +443,7 @@ mod tests {
         let d = t.remember(&p("/d"), Some((0, 8)));
         t.remember(&p("/e"), Some((0, 9)));
         t.renamed(&p("/e"), &p("/d"));
-        assert!(t.lost_names_through_mount(d));
+        assert!(t.lost_names_through_mount(d) && !t.deleted_through_mount(d), "/d leads to the other file");
     }
 
     #[test]

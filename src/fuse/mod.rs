@@ -410,7 +410,7 @@ impl Filesystem for FuseDoor {
                     }
                     match d.any_file_of(ino.0).filter(|_| d.inodes.lost_names_through_mount(ino.0)) {
                         Some(open) => d.engine.reopen(c, &open.handle, flags.0),
-                        None => Err(e),
+                        None => d.gone(ino.0, e),
                     }
                 }
                 other => other,

@@ -132,10 +132,23 @@ impl FuseDoor {
                 if let Some(held) = self.replaced_file(ino.0) {
                     return held.file.getattr().map(|a| (a, held.path.clone()));
                 }
-                // A file no name leads to and the door holds nothing of: ESTALE from
-                // `node_path` has the kernel look the name up again.
-                Err(e)
+                self.gone(ino.0, e)
             })
+    }
+
+    /// The answer for a file no name leads to that the door holds nothing of. Deleted by an
+    /// unlink through the mount, which the kernel saw: the caller found the name before it
+    /// went, and the name is gone (ENOENT, what an `open` or `stat` racing an `unlink` may get
+    /// on any filesystem). Otherwise the name leads elsewhere now (replaced by a rename, or
+    /// changed behind the kernel's back), and `e` (ESTALE) has the kernel look it up again.
+    /// (ESTALE for a deleted name would be retried once too, but a program deleting and
+    /// recreating the name in a loop can make the retry meet a deleted file again.)
+    pub(super) fn gone<T>(&self, ino: u64, e: FsError) -> FsResult<T> {
+        if self.inodes.deleted_through_mount(ino) {
+            Err(FsError::new(Errno::ENOENT, "the file was deleted"))
+        } else {
+            Err(e)
+        }
     }
 
     /// How long the kernel may keep attributes of inode `ino` it reached by `path`. An inode
