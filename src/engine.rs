@@ -312,11 +312,13 @@ impl Engine {
     }
 
     /// Holds the file at `path` for the daemon's own use, without opening it for reading or
-    /// writing (`O_PATH` on host routes), so that it outlives its name. Nothing reaches its
-    /// content but [`Engine::reopen`], which the gate judges.
-    pub fn hold(&self, path: &VPath) -> FsResult<OpenHandle> {
-        let file = self.router.open(&self.gate.probe(path), libc::O_PATH)?;
-        Ok(OpenHandle { path: path.clone(), file, writable: false })
+    /// writing (`O_PATH` on host routes), so that it outlives its name; with its identity.
+    /// Nothing reaches its content but [`Engine::reopen`], which the gate judges. `None` when
+    /// there is no file there.
+    pub fn hold(&self, path: &VPath) -> Option<((u32, u64), Arc<OpenHandle>)> {
+        let file = self.router.open(&self.gate.probe(path), libc::O_PATH).ok()?;
+        let identity = self.identity(path, &file.getattr().ok()?)?;
+        Some((identity, Arc::new(OpenHandle { path: path.clone(), file, writable: false })))
     }
 
     pub fn create(&self, ctx: &Ctx, path: &VPath, mode: u32, flags: i32) -> FsResult<(Attr, OpenHandle)> {
@@ -365,9 +367,7 @@ impl Engine {
         drop(file);
         // The file being replaced, for opens that race the rename (see ChangeObserver).
         let replacing = self.observer.get().filter(|_| written.is_ok()).and_then(|observer| {
-            let old = self.hold(path).ok()?;
-            let identity = self.identity(path, &old.file.getattr().ok()?)?;
-            let old = Arc::new(old);
+            let (identity, old) = self.hold(path)?;
             observer.replacing(identity, &old);
             Some((observer, identity, old))
         });

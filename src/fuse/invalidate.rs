@@ -1,6 +1,7 @@
 //! Keeping the kernel's caches of the mount honest when something changes behind its back
 //! (a tool call, a rule reload): the affected names and inodes are invalidated through
-//! fuser's `Notifier`.
+//! fuser's `Notifier`, and the files a tool's write replaces go to the door
+//! ([`crate::fuse::replaced`]).
 
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -405,13 +405,11 @@ impl Filesystem for FuseDoor {
                 // (the kernel came by a descriptor's `/proc/PID/fd/N`), the file itself is
                 // opened anew, through what the door holds of it, as a local filesystem would.
                 Err(e) if e.is(Errno::ESTALE) => {
-                    if let Some(replaced) = d.replaced_file(ino.0) {
-                        return d.engine.reopen(c, &replaced, flags.0);
-                    }
-                    match d.any_file_of(ino.0).filter(|_| d.inodes.lost_names_through_mount(ino.0)) {
-                        Some(open) => d.engine.reopen(c, &open.handle, flags.0),
-                        None => d.gone(ino.0, e),
-                    }
+                    // An open handle is the file only when the kernel holds no stale name
+                    // for it, which would lead elsewhere now.
+                    let open_handles = d.inodes.lost_names_through_mount(ino.0);
+                    d.with_held_file(ino.0, open_handles, |held| d.engine.reopen(c, held, flags.0))
+                        .unwrap_or_else(|| d.gone(ino.0, e))
                 }
                 other => other,
             }

@@ -125,14 +125,10 @@ impl FuseDoor {
                 if !e.is(Errno::ENOENT) && !e.is(Errno::ESTALE) {
                     return Err(e);
                 }
-                if let Some(f) = self.any_file_of(ino.0) {
-                    return f.handle.file.getattr().map(|a| (a, f.handle.path.clone()));
-                }
-                // A rename through the mount replaced the file just now.
-                if let Some(held) = self.replaced_file(ino.0) {
-                    return held.file.getattr().map(|a| (a, held.path.clone()));
-                }
-                self.gone(ino.0, e)
+                // A handle open on the file (`fstat` after its name went), or the file a rename
+                // through the mount replaced just now.
+                self.with_held_file(ino.0, true, |h| h.file.getattr().map(|a| (a, h.path.clone())))
+                    .unwrap_or_else(|| self.gone(ino.0, e))
             })
     }
 

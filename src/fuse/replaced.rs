@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use super::inodes::{Identity, Inodes};
 use super::FuseDoor;
 use crate::engine::OpenHandle;
+use crate::error::FsResult;
 use crate::vpath::VPath;
 
 /// Replaced files held at most: past this, a replacement is not held (its racing opens get
@@ -119,9 +120,8 @@ impl FuseDoor {
     /// knows it (only then can an open race the rename). Returns its inode.
     pub(super) fn hold_replaced(&self, to: &VPath) -> Option<u64> {
         self.inodes.ino_of(to)?;
-        let held = self.engine.hold(to).ok()?;
-        let identity = self.engine.identity(to, &held.file.getattr().ok()?)?;
-        self.replaced.keep(&self.inodes, identity, Arc::new(held))
+        let (identity, held) = self.engine.hold(to)?;
+        self.replaced.keep(&self.inodes, identity, held)
     }
 
     /// The rename did not happen: what [`FuseDoor::hold_replaced`] held goes.
@@ -131,8 +131,19 @@ impl FuseDoor {
         }
     }
 
-    /// The replaced file inode `ino` stood for, if the daemon holds it.
-    pub(super) fn replaced_file(&self, ino: u64) -> Option<Arc<OpenHandle>> {
-        self.replaced.get(ino)
+    /// Runs `use_it` on what the door still holds of inode `ino`'s file once no name leads to
+    /// it: the file a rename replaced, or (with `open_handles`) a handle open on it. `None`
+    /// when it holds nothing.
+    pub(super) fn with_held_file<T>(
+        &self,
+        ino: u64,
+        open_handles: bool,
+        use_it: impl FnOnce(&OpenHandle) -> FsResult<T>,
+    ) -> Option<FsResult<T>> {
+        if let Some(replaced) = self.replaced.get(ino) {
+            return Some(use_it(&replaced));
+        }
+        let open = self.any_file_of(ino).filter(|_| open_handles)?;
+        Some(use_it(&open.handle))
     }
 }

@@ -238,7 +238,12 @@ pub fn open_files(fx: &Fixture) -> u64 {
 /// Waits (up to 3 s) for `check` to hold: for what the daemon or the kernel does shortly
 /// after a call returns.
 pub fn soon(what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(3);
+    within(what, Duration::from_secs(3), check)
+}
+
+/// Waits up to `limit` for `check` to hold.
+pub fn within(what: &str, limit: Duration, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
     while !check() {
         assert!(Instant::now() < deadline, "not seen in time: {what}");
         std::thread::sleep(Duration::from_millis(10));

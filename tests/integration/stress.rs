@@ -1,10 +1,15 @@
 //! Concurrency: several shells writing, renaming and deleting at once, through the mount,
-//! must leave the same tree as the same script run on a plain directory.
+//! must leave the same tree as the same script run on a plain directory; both doors at once
+//! must agree with a model; opens racing replacements must never fail.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::harness::{sh, sh_ok, Fixture, ROUTES};
+use agentvfs::control::client::Client;
+use serde_json::json;
+
+use crate::harness::{call_tool, sh, sh_ok, Fixture, ROUTES};
 
 /// Each worker churns its own files and a shared directory; the final tree is deterministic.
 const WORKER: &str = r#"
@@ -88,13 +93,6 @@ const FILES: usize = 3;
 /// version of every file, and no temporary file is left.
 #[test]
 fn both_doors_at_once_agree_with_a_model() {
-    use std::collections::HashMap;
-
-    use agentvfs::control::client::Client;
-    use serde_json::json;
-
-    use crate::harness::call_tool;
-
     let fx = Fixture::new("");
     let socket = fx.scratch.path().join("agentvfs.sock");
     for route in ROUTES {
@@ -232,11 +230,6 @@ fn both_doors_at_once_agree_with_a_model() {
 /// this thread opens and reads them.
 #[test]
 fn opens_racing_replacements_never_fail() {
-    use agentvfs::control::client::Client;
-    use serde_json::json;
-
-    use crate::harness::call_tool;
-
     let fx = Fixture::new("");
     let socket = fx.scratch.path().join("agentvfs.sock");
     for route in ROUTES {

@@ -194,15 +194,11 @@ fn ring_threads_yield_their_cpu_yet_a_busy_cpu_does_not_stall_them() {
     assert_eq!(policies.len() as u64, before["fuse_ring_queues"].as_u64().unwrap(), "{policies:?}");
     // Other tests may keep the CPUs busy while this daemon starts, and its guard may have
     // promoted a ring thread already: each promotion is held for 2 s at most.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let policies = ring_thread_policies(pid);
-        if policies.iter().all(|(_, policy)| *policy == libc::SCHED_IDLE) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{policies:?}");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    crate::harness::within(
+        "every ring thread back in the idle class",
+        std::time::Duration::from_secs(10),
+        || ring_thread_policies(pid).iter().all(|(_, policy)| *policy == libc::SCHED_IDLE),
+    );
 
     // With every CPU kept busy, a caller's requests still get their ring thread's CPU: the
     // guard moves a stalled ring thread to the normal class. (Without it, each of these

@@ -57,6 +57,29 @@ impl Spec<'_> {
 }
 
 impl SqliteBackend {
+    /// Resolves `path` in a read transaction (`resolve`), then runs `then` on what it found
+    /// outside it. When the node went in between (`then` says ENOENT for it: a rename replaced
+    /// the name, which never stopped existing, or an unlink removed it), the name is looked up
+    /// again, instead of answering ENOENT for a name that may lead to another node now.
+    fn resolved_again<N, T>(
+        &self,
+        path: &str,
+        resolve: impl Fn(&Ctx<'_>) -> FsResult<N>,
+        ino_of: impl Fn(&N) -> u64,
+        mut then: impl FnMut(N) -> FsResult<T>,
+    ) -> FsResult<T> {
+        let mut vanished = None;
+        for _ in 0..100 {
+            let found = self.inner.read_tx(&resolve).map_err(at(path))?;
+            let ino = ino_of(&found);
+            match then(found) {
+                Err(e) if e.is(Errno::ENOENT) && vanished != Some(ino) => vanished = Some(ino),
+                result => return result.map_err(at(path)),
+            }
+        }
+        Err(FsError::new(Errno::EAGAIN, format!("{path}: replaced faster than it could be reached")))
+    }
+
     /// Creates a node at `path`. When `register` is given (a file being created and opened),
     /// its state is put in the registry before the commit, so no unlink can delete the rows
     /// between the commit and the handle's existence.
@@ -135,18 +158,13 @@ impl Backend for SqliteBackend {
 
     fn getattr(&self, path: &str) -> FsResult<Attr> {
         let inner = &self.inner;
-        let mut vanished = None;
-        for _ in 0..100 {
-            let node = inner.read_tx(|c| store::resolve_node(c, inner.root, path)).map_err(at(path))?;
-            let ino = node.ino;
-            match inner.attr_of(node) {
-                // An open node is read again under its lock, and a rename may have replaced
-                // and deleted it since the walk: the name leads to the new one.
-                Err(e) if e.is(Errno::ENOENT) && vanished != Some(ino) => vanished = Some(ino),
-                attr => return attr.map_err(at(path)),
-            }
-        }
-        Err(FsError::new(Errno::EAGAIN, format!("{path}: replaced faster than it could be read")))
+        // An open node is read again under its lock.
+        self.resolved_again(
+            path,
+            |c| store::resolve_node(c, inner.root, path),
+            |n| n.ino,
+            |n| inner.attr_of(n),
+        )
     }
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
@@ -161,17 +179,13 @@ impl Backend for SqliteBackend {
 
     fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
         let inner = &self.inner;
-        let mut vanished = None;
-        for _ in 0..100 {
-            let ino = inner.read_tx(|c| store::resolve(c, inner.root, path)).map_err(at(path))?;
-            match inner.open_handle(ino) {
-                // The node went between the lookup and the open: a rename replaced the name
-                // (which never stopped existing) or an unlink removed it. Look it up again.
-                Err(e) if e.is(Errno::ENOENT) && vanished != Some(ino) => vanished = Some(ino),
-                opened => return Ok(Box::new(opened.map_err(at(path))?)),
-            }
-        }
-        Err(FsError::new(Errno::EAGAIN, format!("{path}: replaced faster than it could be opened")))
+        let file = self.resolved_again(
+            path,
+            |c| store::resolve(c, inner.root, path),
+            |&ino| ino,
+            |ino| inner.open_handle(ino),
+        )?;
+        Ok(Box::new(file))
     }
 
     fn create(
