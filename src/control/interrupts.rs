@@ -117,10 +117,21 @@ pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<
         command: String::new(),
         tool: Some((name.to_string(), args.clone())),
     };
-    approvals.submit(request, None, Box::new(move |id, outcome| drop(tx.send((id, outcome)))));
+    let submitted =
+        approvals.submit(request, None, Box::new(move |id, outcome| drop(tx.send((id, outcome)))));
+    // The connection withdraws the ticket if its client goes away; if it already went, the
+    // ticket is withdrawn here.
+    if let Some(id) = submitted {
+        if !env.session.wait_on(id) {
+            approvals.withdraw(id);
+        }
+    }
     // The sweeper answers at the deadline; the margin only guards against its absence.
     let (id, outcome) =
         rx.recv_timeout(approvals.timeout() + Duration::from_secs(5)).unwrap_or((0, Outcome::TimedOut));
+    if let Some(id) = submitted {
+        env.session.done_waiting(id);
+    }
     Some(match outcome {
         Outcome::Decided(Decision::Approve(_)) => run_approved(env, &approvals, id, name, args),
         Outcome::Decided(Decision::Edit(edited)) => {
@@ -147,7 +158,11 @@ pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<
             ErrorCode::InterruptRejected,
             format!("Error: the daemon is stopping; the tool call for `{name}` was not executed."),
         ),
-        Outcome::Overloaded | Outcome::CallerGone => ToolOutput::error(
+        Outcome::CallerGone => ToolOutput::error(
+            ErrorCode::InterruptRejected,
+            format!("Error: the client that made the tool call for `{name}` disconnected before it was approved. The tool was not executed."),
+        ),
+        Outcome::Overloaded => ToolOutput::error(
             ErrorCode::InterruptRejected,
             format!("Error: the tool call for `{name}` needs approval, but too many approvals are pending. The tool was not executed."),
         ),

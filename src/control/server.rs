@@ -29,6 +29,8 @@ const MAX_CONNECTIONS: usize = 1024;
 /// A client that stops reading its replies for this long is disconnected, so it cannot pin
 /// the threads that answer it.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a half-closed connection whose requests still run is checked for a full close.
+const HANGUP_POLL: Duration = Duration::from_millis(50);
 
 /// The socket file we created, known by its inode so that shutting down never removes a
 /// file someone else has put in its place.
@@ -315,6 +317,25 @@ impl InFlight {
             self.done.wait(&mut count);
         }
     }
+
+    /// Waits up to `limit` for no request to be running; whether none is.
+    fn wait_idle_for(&self, limit: Duration) -> bool {
+        let mut count = self.count.lock();
+        if *count > 0 {
+            self.done.wait_for(&mut count, limit);
+        }
+        *count == 0
+    }
+}
+
+/// Whether the peer closed the connection for good, not just its sending side: a Unix stream
+/// socket reports POLLHUP once neither end can send to the other (the peer closed it, or a
+/// failed reply shut it down), and an error when the peer closed with replies unread.
+fn hung_up(fd: RawFd) -> bool {
+    let mut pollfd = libc::pollfd { fd, events: 0, revents: 0 };
+    // SAFETY: one valid, initialised pollfd; a zero timeout does not block.
+    let n = unsafe { libc::poll(&mut pollfd, 1, 0) };
+    n > 0 && pollfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
 fn connection(shared: Arc<Shared>, stream: UnixStream) {
@@ -366,14 +387,18 @@ fn connection(shared: Arc<Shared>, stream: UnixStream) {
 }
 
 /// Reads requests until the peer closes its side, then waits for the requests still running
-/// so their replies go out (a client may half-close after its last request).
+/// so their replies go out (a client may half-close after its last request). A peer that
+/// closed the whole connection reads no replies: the approvals its tool calls wait on are
+/// withdrawn, so that no later approval runs a call nobody waits for.
 fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer: UnixStream) {
     let writer = Arc::new(Writer { stream: Mutex::new(writer) });
     let session = Arc::new(Session::new(shared.state.config.observation));
     let in_flight = Arc::new(InFlight { count: Mutex::new(0), done: Condvar::new() });
+    let fd = reader.as_raw_fd();
     let mut lines = LineReader::new(reader, proto::MAX_LINE);
     let approvals = shared.state.engine.gate.approvals.clone();
     let mut subscriptions = Vec::new();
+    let mut gone = false;
     loop {
         let line = match lines.read_line() {
             Ok(Line::Complete(line)) => line,
@@ -386,6 +411,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
             Ok(Line::Eof) => break,
             Err(e) => {
                 tracing::debug!("control connection read failed: {e}");
+                gone = true;
                 break;
             }
         };
@@ -450,5 +476,15 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
     for subscription in subscriptions {
         approvals.unsubscribe(subscription);
     }
-    in_flight.wait_idle();
+    // After a half-close the replies are still wanted, but the peer may close meanwhile.
+    gone = gone || hung_up(fd);
+    while !gone && !in_flight.wait_idle_for(HANGUP_POLL) {
+        gone = hung_up(fd);
+    }
+    if gone {
+        for id in session.close() {
+            approvals.withdraw(id);
+        }
+        in_flight.wait_idle();
+    }
 }

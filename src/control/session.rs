@@ -1,4 +1,5 @@
-//! One control connection's memory: what it has read (for read-before-write) and settings.
+//! One control connection's memory: what it has read (for read-before-write), settings, and
+//! the approvals its tool calls wait on (withdrawn when the client goes away).
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -6,6 +7,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 use crate::backend::Attr;
+use crate::policy::approvals::ApprovalId;
 use crate::vpath::VPath;
 
 /// What identifies one state of a file's content, as far as the session can tell: any write
@@ -36,11 +38,42 @@ pub enum Observation {
 pub struct Session {
     pub observation: Observation,
     observed: Mutex<HashMap<VPath, Version>>,
+    waiting: Mutex<Waiting>,
+}
+
+/// The tickets this connection's calls wait on, and whether its client is gone.
+#[derive(Default)]
+struct Waiting {
+    closed: bool,
+    tickets: Vec<ApprovalId>,
 }
 
 impl Session {
     pub fn new(observation: Observation) -> Session {
-        Session { observation, observed: Mutex::new(HashMap::new()) }
+        Session { observation, observed: Mutex::new(HashMap::new()), waiting: Mutex::default() }
+    }
+
+    /// Records that a call of this connection waits on ticket `id`. False when the client is
+    /// already gone: nobody will read the answer, so the caller withdraws the ticket itself.
+    pub fn wait_on(&self, id: ApprovalId) -> bool {
+        let mut waiting = self.waiting.lock();
+        if !waiting.closed {
+            waiting.tickets.push(id);
+        }
+        !waiting.closed
+    }
+
+    /// The call waiting on `id` has its answer.
+    pub fn done_waiting(&self, id: ApprovalId) {
+        self.waiting.lock().tickets.retain(|t| *t != id);
+    }
+
+    /// The client is gone: returns the tickets to withdraw (each once), and [`Session::wait_on`]
+    /// refuses from now on.
+    pub fn close(&self) -> Vec<ApprovalId> {
+        let mut waiting = self.waiting.lock();
+        waiting.closed = true;
+        std::mem::take(&mut waiting.tickets)
     }
 
     /// Records that this session has seen `path` at `version` (a read, or its own write).

@@ -27,6 +27,9 @@ pub const MAX_PENDING: usize = 1024;
 /// How often the sweeper looks for expired tickets and callers that died.
 const SWEEP_EVERY: Duration = Duration::from_millis(200);
 
+/// How many ended tickets are remembered, so that resolving one says how it ended.
+const ENDED_KEPT: usize = 4 * MAX_PENDING;
+
 /// What the engine hands a door when the gate wants a human: the refusal and the syscall
 /// or tool operation that met it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,7 +90,8 @@ impl Decision {
 pub enum Outcome {
     Decided(Decision),
     TimedOut,
-    /// The calling process exited while it waited.
+    /// Nobody waits for the answer any more: the calling process exited, or the client of
+    /// the tool call disconnected ([`Approvals::withdraw`]).
     CallerGone,
     /// Refused at once: too many approvals pending.
     Overloaded,
@@ -131,6 +135,17 @@ struct Inner {
     covers: HashMap<ApprovalId, Cover>,
     grants: Vec<Grant>,
     subscribers: Vec<(u64, Arc<Subscriber>)>,
+    /// How recently ended tickets ended (the newest [`ENDED_KEPT`]), for `resolve`'s error.
+    ended: BTreeMap<ApprovalId, String>,
+}
+
+impl Inner {
+    fn ended(&mut self, id: ApprovalId, how: String) {
+        self.ended.insert(id, how);
+        while self.ended.len() > ENDED_KEPT {
+            self.ended.pop_first();
+        }
+    }
 }
 
 pub struct Approvals {
@@ -221,9 +236,15 @@ impl Approvals {
         self.inner.lock().pending.len()
     }
 
-    /// Opens a ticket; the waiter is told the outcome exactly once. `inherit` names the
-    /// approval under which the operation was re-running, whose pairs the new one keeps.
-    pub fn submit(&self, request: Request, inherit: Option<ApprovalId>, waiter: Waiter) {
+    /// Opens a ticket and returns its id; the waiter is told the outcome exactly once.
+    /// `inherit` names the approval under which the operation was re-running, whose pairs the
+    /// new one keeps. `None` when too many are pending (the waiter was told so already).
+    pub fn submit(
+        &self,
+        request: Request,
+        inherit: Option<ApprovalId>,
+        waiter: Waiter,
+    ) -> Option<ApprovalId> {
         let mut inner = self.inner.lock();
         if inner.pending.len() >= self.max_pending {
             drop(inner);
@@ -235,7 +256,8 @@ impl Approvals {
                 self.max_pending
             );
             self.record(&request, "interrupt-overloaded", "");
-            return waiter(0, Outcome::Overloaded);
+            waiter(0, Outcome::Overloaded);
+            return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let inherited = match inherit.and_then(|i| inner.covers.get(&i)) {
@@ -258,6 +280,7 @@ impl Approvals {
         let subscribers = inner.subscribers.clone();
         drop(inner);
         self.notify(subscribers, json!({"event": "created", "interrupt": view}));
+        Some(id)
     }
 
     /// The pending approvals, oldest first.
@@ -269,7 +292,10 @@ impl Approvals {
     pub fn resolve(&self, id: ApprovalId, decision: Decision, by: &str) -> Result<Value, String> {
         let mut inner = self.inner.lock();
         let Some(ticket) = inner.pending.get(&id) else {
-            return Err(format!("no pending approval #{id} (it was resolved, expired, or never existed)"));
+            return Err(match inner.ended.get(&id) {
+                Some(how) => format!("approval #{id} is no longer pending: {how}"),
+                None => format!("no pending approval #{id} (it was resolved, expired, or never existed)"),
+            });
         };
         let is_tool = ticket.request.tool.is_some();
         if matches!(decision, Decision::Edit(_) | Decision::Respond(_)) && !is_tool {
@@ -297,6 +323,7 @@ impl Approvals {
                 }
             }
         }
+        inner.ended(id, format!("it was already answered ({} by {by})", decision.name()));
         let mut view = describe(id, &ticket);
         view["decision"] = json!(decision.name());
         view["resolved_by"] = json!(by);
@@ -367,7 +394,7 @@ impl Approvals {
 
     fn sweep_with(&self, cancel: bool) {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
+        let inner = self.inner.lock();
         let mut done = Vec::new();
         for (id, t) in &inner.pending {
             if cancel {
@@ -378,12 +405,35 @@ impl Approvals {
                 done.push((*id, Outcome::CallerGone));
             }
         }
-        let tickets: Vec<(ApprovalId, Outcome, Ticket)> = done
-            .into_iter()
-            .filter_map(|(id, outcome)| inner.pending.remove(&id).map(|t| (id, outcome, t)))
-            .collect();
+        self.end(inner, done);
+    }
+
+    /// Withdraws ticket `id` because nobody waits for its answer any more (the client of the
+    /// tool call that asked disconnected): it is answered `caller-gone`, and its operation
+    /// does not run. False when it was not pending.
+    pub fn withdraw(&self, id: ApprovalId) -> bool {
+        self.end(self.inner.lock(), vec![(id, Outcome::CallerGone)]) > 0
+    }
+
+    /// Ends those of the tickets `done` still pending without a human: removes them,
+    /// remembers how they ended, tells the audit log, the subscribers and the waiters (outside
+    /// the lock). Returns how many it ended.
+    fn end(&self, mut inner: parking_lot::MutexGuard<'_, Inner>, done: Vec<(ApprovalId, Outcome)>) -> usize {
+        let mut tickets = Vec::new();
+        for (id, outcome) in done {
+            let Some(ticket) = inner.pending.remove(&id) else { continue };
+            let how = match (&outcome, ticket.request.door) {
+                (Outcome::TimedOut, _) => "it timed out".to_string(),
+                (Outcome::Cancelled, _) => "it was cancelled because the daemon is stopping".to_string(),
+                (_, "tool") => "it was withdrawn because the client that asked disconnected".to_string(),
+                _ => "it was withdrawn because the process that asked exited".to_string(),
+            };
+            inner.ended(id, how);
+            tickets.push((id, outcome, ticket));
+        }
         let subscribers = inner.subscribers.clone();
         drop(inner);
+        let ended = tickets.len();
         for (id, outcome, ticket) in tickets {
             let name = match outcome {
                 Outcome::TimedOut => "timeout",
@@ -396,6 +446,7 @@ impl Approvals {
             self.notify(subscribers.clone(), json!({"event": "resolved", "interrupt": view}));
             (ticket.waiter)(id, outcome);
         }
+        ended
     }
 
     /// Starts the sweeper thread; it ends when the approvals are dropped.

@@ -123,6 +123,38 @@ fn unanswered_tickets_expire_and_dead_callers_are_cleaned_up() {
 }
 
 #[test]
+fn a_withdrawn_ticket_is_gone_and_resolving_it_says_why() {
+    let a = Approvals::default();
+    let (tx, rx) = mpsc::channel();
+    let id = a.submit(
+        request("tool", "write_file", Op::Write, "/s/k", me()),
+        None,
+        Box::new(move |id, o| tx.send((id, o)).unwrap()),
+    );
+    let id = id.unwrap();
+    let other = ask(&a, request("tool", "write_file", Op::Write, "/s/other", me()), None);
+    assert!(a.withdraw(id));
+    assert_eq!(rx.try_recv().unwrap(), (id, Outcome::CallerGone));
+    assert!(!a.withdraw(id), "withdrawn once");
+    assert!(other.try_recv().is_err(), "other tickets stay");
+    assert_eq!(a.pending_count(), 1);
+    let err = a.resolve(id, Decision::Approve(Scope::Once), "u").unwrap_err();
+    assert_eq!(
+        err,
+        format!("approval #{id} is no longer pending: it was withdrawn because the client that asked disconnected")
+    );
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")));
+    let answered = only_id(&a);
+    a.resolve(answered, Decision::Reject(None), "uid 7").unwrap();
+    let err = a.resolve(answered, Decision::Reject(None), "uid 7").unwrap_err();
+    assert!(err.ends_with("it was already answered (reject by uid 7)"), "{err}");
+    assert!(a
+        .resolve(9999, Decision::Reject(None), "u")
+        .unwrap_err()
+        .starts_with("no pending approval #9999"));
+}
+
+#[test]
 fn session_grants_cover_the_subtree_and_end_with_the_rules() {
     let a = Approvals::default();
     let _rx = ask(&a, request("fuse", "mkdir", Op::Write, "/s/dst", me()), None);
