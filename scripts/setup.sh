@@ -9,6 +9,8 @@ need_apt=()
 for tool in setfattr:attr git:git unshare:util-linux setpriv:util-linux tar:tar bwrap:bubblewrap; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
+# The race tests run Python as an unprivileged user: the system's interpreter, not one in root's home.
+[[ -x /usr/bin/python3 ]] || need_apt+=(python3)
 # pjdfstest links against libacl.
 [[ -e /usr/include/sys/acl.h ]] || need_apt+=(libacl1-dev)
 if ((${#need_apt[@]})); then

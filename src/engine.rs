@@ -87,6 +87,14 @@ pub struct Engine {
     pub gate: Gate,
     pub router: Router,
     pub audit: Arc<Audit>,
+    /// Makes a rename atomic with everything that could change what it carries: every
+    /// operation that adds a name (create, mknod, mkdir, symlink, link) holds it shared, and
+    /// every rename holds it exclusively from the look at its source to the backend's rename.
+    /// The kernel locks only the parents of a rename, so without this a move inside a
+    /// directory being renamed (from either door) could slip an entry past the walk that
+    /// judges what the rename carries, or turn a source judged as a file into a directory.
+    /// Removals need not hold it: they cannot bring anything into a subtree.
+    names: parking_lot::RwLock<()>,
     observer: std::sync::OnceLock<Arc<dyn ChangeObserver>>,
     /// Names the kernel asked the FUSE door for because it had not cached them (present or
     /// absent): how well its caches work, shown by `status`.
@@ -116,6 +124,7 @@ impl Engine {
             gate,
             router,
             audit,
+            names: parking_lot::RwLock::new(()),
             observer: std::sync::OnceLock::new(),
             fuse_lookups: Default::default(),
             fuse_open_files: Default::default(),
@@ -322,6 +331,7 @@ impl Engine {
     }
 
     pub fn create(&self, ctx: &Ctx, path: &VPath, mode: u32, flags: i32) -> FsResult<(Attr, OpenHandle)> {
+        let _adding = self.names.read();
         let permit = self.check_new(ctx, "create", path, false)?;
         if wants_read(flags) {
             self.check(ctx, "create", Op::Read, path, false)?;
@@ -348,7 +358,10 @@ impl Engine {
         let serial = TEMPORARY_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!(".{}.agentvfs-{}-{serial}.tmp", path.name(), std::process::id());
         let temporary = permit.temporary_sibling(&name).ok_or_else(|| FsError::errno(Errno::EISDIR))?;
-        let (attr, file) = self.router.create(&temporary, mode, libc::O_WRONLY, &ctx.caller)?;
+        let (attr, file) = {
+            let _adding = self.names.read();
+            self.router.create(&temporary, mode, libc::O_WRONLY, &ctx.caller)?
+        };
         let written = (|| {
             if let Some((uid, gid)) = owner.filter(|&(uid, gid)| (uid, gid) != (attr.uid, attr.gid)) {
                 match file.setattr(&SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() }) {
@@ -371,7 +384,17 @@ impl Engine {
             observer.replacing(identity, &old);
             Some((observer, identity, old))
         });
-        if let Err(e) = written.and_then(|_| self.router.rename(&temporary, &permit, 0)) {
+        let renamed = written.and_then(|_| {
+            let _moving = self.names.write();
+            // The temporary name can be guessed: it must still name the file written here, or
+            // a directory moved there meanwhile would be carried over `path` unjudged.
+            let now = self.router.getattr(&temporary)?;
+            if (now.ino, now.kind) != (attr.ino, FileKind::File) {
+                return Err(FsError::new(Errno::EIO, "the temporary file was replaced"));
+            }
+            self.router.rename(&temporary, &permit, 0)
+        });
+        if let Err(e) = renamed {
             let _ = self.router.unlink(&temporary);
             return Err(e);
         }
@@ -383,6 +406,7 @@ impl Engine {
     }
 
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {
+        let _adding = self.names.read();
         let permit = self.check_new(ctx, "mknod", path, false)?;
         let result = self.router.mknod(&permit, mode, rdev, &ctx.caller);
         if result.is_ok() {
@@ -392,6 +416,7 @@ impl Engine {
     }
 
     pub fn mkdir(&self, ctx: &Ctx, path: &VPath, mode: u32) -> FsResult<Attr> {
+        let _adding = self.names.read();
         let permit = self.check_new(ctx, "mkdir", path, true)?;
         let result = self.router.mkdir(&permit, mode, &ctx.caller);
         if result.is_ok() {
@@ -401,6 +426,7 @@ impl Engine {
     }
 
     pub fn symlink(&self, ctx: &Ctx, path: &VPath, target: &[u8]) -> FsResult<Attr> {
+        let _adding = self.names.read();
         let permit = self.check_new(ctx, "symlink", path, false)?;
         let result = self.router.symlink(&permit, target, &ctx.caller);
         if result.is_ok() {
@@ -412,6 +438,7 @@ impl Engine {
     /// A new name for an existing file. The file itself must be writable under the rules:
     /// otherwise a link would open a protected file to writes under an unprotected name.
     pub fn link(&self, ctx: &Ctx, existing: &VPath, new_path: &VPath) -> FsResult<Attr> {
+        let _adding = self.names.read();
         let from = self.check(ctx, "link", Op::Write, existing, false)?;
         let to = self.check_new(ctx, "link", new_path, false)?;
         let attr = self.router.link(&from, &to)?;
@@ -448,6 +475,7 @@ impl Engine {
     /// path than at its old one, the rename is refused, so no protected file can be carried
     /// out from under its rule (or a rule dodged by moving a tree in and out).
     pub fn rename(&self, ctx: &Ctx, from: &VPath, to: &VPath, flags: u32) -> FsResult<()> {
+        let _moving = self.names.write();
         let from_attr = self.router.getattr(&self.gate.probe(from))?;
         let from_is_dir = from_attr.kind == FileKind::Dir;
         let from_permit = self.check(ctx, "rename", Op::Write, from, from_is_dir)?;

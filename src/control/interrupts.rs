@@ -34,12 +34,7 @@ fn scope_of(name: &str) -> Option<(Op, &'static str, bool)> {
 pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<(Op, VPath)> {
     let (op, key, exact) = scope_of(name)?;
     let rules = fs.engine.gate.rules();
-    let anchors: Vec<VPath> = rules
-        .rules()
-        .iter()
-        .filter(|r| r.mode == Mode::Interrupt && r.applies_to(op))
-        .flat_map(|r| r.paths.iter().map(|p| glob_anchor(p)))
-        .collect();
+    let anchors: Vec<VPath> = rules.anchors(op, Mode::Interrupt);
     if anchors.is_empty() {
         return None;
     }

@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod overlap;
+pub mod pattern;
 pub mod rules;
 
 #[cfg(test)]

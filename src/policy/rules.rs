@@ -3,7 +3,9 @@
 //! A decision costs one set match (two for directories, which are judged as `dir` and `dir/`),
 //! however many rules there are. First match wins; no match means allow.
 
-use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
+
+use super::pattern::{Branch, Pattern};
 
 use crate::vpath::VPath;
 
@@ -83,36 +85,19 @@ impl Rule {
 
 /// Why a pattern is not acceptable; the config loader adds file and line.
 pub fn check_pattern(pattern: &str) -> Result<(), String> {
-    if pattern.starts_with('~') || pattern.split('/').any(|c| c == "~" || c.starts_with('~')) {
-        return Err(format!("rule path {pattern:?}: '~' is not supported; write the full path"));
-    }
-    if !pattern.starts_with('/') {
-        return Err(format!("rule path {pattern:?} must start with '/'"));
-    }
-    if pattern.split('/').any(|c| c == "..") {
-        return Err(format!("rule path {pattern:?} must not contain a '..' component"));
-    }
-    compile_glob(pattern).map(|_| ()).map_err(|e| format!("rule path {pattern:?}: {e}"))
-}
-
-/// `*` and `?` stay within one component, `**` spans components, and all of them match names
-/// that start with `.` (unlike Deep Agents, whose rules miss dot-files).
-pub fn compile_glob(pattern: &str) -> Result<Glob, globset::Error> {
-    // A trailing slash on a pattern names a directory; the path side supplies `dir/` for those.
-    GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build()
+    Pattern::parse(pattern).map(|_| ())
 }
 
 /// The rules compiled for matching.
 pub struct RuleSet {
     rules: Vec<Rule>,
+    /// Every branch of every pattern (see [`Pattern`]), in rule order.
     set: GlobSet,
-    /// For each pattern in `set`, the rule it belongs to.
-    pattern_rule: Vec<usize>,
-    /// Each pattern on its own, for the subtree-overlap test.
-    matchers: Vec<(String, GlobMatcher)>,
-    /// Whether a pattern names a directory itself when it matches `dir/`: only patterns
-    /// ending in `/**` or `/` do (`/a/*` matching `/a/` through an empty `*` does not).
-    covers_dir: Vec<bool>,
+    /// Each rule's patterns, parsed once, with the rule they belong to.
+    patterns: Vec<(usize, Pattern)>,
+    /// For each branch in `set`: its pattern's index in `patterns`, and whether the branch
+    /// names a directory itself when it matches `dir/` ([`Branch::covers_dir`]).
+    branch_pattern: Vec<(usize, bool)>,
     has_rules_for: [bool; 2],
 }
 
@@ -134,24 +119,24 @@ impl RuleSet {
     /// is reported the same way.
     pub fn new(rules: Vec<Rule>) -> Result<RuleSet, String> {
         let mut builder = GlobSetBuilder::new();
-        let mut pattern_rule = Vec::new();
-        let mut matchers = Vec::new();
-        let mut covers_dir = Vec::new();
+        let mut patterns = Vec::new();
+        let mut branch_pattern = Vec::new();
         let mut has_rules_for = [false; 2];
         for (index, rule) in rules.iter().enumerate() {
             for op in &rule.operations {
                 has_rules_for[*op as usize] = true;
             }
-            for pattern in &rule.paths {
-                let glob = compile_glob(pattern).map_err(|e| format!("{pattern:?}: {e}"))?;
-                matchers.push((pattern.clone(), glob.compile_matcher()));
-                covers_dir.push(pattern.ends_with("/**") || pattern.ends_with('/'));
-                builder.add(glob);
-                pattern_rule.push(index);
+            for source in &rule.paths {
+                let pattern = Pattern::parse(source)?;
+                for branch in pattern.branches() {
+                    builder.add(branch.glob().clone());
+                    branch_pattern.push((patterns.len(), branch.covers_dir()));
+                }
+                patterns.push((index, pattern));
             }
         }
         let set = builder.build().map_err(|e| e.to_string())?;
-        Ok(RuleSet { rules, set, pattern_rule, matchers, covers_dir, has_rules_for })
+        Ok(RuleSet { rules, set, patterns, branch_pattern, has_rules_for })
     }
 
     pub fn empty() -> RuleSet {
@@ -199,8 +184,9 @@ impl RuleSet {
             let mut hits = hits.borrow_mut();
             self.set.matches_into(candidate, &mut hits);
             hits.iter()
-                .filter(|&&p| !as_dir || self.covers_dir[p])
-                .map(|&p| self.pattern_rule[p])
+                .map(|&b| self.branch_pattern[b])
+                .filter(|&(_, covers_dir)| !as_dir || covers_dir)
+                .map(|(p, _)| self.patterns[p].0)
                 .filter(|&r| self.rules[r].applies_to(op))
                 .min()
         })
@@ -214,51 +200,58 @@ impl RuleSet {
     /// earlier rule reaches either subtree (first match wins). This keeps `mv` of big trees
     /// cheap under the usual "deny every .env" rules.
     pub fn rename_may_change_verdicts(&self, from: &VPath, to: &VPath) -> bool {
-        let reaches = |p: usize| {
-            let (pattern, matcher) = &self.matchers[p];
-            super::overlap::subtree_overlaps(pattern, matcher, from)
-                || super::overlap::subtree_overlaps(pattern, matcher, to)
-        };
+        let reaches = |b: &Branch| b.reaches_subtree(from) || b.reaches_subtree(to);
         let mut earliest_reaching_rule = usize::MAX;
-        for p in 0..self.matchers.len() {
-            let rule_index = self.pattern_rule[p];
-            let rule = &self.rules[rule_index];
-            if !reaches(p) {
-                continue;
+        for (rule_index, pattern) in &self.patterns {
+            let rule = &self.rules[*rule_index];
+            for branch in pattern.branches().iter().filter(|b| reaches(b)) {
+                if rule.mode == Mode::Allow {
+                    earliest_reaching_rule = earliest_reaching_rule.min(*rule_index);
+                    continue;
+                }
+                let touches_ends = branch.touches(from) || branch.touches(to);
+                if branch.is_position_free() && !touches_ends && earliest_reaching_rule > *rule_index {
+                    continue;
+                }
+                return true;
             }
-            if rule.mode == Mode::Allow {
-                earliest_reaching_rule = earliest_reaching_rule.min(rule_index);
-                continue;
-            }
-            let (pattern, matcher) = &self.matchers[p];
-            let position_free = pattern
-                .strip_prefix("/**/")
-                .map(|rest| rest.strip_suffix("/**").unwrap_or(rest))
-                .is_some_and(|name| !name.is_empty() && !name.contains('/') && !name.contains("**"));
-            let touches_ends =
-                [from, to].iter().any(|d| matcher.is_match(d.as_str()) || matcher.is_match(format!("{d}/")));
-            if position_free && !touches_ends && earliest_reaching_rule > rule_index {
-                continue;
-            }
-            return true;
         }
         false
     }
 
     /// Patterns of rules with one of `modes` (for any of `ops`) that could match something in
-    /// the subtree at `dir` (see [`super::overlap`]).
+    /// the subtree at `dir` (see [`Pattern::reaches_subtree`]).
     pub fn overlapping_patterns(&self, dir: &VPath, ops: &[Op], modes: &[Mode]) -> Vec<&str> {
         let mut found = Vec::new();
-        for (p, (pattern, matcher)) in self.matchers.iter().enumerate() {
-            let rule = &self.rules[self.pattern_rule[p]];
+        for (rule_index, pattern) in &self.patterns {
+            let rule = &self.rules[*rule_index];
             if !modes.contains(&rule.mode) || !ops.iter().any(|op| rule.applies_to(*op)) {
                 continue;
             }
-            if super::overlap::subtree_overlaps(pattern, matcher, dir) && !found.contains(&pattern.as_str()) {
+            if pattern.reaches_subtree(dir) && !found.contains(&pattern.as_str()) {
                 found.push(pattern.as_str());
             }
         }
         found
+    }
+
+    /// The patterns of rule `index` that match `path` itself (as a file).
+    pub fn matching_patterns(&self, index: usize, path: &VPath) -> Vec<&str> {
+        self.patterns
+            .iter()
+            .filter(|(rule, pattern)| *rule == index && pattern.is_match(path, false))
+            .map(|(_, pattern)| pattern.as_str())
+            .collect()
+    }
+
+    /// The literal leading directories of the patterns of `mode` rules for `op`: a bulk
+    /// call on a path that overlaps none of them cannot meet such a rule.
+    pub fn anchors(&self, op: Op, mode: Mode) -> Vec<VPath> {
+        self.patterns
+            .iter()
+            .filter(|(rule, _)| self.rules[*rule].mode == mode && self.rules[*rule].applies_to(op))
+            .flat_map(|(_, pattern)| pattern.anchors())
+            .collect()
     }
 }
 
@@ -349,5 +342,8 @@ mod tests {
         assert!(check_pattern("/a/../b").unwrap_err().contains(".."));
         assert!(check_pattern("~/x").unwrap_err().contains("not supported"));
         assert!(check_pattern("/a/[b").is_err());
+        for dead in ["/ws/./x/**", "/ws//x/**", "/ws/x/**/", "/a/[x/y]", "/a\\/b", "/a/\\.."] {
+            assert!(check_pattern(dead).is_err(), "{dead} can never match and must be refused");
+        }
     }
 }

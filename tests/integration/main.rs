@@ -13,6 +13,7 @@ mod interrupts;
 mod lifecycle;
 mod model;
 mod persistence;
+mod races;
 mod rules;
 mod security;
 mod stress;

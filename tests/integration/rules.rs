@@ -221,9 +221,10 @@ fn denials_are_audited_and_explained() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
+    let from = format!("(from the config file {})\n", s.cfg.display());
     assert_eq!(
         text,
-        "read /host/sub/.env: denied: hidden (ENOENT, absent from listings)\nby rule #1: deny read,write /host/secret/** /**/.env\n"
+        from.clone() + "read /host/sub/.env: denied: hidden (ENOENT, absent from listings)\nby rule #1: deny read,write /host/secret/** /**/.env\n"
     );
     let out = Command::new(BIN)
         .args(["explain", "--config"])
@@ -233,7 +234,7 @@ fn denials_are_audited_and_explained() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "read /host/pub/x: allowed\nby rule #0: allow read /host/pub/**\n"
+        from.clone() + "read /host/pub/x: allowed\nby rule #0: allow read /host/pub/**\n"
     );
     let out = Command::new(BIN)
         .args(["explain", "--config"])
@@ -243,6 +244,36 @@ fn denials_are_audited_and_explained() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "write /mem/x: allowed\nno rule matches (default allow)\n"
+        from + "write /mem/x: allowed\nno rule matches (default allow)\n"
+    );
+}
+
+/// A pattern spelled with escapes is read the same way by the matcher and by the check of
+/// what a directory rename carries: `my\ dir` names `my dir` for both.
+#[test]
+fn escaped_patterns_guard_the_subtrees_they_name() {
+    let rules = r#"
+[[rules]]
+operations = ["read", "write"]
+paths = ['/host/my\ dir/secrets/**', '/host/\*/k', '/host/b{r,l}ace/**/*.pem']
+mode = "deny"
+"#;
+    let fx = crate::harness::Fixture::new(rules);
+    for (dir, file) in [("my dir/secrets", "key"), ("*", "k"), ("brace/x", "s.pem")] {
+        fs::create_dir_all(fx.host_root.join(dir)).unwrap();
+        fs::write(fx.host_root.join(dir).join(file), "KEY").unwrap();
+    }
+    let (code, out, err) = sh(
+        &fx.p("/host"),
+        r#"cat "my dir/secrets/key" '*/k' brace/x/s.pem 2>/dev/null; echo "cat:$?"
+           mv "my dir" moved 2>&1; mv '*' star 2>&1; mv brace plain 2>&1
+           cat moved/secrets/key star/k plain/x/s.pem 2>/dev/null; echo "after:$?"; ls -A"#,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "cat:1\nmv: cannot move 'my dir' to 'moved': Permission denied\n\
+         mv: cannot move '*' to 'star': Permission denied\n\
+         mv: cannot move 'brace' to 'plain': Permission denied\nafter:1\n*\nbrace\nmy dir\n"
     );
 }

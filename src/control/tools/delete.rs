@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 
 use super::common::{self, Located};
 use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
-use crate::policy::rules::compile_glob;
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
 
@@ -130,12 +129,8 @@ pub fn deny_patterns(env: &ToolEnv, target: &VPath, has_descendants: bool) -> Ve
         return Vec::new();
     };
     let rule = &rules.rules()[index];
-    let matching: Vec<String> = rule
-        .paths
-        .iter()
-        .filter(|p| compile_glob(p).is_ok_and(|g| g.compile_matcher().is_match(target.as_str())))
-        .cloned()
-        .collect();
+    let matching: Vec<String> =
+        rules.matching_patterns(index, target).into_iter().map(str::to_string).collect();
     if matching.is_empty() {
         rule.paths.clone()
     } else {

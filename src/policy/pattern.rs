@@ -1,0 +1,390 @@
+//! A rule's path pattern, parsed once into components: the matcher (one `GlobSet` built from
+//! it) and the subtree-overlap test both read this one structure, so they cannot disagree
+//! about what a pattern names, whatever escapes, classes or alternatives it is spelled with.
+//!
+//! The syntax is globset's with `literal_separator`: `*` and `?` stay within one component,
+//! `**` as a whole component spans any number of them, `[...]` is a class, `\` escapes the
+//! next character (inside a class it is a plain character, as in globset). Alternatives
+//! `{a,b}` are expanded first, as a shell does (an empty alternative is the empty string, so
+//! `.env{,.local}` names `.env` and `.env.local`), and each expansion is one branch: a plain
+//! sequence of components. Spellings that could never match a normalised path (`//`, a `.`
+//! component, `/` inside a class or escaped, a `/` after `**`) are refused, not left dead.
+
+use globset::{Glob, GlobBuilder, GlobMatcher};
+
+use crate::vpath::VPath;
+
+/// More expansions than this is surely a mistake (and would slow every decision).
+const MAX_BRANCHES: usize = 256;
+
+/// One component of a branch.
+#[derive(Clone, Debug)]
+enum Segment {
+    /// A name matched exactly (escapes removed).
+    Literal(String),
+    /// One component with wildcards (`*`, `?`, `[...]`), matched against one name.
+    Wildcard(GlobMatcher),
+    /// `**`: any number of components.
+    AnyDepth,
+}
+
+/// One expansion of a pattern's alternatives.
+#[derive(Clone, Debug)]
+pub struct Branch {
+    segments: Vec<Segment>,
+    /// A trailing `/`: the branch names a directory (it matches only the `dir/` spelling).
+    dir_only: bool,
+    /// The whole branch as one glob, rendered from `segments`.
+    matcher: GlobMatcher,
+}
+
+/// A validated, parsed rule pattern.
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    source: String,
+    branches: Vec<Branch>,
+}
+
+fn builder(text: &str) -> Result<Glob, String> {
+    GlobBuilder::new(text)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map_err(|e| e.kind().to_string())
+}
+
+impl Pattern {
+    /// Parses `source`; the error says what is wrong with it (the config loader adds where).
+    pub fn parse(source: &str) -> Result<Pattern, String> {
+        let fail = |why: String| format!("rule path {source:?}: {why}");
+        if source.starts_with('~') || source.split('/').any(|c| c.starts_with('~')) {
+            return Err(fail("'~' is not supported; write the full path".into()));
+        }
+        if !source.starts_with('/') {
+            return Err(fail("must start with '/'".into()));
+        }
+        let mut expansions = Vec::new();
+        expand(source, &mut expansions).map_err(fail)?;
+        let branches = expansions.iter().map(|e| Branch::parse(e)).collect::<Result<Vec<_>, _>>();
+        Ok(Pattern { source: source.to_string(), branches: branches.map_err(fail)? })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    pub fn branches(&self) -> &[Branch] {
+        &self.branches
+    }
+
+    /// Whether the pattern matches `path` itself (as a file, or as `path/` when `is_dir`).
+    pub fn is_match(&self, path: &VPath, is_dir: bool) -> bool {
+        self.branches.iter().any(|b| b.is_match(path, is_dir))
+    }
+
+    /// Whether the pattern could match `target`, anything beneath it, or an ancestor of it.
+    /// Exact up to the wildcards of the components past the target, which are assumed to
+    /// match some name.
+    pub fn reaches_subtree(&self, target: &VPath) -> bool {
+        self.branches.iter().any(|b| b.reaches_subtree(target))
+    }
+
+    /// The literal leading directories of each branch (`/a/b` for `/a/b/*.x`).
+    pub fn anchors(&self) -> impl Iterator<Item = VPath> + '_ {
+        self.branches.iter().map(Branch::anchor)
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+impl Branch {
+    fn parse(text: &str) -> Result<Branch, String> {
+        let parts = split_components(text)?;
+        // `parts[0]` is the empty text before the leading '/'.
+        if !parts[0].is_empty() {
+            return Err("must start with '/'".into());
+        }
+        let mut parts = &parts[1..];
+        let mut dir_only = false;
+        if parts.len() > 1 && parts.last().is_some_and(|p| p.is_empty()) {
+            dir_only = true;
+            parts = &parts[..parts.len() - 1];
+        }
+        let mut segments = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let segment = match part.as_str() {
+                "" if parts.len() == 1 => break, // the pattern "/" names the root
+                "" => return Err("an empty component ('//') never matches".into()),
+                "." => return Err("a '.' component never matches; leave it out".into()),
+                ".." => return Err("must not contain a '..' component".into()),
+                "**" => Segment::AnyDepth,
+                _ => match unescaped_literal(part) {
+                    Some(name) if name == "." || name == ".." => {
+                        return Err(format!("component {part:?} never matches"))
+                    }
+                    Some(name) => Segment::Literal(name),
+                    None => Segment::Wildcard(builder(part)?.compile_matcher()),
+                },
+            };
+            if dir_only && i + 1 == parts.len() && matches!(segment, Segment::AnyDepth) {
+                return Err(
+                    "a '/' after a final '**' makes it match directories only; write '**' alone".into()
+                );
+            }
+            segments.push(segment);
+        }
+        let matcher = builder(&render(&segments, dir_only))?.compile_matcher();
+        Ok(Branch { segments, dir_only, matcher })
+    }
+
+    /// The whole branch as one glob, for the rule set's `GlobSet`.
+    pub fn glob(&self) -> &Glob {
+        self.matcher.glob()
+    }
+
+    /// Whether matching `dir/` names the directory itself: only branches ending in `/**` or
+    /// `/` do (`/a/*` matching `/a/` through an empty `*` does not).
+    pub fn covers_dir(&self) -> bool {
+        self.dir_only || matches!(self.segments.last(), Some(Segment::AnyDepth))
+    }
+
+    pub fn is_match(&self, path: &VPath, is_dir: bool) -> bool {
+        self.matcher.is_match(path.as_str())
+            || (is_dir && !path.is_root() && self.covers_dir() && self.matcher.is_match(format!("{path}/")))
+    }
+
+    /// Whether the branch matches `dir` itself, spelled `dir` or `dir/`.
+    pub fn touches(&self, dir: &VPath) -> bool {
+        self.matcher.is_match(dir.as_str()) || self.matcher.is_match(format!("{dir}/"))
+    }
+
+    /// Runs the branch's components over the target's as an automaton: if any state is
+    /// alive after the last component, some path at or below the target can match. An
+    /// ancestor that matches counts too (the subtree lies inside what the pattern names,
+    /// as in Deep Agents' delete overlap table).
+    pub fn reaches_subtree(&self, target: &VPath) -> bool {
+        let n = self.segments.len();
+        let closure = |states: &mut Vec<bool>| {
+            for i in 0..n {
+                if states[i] && matches!(self.segments[i], Segment::AnyDepth) {
+                    states[i + 1] = true;
+                }
+            }
+        };
+        let mut states = vec![false; n + 1];
+        states[0] = true;
+        closure(&mut states);
+        for name in target.components() {
+            let mut next = vec![false; n + 1];
+            for i in (0..n).filter(|&i| states[i]) {
+                match &self.segments[i] {
+                    Segment::AnyDepth => next[i] = true,
+                    Segment::Literal(literal) if literal == name => next[i + 1] = true,
+                    Segment::Wildcard(m) if m.is_match(name) => next[i + 1] = true,
+                    Segment::Literal(_) | Segment::Wildcard(_) => {}
+                }
+            }
+            closure(&mut next);
+            if next[n] {
+                return true;
+            }
+            if !next.contains(&true) {
+                return false;
+            }
+            states = next;
+        }
+        true
+    }
+
+    fn anchor(&self) -> VPath {
+        let mut anchor = VPath::root();
+        for segment in &self.segments {
+            match segment {
+                Segment::Literal(name) => anchor = anchor.join(name),
+                Segment::Wildcard(_) | Segment::AnyDepth => break,
+            }
+        }
+        anchor
+    }
+
+    /// `Some(NAME)` when the branch is `/**/NAME` or `/**/NAME/**` with NAME one component
+    /// that is not `**`: whether it matches an entry depends only on the entry's own trailing
+    /// components, never on where the tree lies.
+    pub fn is_position_free(&self) -> bool {
+        let single = |s: &Segment| !matches!(s, Segment::AnyDepth);
+        match self.segments.as_slice() {
+            [Segment::AnyDepth, name] => single(name) && !self.dir_only,
+            [Segment::AnyDepth, name, Segment::AnyDepth] => single(name),
+            _ => false,
+        }
+    }
+}
+
+/// The name a component spells when it has no wildcard, with escapes removed.
+fn unescaped_literal(part: &str) -> Option<String> {
+    let mut name = String::new();
+    let mut chars = part.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => name.push(chars.next()?),
+            '*' | '?' | '[' => return None,
+            c => name.push(c),
+        }
+    }
+    Some(name)
+}
+
+/// The glob text of a branch: literals escaped, wildcard components as written.
+fn render(segments: &[Segment], dir_only: bool) -> String {
+    let mut text = String::new();
+    for segment in segments {
+        text.push('/');
+        match segment {
+            Segment::Literal(name) => {
+                for c in name.chars() {
+                    if matches!(c, '\\' | '*' | '?' | '[' | ']' | '{' | '}' | ',') {
+                        text.push('\\');
+                    }
+                    text.push(c);
+                }
+            }
+            Segment::Wildcard(m) => text.push_str(m.glob().glob()),
+            Segment::AnyDepth => text.push_str("**"),
+        }
+    }
+    if text.is_empty() || dir_only {
+        text.push('/');
+    }
+    text
+}
+
+/// The length (in bytes, from `text[0] == '['`) of a class, as globset reads it: `!` or `^`
+/// may open it, a `]` right after that is a member, `[:name:]` is a named class, and a
+/// backslash is a plain member. `None` when it is not closed.
+fn class_len(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut i = 1;
+    if matches!(bytes.get(i), Some(b'!') | Some(b'^')) {
+        i += 1;
+    }
+    let mut first = true;
+    while i < bytes.len() {
+        match bytes[i] {
+            b']' if !first => return Some(i + 1),
+            b'[' if bytes.get(i + 1) == Some(&b':') => {
+                if let Some(end) = text[i + 2..].find(":]") {
+                    let name = &text[i + 2..i + 2 + end];
+                    if POSIX_CLASSES.contains(&name) {
+                        i += end + 4;
+                        first = false;
+                        continue;
+                    }
+                }
+            }
+            _ => {}
+        }
+        first = false;
+        i += text[i..].chars().next().map_or(1, char::len_utf8);
+    }
+    None
+}
+
+const POSIX_CLASSES: [&str; 12] = [
+    "alnum", "alpha", "blank", "cntrl", "digit", "graph", "lower", "print", "punct", "space", "upper",
+    "xdigit",
+];
+
+/// Walks `text` the way globset's parser does, calling `visit(index, byte)` for each byte
+/// that is outside any class and not escaped; classes and escapes are skipped whole.
+fn scan(text: &str, mut visit: impl FnMut(usize, u8) -> Result<(), String>) -> Result<(), String> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => {
+                let escaped = text[i + 1..].chars().next().ok_or("a '\\' at the end escapes nothing")?;
+                if escaped == '/' {
+                    return Err("'/' cannot be escaped: it always separates components".into());
+                }
+                i += 1 + escaped.len_utf8();
+            }
+            b'[' => {
+                let len = class_len(&text[i..]).ok_or("unclosed character class")?;
+                if text[i..i + len].contains('/') {
+                    return Err("a character class never matches '/': split the pattern instead".into());
+                }
+                i += len;
+            }
+            b => {
+                visit(i, b)?;
+                i += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Splits on the `/`s that separate components (not escaped, outside classes).
+fn split_components(text: &str) -> Result<Vec<String>, String> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    scan(text, |i, b| {
+        if b == b'/' {
+            parts.push(text[start..i].to_string());
+            start = i + 1;
+        }
+        Ok(())
+    })?;
+    parts.push(text[start..].to_string());
+    Ok(parts)
+}
+
+/// Expands the first top-level `{...}` of `text` (recursively), appending the results.
+fn expand(text: &str, out: &mut Vec<String>) -> Result<(), String> {
+    // Positions of the first group: its `{`, its top-level commas, its `}`.
+    let (mut open, mut commas, mut close, mut depth) = (None, Vec::new(), None, 0usize);
+    scan(text, |i, b| {
+        match b {
+            _ if close.is_some() => {}
+            b'{' => {
+                if depth == 0 {
+                    open = Some(i);
+                }
+                depth += 1;
+            }
+            b',' if depth == 1 => commas.push(i),
+            b'}' if depth == 0 => return Err("a '}' without its '{'".into()),
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(i);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    let Some(open) = open else {
+        out.push(text.to_string());
+        return Ok(());
+    };
+    let close = close.ok_or("a '{' without its '}'")?;
+    let bounds: Vec<usize> = std::iter::once(open).chain(commas).chain(std::iter::once(close)).collect();
+    for pair in bounds.windows(2) {
+        let alternative = format!("{}{}{}", &text[..open], &text[pair[0] + 1..pair[1]], &text[close + 1..]);
+        expand(&alternative, out)?;
+        if out.len() > MAX_BRANCHES {
+            return Err(format!("its alternatives expand to more than {MAX_BRANCHES} patterns"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "pattern_tests.rs"]
+mod tests;

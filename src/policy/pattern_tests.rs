@@ -1,0 +1,173 @@
+//! Tests of the parsed pattern: its overlap answer against brute force over generated trees,
+//! and its matching against globset's own reading of the same text.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn p(s: &str) -> VPath {
+    VPath::parse(s).unwrap()
+}
+
+#[test]
+fn escapes_are_read_once() {
+    let pattern = Pattern::parse(r"/ws/my\ dir/secrets/**").unwrap();
+    assert!(pattern.is_match(&p("/ws/my dir/secrets/key"), false));
+    assert!(pattern.reaches_subtree(&p("/ws/my dir")));
+    assert!(pattern.reaches_subtree(&p("/ws")));
+    assert_eq!(pattern.anchors().collect::<Vec<_>>(), [p("/ws/my dir/secrets")]);
+    let star = Pattern::parse(r"/ws/\*/k").unwrap();
+    assert!(star.is_match(&p("/ws/*/k"), false));
+    assert!(!star.is_match(&p("/ws/a/k"), false));
+}
+
+#[test]
+fn alternatives_expand_like_a_shell() {
+    let pattern = Pattern::parse("/**/.env{,.local}").unwrap();
+    assert!(pattern.is_match(&p("/a/.env"), false));
+    assert!(pattern.is_match(&p("/a/.env.local"), false));
+    let nested = Pattern::parse("/w/{a,b{c,d}}/x").unwrap();
+    let anchors: Vec<String> = nested.anchors().map(|a| a.as_str().to_string()).collect();
+    assert_eq!(anchors, ["/w/a/x", "/w/bc/x", "/w/bd/x"]);
+    let across = Pattern::parse("/w/{a,b/c}/k").unwrap();
+    assert!(across.is_match(&p("/w/b/c/k"), false));
+    assert!(across.reaches_subtree(&p("/w/b")));
+    assert!(!across.reaches_subtree(&p("/w/c")));
+    // Braces inside a class or escaped are plain characters.
+    assert!(Pattern::parse("/w/[{]x").unwrap().is_match(&p("/w/{x"), false));
+    assert!(Pattern::parse(r"/w/\{a,b\}").unwrap().is_match(&p("/w/{a,b}"), false));
+}
+
+#[test]
+fn dead_spellings_are_refused_with_a_reason() {
+    for (pattern, why) in [
+        ("/ws/./x/**", "'.' component"),
+        ("/ws//x/**", "empty component"),
+        ("/ws/x/**/", "after a final '**'"),
+        ("/ws/[a/b]", "class never matches '/'"),
+        (r"/ws/a\/b", "cannot be escaped"),
+        ("/ws/{a,/b}", "empty component"),
+        ("/ws/{a,b", "without its '}'"),
+        ("/ws/a}", "without its '{'"),
+        ("/ws/[ab", "unclosed"),
+        (r"/ws/a\", "escapes nothing"),
+        ("/ws/../x", "'..'"),
+        (r"/ws/\.\./x", "never matches"),
+        ("ws/x", "must start with '/'"),
+        ("~/x", "not supported"),
+    ] {
+        let err = Pattern::parse(pattern).unwrap_err();
+        assert!(err.contains(why), "{pattern}: {err}");
+    }
+    assert!(Pattern::parse("/").unwrap().is_match(&VPath::root(), true));
+    assert!(Pattern::parse("/ws/dir/").unwrap().is_match(&p("/ws/dir"), true));
+    assert!(!Pattern::parse("/ws/dir/").unwrap().is_match(&p("/ws/dir"), false));
+}
+
+/// Path components of the generated trees: plain names and names that need escaping.
+const NAMES: [&str; 8] = ["a", "b", "ab", ".env", "my dir", "*", "{x", "k.pem"];
+
+/// Pattern components, each with the names it is meant to reach (for readability only).
+fn pattern_component(with_alternatives: bool) -> BoxedStrategy<String> {
+    let mut choices: Vec<&'static str> = vec![
+        "a",
+        "b",
+        ".env",
+        r"my\ dir",
+        r"\*",
+        r"\{x",
+        "*",
+        "?",
+        "a*",
+        "[ab]",
+        "[!a]",
+        "*.pem",
+        "**",
+        "a**",
+        "?b",
+        "[[:alpha:]]b",
+    ];
+    if with_alternatives {
+        choices.extend(["{a,b}", r"{a,my\ dir}", "{a,b/k.pem}", "{*.pem,.env}", "{a,{b,ab}}"]);
+    }
+    prop::sample::select(choices).prop_map(str::to_string).boxed()
+}
+
+fn pattern(with_alternatives: bool) -> impl Strategy<Value = String> {
+    (prop::collection::vec(pattern_component(with_alternatives), 1..5), any::<bool>()).prop_map(
+        |(components, trailing)| {
+            let text = format!("/{}", components.join("/"));
+            match trailing && !text.ends_with("**") {
+                true => format!("{text}/"),
+                false => text,
+            }
+        },
+    )
+}
+
+/// A tree: every generated path and all its ancestors (directories).
+fn tree() -> impl Strategy<Value = (BTreeSet<String>, BTreeSet<String>)> {
+    let path = prop::collection::vec(prop::sample::select(NAMES.to_vec()), 1..5);
+    prop::collection::vec(path, 1..12).prop_map(|paths| {
+        let (mut files, mut dirs) = (BTreeSet::new(), BTreeSet::new());
+        for components in paths {
+            let mut at = String::new();
+            for (i, name) in components.iter().enumerate() {
+                at = format!("{at}/{name}");
+                if i + 1 == components.len() {
+                    files.insert(at.clone());
+                } else {
+                    dirs.insert(at.clone());
+                }
+            }
+        }
+        files.retain(|f| !dirs.contains(f));
+        dirs.insert("/".to_string());
+        (files, dirs)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Whenever some entry at or below a directory matches, the overlap test says so.
+    #[test]
+    fn overlap_never_misses_a_match(text in pattern(true), (files, dirs) in tree()) {
+        let Ok(pattern) = Pattern::parse(&text) else { return Ok(()) };
+        for target in &dirs {
+            let target = p(target);
+            let entries = files.iter().map(|f| (f, false)).chain(dirs.iter().map(|d| (d, true)));
+            let hit = entries
+                .map(|(e, is_dir)| (p(e), is_dir))
+                .find(|(e, is_dir)| e.starts_with(&target) && pattern.is_match(e, *is_dir));
+            if let Some((entry, _)) = hit {
+                prop_assert!(
+                    pattern.reaches_subtree(&target),
+                    "{text} matches {entry} but is said not to reach {target}"
+                );
+            }
+        }
+    }
+
+    /// The parsed pattern matches exactly what globset reads into the same text.
+    #[test]
+    fn parse_agrees_with_globset(text in pattern(true), (files, dirs) in tree()) {
+        let pattern = Pattern::parse(&text);
+        prop_assert!(pattern.is_ok(), "{} refused: {:?}", text, pattern.err());
+        let pattern = pattern.unwrap();
+        let original = GlobBuilder::new(&text)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .unwrap()
+            .compile_matcher();
+        for entry in files.iter().chain(&dirs) {
+            for candidate in [entry.clone(), format!("{entry}/")] {
+                let ours = pattern.branches().iter().any(|b| b.matcher.is_match(&candidate));
+                prop_assert_eq!(ours, original.is_match(&candidate), "{} on {}", text, candidate);
+            }
+        }
+    }
+}
