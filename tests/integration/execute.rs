@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::Fixture;
+use crate::harness::{sh_ok, Fixture};
 
 const RULES: &str = r#"
 [[rules]]
@@ -407,4 +407,28 @@ fn commands_run_while_rules_are_reloaded() {
     assert!(reloader.join().unwrap() > 20);
     let runs = std::fs::read_to_string(f.host_root.join("runs")).unwrap();
     assert_eq!(runs, (0..20).map(|i| format!("run {i}\n")).collect::<String>());
+}
+
+/// Entries an agent can make at the top of the tree, named like the sandbox's own places,
+/// never stop the sandbox from starting for anyone.
+#[test]
+fn entries_named_like_system_paths_never_break_the_sandbox() {
+    let f = fixture();
+    for (make, what) in [
+        ("ln -s /host tmp", "a link named tmp"),
+        ("ln -s /nowhere tmp", "a dangling link named tmp"),
+        ("echo x > tmp", "a file named tmp"),
+        (
+            "mkdir -p bin etc usr/x && ln -s /host proc && echo x > dev && ln -s / lib64 && ln -s / sys",
+            "links and files named like system directories",
+        ),
+    ] {
+        sh_ok(&f.mount.dir, &format!("rm -rf tmp bin etc usr proc dev lib64 sys; {make}"));
+        assert_eq!(
+            run(&f, "echo ok > /tmp/t && cat /tmp/t && ls /usr/bin/env"),
+            "ok\n/usr/bin/env\n\n[Command succeeded with exit code 0]",
+            "{what}"
+        );
+    }
+    sh_ok(&f.mount.dir, "rm -rf tmp bin etc usr proc dev lib64 sys");
 }

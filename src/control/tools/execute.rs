@@ -126,15 +126,16 @@ fn top_entries(env: &ToolEnv) -> Result<Vec<TopEntry>, String> {
             continue;
         }
         match attr.kind {
+            // Only a directory can stand in for /tmp: a link or a file named `tmp` is left
+            // out (bubblewrap cannot put the private /tmp on either), so no entry an agent
+            // makes can stop the sandbox from starting.
+            _ if name == "tmp" && attr.kind != FileKind::Dir => {}
             FileKind::Symlink => {
                 let target = env.fs.engine.readlink(&env.fs.ctx, &root.join(&name));
                 if let Ok(target) = target {
                     out.push(TopEntry::Symlink { name, target });
                 }
             }
-            // Only a directory can stand in for /tmp.
-            FileKind::Dir => out.push(TopEntry::Bind(name)),
-            _ if name == "tmp" => {}
             _ => out.push(TopEntry::Bind(name)),
         }
     }
