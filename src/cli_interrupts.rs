@@ -47,10 +47,11 @@ pub fn line(v: &Value) -> String {
         }
     };
     format!(
-        "#{} {} {} {who} expires in {}",
+        "#{} {} {}{} {who} expires in {}",
         v["id"],
         v["class"].as_str().unwrap_or("?"),
         v["path"].as_str().unwrap_or("?"),
+        v["resolved"].as_str().map(|r| format!(" (-> {r})")).unwrap_or_default(),
         duration_text(left)
     )
 }

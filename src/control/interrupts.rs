@@ -14,7 +14,7 @@ use crate::control::methods::Peer;
 use crate::control::proto::{self, RpcError};
 use crate::control::tools::{self, Block, ErrorCode, ToolEnv, ToolOutput};
 use crate::control::vfs::{validate_path, ToolFs};
-use crate::policy::approvals::{Approvals, Decision, Outcome, Request, Scope};
+use crate::policy::approvals::{Approvals, Decision, Outcome, Request, Scope, ToolCall};
 use crate::policy::overlap::{glob_anchor, paths_overlap};
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
@@ -30,8 +30,32 @@ fn scope_of(name: &str) -> Option<(Op, &'static str, bool)> {
     })
 }
 
-/// Whether the call `name(args)` waits for a human, and on what (operation class, path).
-pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<(Op, VPath)> {
+/// What a tool call waits for a human about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub op: Op,
+    /// The path as the call names it.
+    pub path: VPath,
+    /// Where `path` leads through symlinks, when that is elsewhere (the path a rule matched).
+    pub resolved: Option<VPath>,
+    /// The interrupt rule that matched the path or where it leads, if one did (a bulk call
+    /// may only overlap a pattern deeper down).
+    pub rule: Option<usize>,
+}
+
+impl Ask {
+    fn new(fs: &ToolFs, op: Op, path: VPath, real: Option<(VPath, bool)>) -> Ask {
+        let mut verdicts = vec![fs.decide(op, &path, false)];
+        if let Some((real, is_dir)) = &real {
+            verdicts.push(fs.decide(op, real, *is_dir));
+        }
+        let rule = verdicts.iter().find(|v| v.mode == Mode::Interrupt).unwrap_or(&verdicts[0]).rule;
+        Ask { op, resolved: real.map(|(r, _)| r).filter(|r| *r != path), path, rule }
+    }
+}
+
+/// Whether the call `name(args)` waits for a human, and on what.
+pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<Ask> {
     let (op, key, exact) = scope_of(name)?;
     let rules = fs.engine.gate.rules();
     let anchors: Vec<VPath> = rules.anchors(op, Mode::Interrupt);
@@ -40,7 +64,7 @@ pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<(Op, VPath)> {
     }
     let raw = match args.get(key) {
         // A pathless bulk call searches from the root (loophole 1).
-        None | Some(Value::Null) if !exact => return Some((op, VPath::root())),
+        None | Some(Value::Null) if !exact => return Some(Ask::new(fs, op, VPath::root(), None)),
         Some(Value::String(s)) => s,
         _ => return None,
     };
@@ -59,11 +83,11 @@ pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<(Op, VPath)> {
         }
         let fires = verdicts.iter().any(|v| v.mode == Mode::Interrupt)
             && verdicts.iter().all(|v| v.mode != Mode::Deny);
-        return fires.then_some((op, path));
+        return fires.then(|| Ask::new(fs, op, path, real));
     }
     let overlaps = |p: &VPath| anchors.iter().any(|a| paths_overlap(p, a));
     if overlaps(&path) || real.as_ref().is_some_and(|(r, _)| overlaps(r)) {
-        return Some((op, path));
+        return Some(Ask::new(fs, op, path, real));
     }
     // glob's pattern can reach outside its path (loophole 3).
     if name == "glob" {
@@ -74,7 +98,7 @@ pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<(Op, VPath)> {
                 pattern.split('/').any(|c| c == "..")
             };
             if reaches {
-                return Some((op, path));
+                return Some(Ask::new(fs, op, path, real));
             }
         }
     }
@@ -96,7 +120,7 @@ fn py_json(value: &Value) -> String {
 
 /// Runs a tool call, first asking a human when an interrupt rule says so.
 pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<ToolOutput> {
-    let Some((op, path)) = asks(&env.fs, name, args) else {
+    let Some(ask) = asks(&env.fs, name, args) else {
         return tools::call(env, name, args);
     };
     let approvals = env.fs.engine.gate.approvals.clone();
@@ -104,13 +128,13 @@ pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<
     let request = Request {
         door: "tool",
         operation: name.to_string(),
-        op,
-        rule: env.fs.decide(op, &path, false).rule,
-        path,
+        op: ask.op,
+        rule: ask.rule,
+        path: ask.path,
         pid: peer.pid,
         uid: peer.uid,
         command: String::new(),
-        tool: Some((name.to_string(), args.clone())),
+        tool: Some(ToolCall { name: name.to_string(), arguments: args.clone(), resolved: ask.resolved }),
     };
     let submitted =
         approvals.submit(request, None, Box::new(move |id, outcome| drop(tx.send((id, outcome)))));
@@ -317,6 +341,27 @@ mod tests {
         assert!(!fires(&e, "write_file", json!({"file_path": "/secrets/../x", "content": ""})), "invalid");
         assert!(!fires(&e, "read_file", json!({"file_path": "/secrets/a"})));
         assert!(!fires(&e, "no_such_tool", json!({})));
+    }
+
+    #[test]
+    fn a_call_through_a_symlink_names_the_link_and_where_it_leads() {
+        let e = engine(vec![
+            (Op::Write, "/workspace/**", Mode::Allow),
+            (Op::Write, "/secrets/**", Mode::Interrupt),
+        ]);
+        let ctx = Ctx::new(Door::Tool, Caller::daemon());
+        e.symlink(&ctx, &VPath::parse("/workspace/link").unwrap(), b"/secrets/f").unwrap();
+        e.symlink(&ctx, &VPath::parse("/workspace/dir").unwrap(), b"../secrets").unwrap();
+        let fs = ToolFs::new(&e);
+        let ask = |args: Value| asks(&fs, "write_file", &args).expect("asks");
+        let via = ask(json!({"file_path": "/workspace/link", "content": ""}));
+        assert_eq!(via.path.as_str(), "/workspace/link");
+        assert_eq!(via.resolved.as_ref().map(VPath::as_str), Some("/secrets/f"));
+        assert_eq!(via.rule, Some(1), "the interrupt rule, not the allow the link itself meets");
+        let via = ask(json!({"file_path": "/workspace/dir/new", "content": ""}));
+        assert_eq!(via.resolved.as_ref().map(VPath::as_str), Some("/secrets/new"));
+        let direct = ask(json!({"file_path": "/secrets/f", "content": ""}));
+        assert_eq!((direct.resolved, direct.rule), (None, Some(1)));
     }
 
     #[test]

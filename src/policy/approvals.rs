@@ -52,8 +52,19 @@ pub struct Request {
     pub uid: u32,
     /// The process's command line (syscalls).
     pub command: String,
-    /// The tool name and arguments (tool calls).
-    pub tool: Option<(String, Value)>,
+    /// The tool call (tool calls only).
+    pub tool: Option<ToolCall>,
+}
+
+/// The tool call a ticket asks about.
+#[derive(Clone, Debug)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: Value,
+    /// Where the call's path leads through symlinks, when that is elsewhere: the path the
+    /// rule matched. (The kernel resolves a syscall's links before the daemon sees it, so
+    /// only a tool call names a path other than the one judged.)
+    pub resolved: Option<VPath>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -467,9 +478,11 @@ impl Approvals {
     fn record(&self, request: &Request, decision: &str, by: &str) {
         let Some(audit) = self.audit.get() else { return };
         let command = match &request.tool {
-            Some((name, args)) => format!("{name} {args}"),
+            Some(call) => format!("{} {}", call.name, call.arguments),
             None => request.command.clone(),
         };
+        // The path the rule matched, as for every refusal; the arguments name the path asked.
+        let path = request.tool.as_ref().and_then(|call| call.resolved.as_ref()).unwrap_or(&request.path);
         let decision = if by.is_empty() { decision.to_string() } else { format!("{decision} by {by}") };
         audit.record(AuditEvent {
             time: SystemTime::now(),
@@ -479,7 +492,7 @@ impl Approvals {
             command,
             operation: request.operation.clone(),
             class: request.op.as_str(),
-            path: request.path.to_string(),
+            path: path.to_string(),
             rule: request.rule,
             decision,
         });
@@ -518,8 +531,11 @@ fn describe(id: ApprovalId, t: &Ticket) -> Value {
         "expires": unix_seconds(t.expires),
         "expires_in_seconds": t.deadline.saturating_duration_since(Instant::now()).as_secs_f64(),
     });
-    if let Some((name, args)) = &r.tool {
-        v["tool"] = json!({"name": name, "arguments": args});
+    if let Some(call) = &r.tool {
+        v["tool"] = json!({"name": call.name, "arguments": call.arguments});
+        if let Some(resolved) = &call.resolved {
+            v["resolved"] = json!(resolved.as_str());
+        }
     }
     v
 }

@@ -14,7 +14,11 @@ fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) ->
         pid,
         uid: 0,
         command: "sh -c echo".into(),
-        tool: (door == "tool").then(|| ("write_file".to_string(), json!({"file_path": path}))),
+        tool: (door == "tool").then(|| ToolCall {
+            name: "write_file".to_string(),
+            arguments: json!({"file_path": path}),
+            resolved: None,
+        }),
     }
 }
 

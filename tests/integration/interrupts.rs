@@ -554,6 +554,66 @@ fn a_client_that_half_closes_then_disconnects_loses_its_ticket() {
 }
 
 #[test]
+fn a_tool_call_through_a_symlink_names_the_link_and_the_guarded_target() {
+    let f = fixture(300);
+    std::fs::write(f.host_root.join("secrets/f"), "old").unwrap();
+    std::os::unix::fs::symlink("secrets/f", f.host_root.join("link")).unwrap();
+    std::os::unix::fs::symlink("secrets", f.host_root.join("linkdir")).unwrap();
+    let mut s = Conn::open(&socket(&f));
+    s.result(1, "interrupts/subscribe", json!({}));
+    let mut c = Conn::open(&socket(&f));
+    let write =
+        |path: &str| json!({"name": "write_file", "arguments": {"file_path": path, "content": "new"}});
+    c.send(1, "tools/call", write("/host/link"));
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(
+        (t["path"].as_str(), t["resolved"].as_str()),
+        (Some("/host/link"), Some("/host/secrets/f")),
+        "{t}"
+    );
+    assert_eq!(t["rule"], json!(0), "the rule that matched the target: {t}");
+    let created = s.recv();
+    assert_eq!(created["params"]["interrupt"]["resolved"], "/host/secrets/f", "{created}");
+    let shown = cli(&f, &["interrupts"]);
+    let want = format!("#{} write /host/link (-> /host/secrets/f) by tool write_file ", t["id"]);
+    assert!(shown.starts_with(&want), "{shown}");
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    assert_eq!(c.reply(1)["result"]["isError"], json!(false));
+    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/f")).unwrap(), "new");
+    // Through a linked directory, to a file not there yet.
+    c.send(2, "tools/call", write("/host/linkdir/g"));
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(
+        (t["path"].as_str(), t["resolved"].as_str()),
+        (Some("/host/linkdir/g"), Some("/host/secrets/g"))
+    );
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
+    c.reply(2);
+    // A direct path has no `resolved`.
+    c.send(3, "tools/call", write("/host/secrets/h"));
+    let t = pending(&f, 1).remove(0);
+    assert!(t.get("resolved").is_none(), "{t}");
+    assert!(!cli(&f, &["interrupts"]).contains("(->"));
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
+    c.reply(3);
+    // The audit log has the target as the path; the arguments name the link.
+    std::thread::sleep(Duration::from_millis(300));
+    let db = rusqlite::Connection::open(f.scratch.path().join("audit.db")).unwrap();
+    let (path, command): (String, String) = db
+        .query_row(
+            "SELECT path, command FROM audit WHERE decision = 'interrupt' ORDER BY id LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(path, "/host/secrets/f");
+    assert!(
+        command.starts_with("write_file ") && command.contains(r#""file_path":"/host/link""#),
+        "{command}"
+    );
+}
+
+#[test]
 fn listing_a_directory_under_an_interrupt_read_rule_asks_once() {
     let f = Fixture::new(
         "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/secrets/**\"]\nmode = \"interrupt\"\n",
