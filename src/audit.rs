@@ -1,5 +1,9 @@
 //! The audit log: every denial (and later every interrupt and resolution), to `tracing` and to
 //! a SQLite table, written by a background thread so the hot path never waits for the disk.
+//!
+//! The table holds the true strings (paths, command lines, decisions), byte for byte, for
+//! machines; whatever shows them to a human escapes them with [`crate::display::escape`], as
+//! the `tracing` event here does.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection};
 
+use crate::display::Escaped;
 use crate::error::FsResult;
 
 #[derive(Clone, Debug)]
@@ -75,21 +80,23 @@ impl Audit {
         Ok(Audit { sender, dropped: AtomicU64::new(0), recorded: AtomicU64::new(0) })
     }
 
+    /// Logs `event` (its strings escaped, see [`crate::display`]) and queues it for the table
+    /// (as it is).
     pub fn record(&self, event: AuditEvent) {
         tracing::info!(
             target: "agentvfs::audit",
             door = event.door,
             pid = event.pid,
             uid = event.uid,
-            command = %event.command,
-            operation = %event.operation,
-            path = %event.path,
+            command = %Escaped(&event.command),
+            operation = %Escaped(&event.operation),
+            path = %Escaped(&event.path),
             rule = ?event.rule,
-            decision = %event.decision,
+            decision = %Escaped(&event.decision),
             "{} {} {} refused",
-            event.operation,
+            Escaped(&event.operation),
             event.class,
-            event.path
+            Escaped(&event.path)
         );
         self.recorded.fetch_add(1, Ordering::Relaxed);
         if let Some(tx) = &self.sender {

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::config::Config;
 use crate::control::client::{connect_stream, Client, ClientError};
 use crate::control::methods::{explain, explain_text};
+use crate::display::escape;
 use crate::policy::RuleSet;
 
 #[path = "cli_interrupts.rs"]
@@ -60,7 +61,8 @@ enum Command {
         config: PathBuf,
     },
     /// Show the decision for one operation on one path, and the rule that made it
-    /// (from --config, else from the running daemon, else from the embedded default).
+    /// (from --config, else from the running daemon, else from the embedded default; the
+    /// first line says which).
     Explain {
         #[command(flatten)]
         remote: Remote,
@@ -148,7 +150,13 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colours only on a terminal: a log file or the journal gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour)
+        .with_writer(std::io::stderr)
+        .try_init();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -199,55 +207,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check { config } => {
             let loaded = Config::load(&config)?;
             RuleSet::new(loaded.rules.clone()).map_err(|e| anyhow!("{e}"))?;
-            println!("{}: ok", config.display());
+            println!("{}: ok", shown_path(&config));
             println!("routes:");
             for route in &loaded.routes {
                 let detail = match &route.backend {
-                    crate::config::BackendConfig::Host { root } => format!("host {}", root.display()),
+                    crate::config::BackendConfig::Host { root } => format!("host {}", shown_path(root)),
                     crate::config::BackendConfig::Memory { max_bytes: Some(m), .. } => {
                         format!("memory (max {m} bytes)")
                     }
                     crate::config::BackendConfig::Memory { max_bytes: None, .. } => "memory".to_string(),
                     crate::config::BackendConfig::Sqlite { database, namespace } => {
-                        format!("sqlite {} (namespace {namespace})", database.display())
+                        format!("sqlite {} (namespace {})", shown_path(database), escape(namespace))
                     }
                 };
-                println!("  {:<20} {}", route.path.to_string(), detail);
+                println!("  {:<20} {}", escape(route.path.as_str()), detail);
             }
             println!("rules ({}, first match wins, no match allows):", loaded.rules.len());
             for (i, rule) in loaded.rules.iter().enumerate() {
-                println!("  #{i} {}", rule.describe());
+                println!("  #{i} {}", escape(&rule.describe()));
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain { remote, operation, path } => {
-            let config = remote.config.clone();
-            let params = json!({"operation": operation, "path": path});
-            let result = if config.is_none() && remote.socket.is_some() {
-                remote.call("vfs/explain", Some(params))?
-            } else {
-                // Without --config, a running daemon knows the rules in force; with no daemon
-                // the embedded default is explained, as before there was a socket.
-                let asked = match config {
-                    Some(_) => None,
-                    None => match remote.call("vfs/explain", Some(params)) {
-                        Err(e) if not_running(&e) => None,
-                        other => Some(other?),
-                    },
-                };
-                match asked {
-                    Some(result) => result,
-                    None => {
-                        let loaded = load(config.as_ref())?;
-                        let rules = RuleSet::new(loaded.rules.clone()).map_err(|e| anyhow!("{e}"))?;
-                        explain(&rules, &operation, &path).map_err(|e| anyhow!(e))?
-                    }
-                }
-            };
+            let (source, result) = explain_from(&remote, &operation, &path)?;
+            let source = format!("(from {})", escape(&source));
             if remote.json {
+                // stdout stays one JSON document; the source still reaches the reader.
+                eprintln!("{source}");
                 print_json(&result);
             } else {
-                print!("{}", explain_text(&result));
+                print!("{source}\n{}", explain_text(&result));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -304,9 +293,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if remote.json {
                 print_json(&result);
             } else {
-                println!("reloaded {} rule(s) from {}", result["rules"], text(&result["config"]));
+                println!("reloaded {} rule(s) from {}", result["rules"], shown(&result["config"]));
                 for warning in result["warnings"].as_array().into_iter().flatten() {
-                    println!("warning: {}", text(warning));
+                    println!("warning: {}", shown(warning));
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -327,8 +316,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn not_running(e: &anyhow::Error) -> bool {
-    matches!(e.downcast_ref::<ClientError>(), Some(ClientError::NotRunning(_)))
+/// Where `explain` takes its answer from, and the answer: the config file `--config` names;
+/// else the daemon on `--socket`; else the daemon on the socket other client commands use
+/// (`$AGENTVFS_SOCKET`, else the default), and only when no daemon listens there the embedded
+/// default config. The source is said in words, unescaped.
+fn explain_from(remote: &Remote, operation: &str, path: &str) -> Result<(String, Value)> {
+    let judge = |config: &Config| -> Result<Value> {
+        let rules = RuleSet::new(config.rules.clone()).map_err(|e| anyhow!("{e}"))?;
+        explain(&rules, operation, path).map_err(|e| anyhow!(e))
+    };
+    if let Some(file) = &remote.config {
+        let result = judge(&Config::load(file)?)?;
+        return Ok((format!("the config file {}", file.display()), result));
+    }
+    let socket = socket_path(remote.socket.as_ref(), None)?;
+    let params = json!({"operation": operation, "path": path});
+    let asked = Client::connect(&socket).and_then(|mut client| client.call("vfs/explain", Some(params)));
+    match asked {
+        Ok(result) => Ok((format!("the daemon at {}", socket.display()), result)),
+        // An explicit --socket must answer; without one, no daemon means the embedded default.
+        Err(ClientError::NotRunning(_)) if remote.socket.is_none() => {
+            let result = judge(&load(None)?)?;
+            Ok((format!("the embedded default config: no daemon answers at {}", socket.display()), result))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn text(v: &Value) -> String {
@@ -339,21 +351,31 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// A value for a one-line field of the text output: [`text`], escaped.
+fn shown(v: &Value) -> String {
+    escape(&text(v)).into_owned()
+}
+
+/// A path in `check`'s output, escaped.
+fn shown_path(p: &Path) -> String {
+    escape(&p.display().to_string()).into_owned()
+}
+
 fn status_text(s: &Value) -> String {
     let c = &s["counters"];
     let mut out = format!(
         "agentvfs {} (pid {}), up {}s\nmountpoint  {}\nsocket      {}\nconfig      {}\nroutes:\n",
-        text(&s["version"]),
+        shown(&s["version"]),
         s["pid"],
         s["uptime_seconds"],
-        text(&s["mountpoint"]),
-        text(&s["socket"]),
-        text(&s["config"])
+        shown(&s["mountpoint"]),
+        shown(&s["socket"]),
+        shown(&s["config"])
     );
     for r in s["routes"].as_array().into_iter().flatten() {
-        let mut detail = text(&r["location"]);
+        let mut detail = shown(&r["location"]);
         if let Some(ns) = r.get("namespace").and_then(Value::as_str) {
-            detail = format!("{detail} (namespace {ns})");
+            detail = format!("{detail} (namespace {})", escape(ns));
         }
         if r["backend"] == "memory" {
             detail = match r.get("max_bytes").and_then(Value::as_u64) {
@@ -361,9 +383,9 @@ fn status_text(s: &Value) -> String {
                 None => "(in memory)".to_string(),
             };
         }
-        out += &format!("  {:<20} {:<7} {detail}\n", text(&r["path"]), text(&r["backend"]));
+        out += &format!("  {:<20} {:<7} {detail}\n", shown(&r["path"]), shown(&r["backend"]));
     }
-    out += &format!("rules: {} (observation: {})\n", s["rules"], text(&s["observation"]));
+    out += &format!("rules: {} (observation: {})\n", s["rules"], shown(&s["observation"]));
     out += &match s["fuse_transport"].as_str() {
         Some("io_uring") if s["fuse_ring_idle_class"] == true => {
             format!("FUSE transport: io_uring ({} queues, idle-class threads)\n", s["fuse_ring_queues"])
@@ -386,12 +408,13 @@ fn paths_text(p: &Value) -> String {
     for r in p["routes"].as_array().into_iter().flatten() {
         out += &format!(
             "{:<20} {:<36} {:<7} {}\n",
-            text(&r["virtual"]),
-            text(&r["shell"]),
-            text(&r["backend"]),
-            text(&r["location"])
+            shown(&r["virtual"]),
+            shown(&r["shell"]),
+            shown(&r["backend"]),
+            shown(&r["location"])
         );
     }
+    // The prompt is several lines of the daemon's own text, printed as it is.
     out + "\n" + &text(&p["prompt"]) + "\n"
 }
 
@@ -406,8 +429,8 @@ fn tools_text(t: &Value) -> String {
         } else {
             "writes"
         };
-        let summary = text(&tool["description"]).lines().next().unwrap_or("").to_string();
-        out += &format!("{:<12} {:<12} {summary}\n", text(&tool["name"]), kind);
+        let summary = escape(text(&tool["description"]).lines().next().unwrap_or("")).into_owned();
+        out += &format!("{:<12} {:<12} {summary}\n", shown(&tool["name"]), kind);
     }
     out
 }
@@ -422,8 +445,8 @@ fn call_text(result: &Value) -> String {
                 let size = block["data"].as_str().map_or(0, str::len);
                 out += &format!(
                     "[{} block, {}, {size} bytes of base64]",
-                    text(&block["type"]),
-                    text(&block["mimeType"])
+                    shown(&block["type"]),
+                    shown(&block["mimeType"])
                 );
             }
         }

@@ -8,16 +8,39 @@ use anyhow::Result;
 use serde_json::Value;
 
 use crate::control::client::Client;
+use crate::display::{escape, push_escaped};
 
-/// Longest command line shown; the rest is elided so one request stays on one line.
+/// Longest command line shown (in characters as shown); the rest is elided so one request
+/// stays on one line.
 const COMMAND_WIDTH: usize = 48;
 
+/// `s` escaped for the terminal ([`escape`]) and cut to `width` shown characters, never
+/// inside an escape.
 fn elide(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
-        return s.to_string();
+    let mut out = String::new();
+    let mut shown = 0;
+    for c in s.chars() {
+        let mut one = String::new();
+        push_escaped(&mut one, c);
+        let n = one.chars().count();
+        if shown + n > width {
+            out.push_str(" ...");
+            break;
+        }
+        shown += n;
+        out.push_str(&one);
     }
-    let kept: String = s.chars().take(width).collect();
-    format!("{kept} ...")
+    out
+}
+
+/// A field of a ticket as the approver sees it: a string escaped, anything else as JSON
+/// (escaped too), `?` when it is missing.
+fn field(v: &Value) -> String {
+    match v {
+        Value::String(s) => escape(s).into_owned(),
+        Value::Null => "?".to_string(),
+        other => escape(&other.to_string()).into_owned(),
+    }
 }
 
 /// `4m58s`, `12s`, `1h02m`.
@@ -32,39 +55,43 @@ pub fn duration_text(seconds: f64) -> String {
 
 /// One pending approval on one line, e.g.
 /// `#12 write /workspace/secrets/k by pid 4242 (bash -c echo key > ...) expires in 4m58s`.
+/// Every field is escaped, so a path or command line cannot move the cursor, end the line or
+/// pass for another ticket.
 pub fn line(v: &Value) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let left = v["expires"].as_f64().map(|e| e - now).unwrap_or(0.0);
     let who = match v.get("tool") {
         Some(tool) => format!(
             "by tool {} {} (pid {})",
-            tool["name"].as_str().unwrap_or("?"),
+            field(&tool["name"]),
             elide(&tool["arguments"].to_string(), COMMAND_WIDTH),
-            v["pid"]
+            field(&v["pid"])
         ),
-        None => {
-            format!("by pid {} ({})", v["pid"], elide(v["command"].as_str().unwrap_or(""), COMMAND_WIDTH))
-        }
+        None => format!(
+            "by pid {} ({})",
+            field(&v["pid"]),
+            elide(v["command"].as_str().unwrap_or(""), COMMAND_WIDTH)
+        ),
     };
     format!(
         "#{} {} {}{} {who} expires in {}",
-        v["id"],
-        v["class"].as_str().unwrap_or("?"),
-        v["path"].as_str().unwrap_or("?"),
-        v["resolved"].as_str().map(|r| format!(" (-> {r})")).unwrap_or_default(),
+        field(&v["id"]),
+        field(&v["class"]),
+        field(&v["path"]),
+        v.get("resolved").map(|r| format!(" (-> {})", field(r))).unwrap_or_default(),
         duration_text(left)
     )
 }
 
 /// A resolution on one line: `#12 write /workspace/secrets/k: approve by uid 0 (pid 99)`.
 pub fn resolution(v: &Value) -> String {
-    let by = v["resolved_by"].as_str().map(|b| format!(" by {b}")).unwrap_or_default();
+    let by = v["resolved_by"].as_str().map(|b| format!(" by {}", escape(b))).unwrap_or_default();
     format!(
         "#{} {} {}: {}{by}",
-        v["id"],
-        v["class"].as_str().unwrap_or("?"),
-        v["path"].as_str().unwrap_or("?"),
-        v["decision"].as_str().unwrap_or("?")
+        field(&v["id"]),
+        field(&v["class"]),
+        field(&v["path"]),
+        field(&v["decision"])
     )
 }
 
@@ -130,6 +157,23 @@ mod tests {
             line(&v),
             "#12 write /workspace/secrets/k by pid 4242 (bash -c echo key > /workspace/secrets/k; echo do ...) expires in 4m58s"
         );
+    }
+
+    #[test]
+    fn a_forged_command_line_stays_inside_its_ticket() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        let v = json!({"id": 3, "class": "write", "path": "/host/s/\u{202e}k\r", "pid": 77,
+            "command": "evil\r\x1b[2K\n#99 write /host/forged by pid 1", "expires": now + 10.2});
+        assert_eq!(
+            line(&v),
+            "#3 write /host/s/\\u{202e}k\\r by pid 77 (evil\\r\\x1b[2K\\n#99 write /host/forged by pid 1) expires in 10s"
+        );
+        // Elision never cuts an escape in two.
+        let v = json!({"id": 4, "class": "read", "path": "/p", "pid": 1,
+            "command": format!("{}\x1b[2K", "x".repeat(46)), "expires": now});
+        assert!(line(&v).contains(&format!("({} ...)", "x".repeat(46))), "{}", line(&v));
+        let v = json!({"id": 5, "class": "write", "path": "/p\n#6", "decision": "reject", "resolved_by": "uid 0\r"});
+        assert_eq!(resolution(&v), "#5 write /p\\n#6: reject by uid 0\\r");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod display;
 pub mod engine;
 pub mod error;
 pub mod exec;

@@ -394,9 +394,10 @@ pub fn explain(rules: &RuleSet, operation: &str, path: &str) -> Result<Value, St
     }))
 }
 
-/// The two lines `agentvfs explain` prints for an [`explain`] result.
+/// The two lines `agentvfs explain` prints for an [`explain`] result, every string escaped
+/// for the terminal.
 pub fn explain_text(result: &Value) -> String {
-    let s = |key: &str| result.get(key).and_then(Value::as_str).unwrap_or("?");
+    let s = |key: &str| crate::display::escape(result.get(key).and_then(Value::as_str).unwrap_or("?"));
     let slash = if result.get("directory") == Some(&json!(true)) { "/" } else { "" };
     let by = match result.get("rule").and_then(Value::as_u64) {
         Some(i) => format!("by rule #{i}: {}", s("rule_text")),
@@ -459,5 +460,11 @@ mod tests {
         assert_eq!(explain_text(&v), "write /s/x: allowed\nno rule matches (default allow)\n");
         assert!(explain(&rules, "delete", "/x").unwrap_err().contains("unknown operation \"delete\""));
         assert!(explain(&rules, "read", "/../x").unwrap_err().contains("invalid path"));
+        // A path cannot rewrite the line it is shown on, nor add one.
+        let v = explain(&rules, "read", "/s/\r\x1b[2Kx\nby rule #9").unwrap();
+        assert_eq!(
+            explain_text(&v),
+            "read /s/\\r\\x1b[2Kx\\nby rule #9: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read /s/**\n"
+        );
     }
 }

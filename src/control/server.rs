@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::control::methods::{Peer, State};
 use crate::control::proto::{self, Line, LineReader, Message, RpcError};
 use crate::control::session::Session;
+use crate::display::Escaped;
 
 /// Requests one connection may have running at once; past it a request is refused
 /// (`-32002`) rather than queued, so the connection keeps answering.
@@ -421,7 +422,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
         let (id, method, params) = match proto::parse(&line) {
             Ok(Message::Request { id, method, params }) => (id, method, params),
             Ok(Message::Notification { method, .. }) => {
-                tracing::debug!("control notification {method}");
+                tracing::debug!("control notification {}", Escaped(&method));
                 continue;
             }
             Ok(Message::Response) => continue,
@@ -458,7 +459,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_default();
-                    tracing::error!("control method {method} panicked: {what}");
+                    tracing::error!("control method {} panicked: {}", Escaped(&method), Escaped(&what));
                     Err(RpcError::internal(format!("internal error in {method}: {what}")))
                 });
                 writer.send(&proto::response(&id, result));

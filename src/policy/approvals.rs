@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::audit::{Audit, AuditEvent};
+use crate::display::Escaped;
 use crate::policy::{Op, Refusal};
 use crate::vpath::VPath;
 
@@ -261,9 +262,9 @@ impl Approvals {
             drop(inner);
             tracing::warn!(
                 "refusing {} {} {}: {} approvals are already pending (the limit)",
-                request.operation,
+                Escaped(&request.operation),
                 request.op.as_str(),
-                request.path,
+                Escaped(request.path.as_str()),
                 self.max_pending
             );
             self.record(&request, "interrupt-overloaded", "");

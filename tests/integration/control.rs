@@ -528,22 +528,23 @@ fn call_prints_the_text_or_the_whole_result() {
 #[test]
 fn explain_asks_the_daemon_for_the_rules_in_force() {
     let (f, socket) = fixture();
+    let from_daemon = format!("(from the daemon at {socket})\n");
     let denied = "read /host/secret/key: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /host/secret/**\n";
-    assert_eq!(cli_ok(&["explain", "--socket", &socket, "read", "/host/secret/key"]), denied);
-    // Without --socket or --config, $AGENTVFS_SOCKET leads to the daemon.
-    let (code, out, _) = cli(&["explain", "read", "/host/secret/key"], &[("AGENTVFS_SOCKET", &socket)]);
-    assert_eq!((code, out.as_str()), (0, denied));
+    assert_eq!(
+        cli_ok(&["explain", "--socket", &socket, "read", "/host/secret/key"]),
+        from_daemon.clone() + denied
+    );
     // --config still explains a file, daemon or not.
     let cfg = f.config_path().display().to_string();
     assert_eq!(
         cli_ok(&["explain", "--config", &cfg, "write", "/host/secret/"]),
-        "write /host/secret/: denied (EACCES)\nby rule #0: deny read,write /host/secret/**\n"
+        format!("(from the config file {cfg})\nwrite /host/secret/: denied (EACCES)\nby rule #0: deny read,write /host/secret/**\n")
     );
-    let json: Value =
-        serde_json::from_str(&cli_ok(&["explain", "--socket", &socket, "--json", "write", "/host/x"]))
-            .unwrap();
+    // --json prints the daemon's answer alone on stdout, and where it came from on stderr.
+    let (code, out, err) = cli(&["explain", "--socket", &socket, "--json", "write", "/host/x"], &[]);
+    assert_eq!((code, err.as_str()), (0, from_daemon.as_str()));
     assert_eq!(
-        json,
+        serde_json::from_str::<Value>(&out).unwrap(),
         json!({"operation": "write", "path": "/host/x", "directory": false, "decision": "allow", "hidden": false, "effect": "allowed", "rule": null, "rule_text": null})
     );
     let (code, _, err) = cli(&["explain", "--socket", &socket, "delete", "/x"], &[]);
@@ -551,11 +552,40 @@ fn explain_asks_the_daemon_for_the_rules_in_force() {
         (code, err.as_str()),
         (1, "agentvfs: unknown operation \"delete\" (expected \"read\" or \"write\")\n")
     );
-    // No daemon and no --config: the embedded default, as before.
+    // A path cannot rewrite the lines it is shown on.
+    let out = cli_ok(&["explain", "--socket", &socket, "read", "/host/secret/\r\x1b[2K\nok"]);
+    assert_eq!(
+        out,
+        from_daemon + "read /host/secret/\\r\\x1b[2K\\nok: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /host/secret/**\n"
+    );
+}
+
+#[test]
+fn explain_without_a_socket_or_config_asks_the_daemon_status_finds_and_says_so() {
+    let (f, socket) = fixture();
+    // The socket `status` finds without flags ($AGENTVFS_SOCKET here, the default config's
+    // otherwise) is where explain asks: the daemon's rule, which the embedded default lacks.
+    let env = [("AGENTVFS_SOCKET", socket.as_str())];
+    let (code, status, _) = cli(&["status"], &env);
+    assert!(code == 0 && status.contains(&format!("socket      {socket}\n")), "{status}");
+    let (code, out, err) = cli(&["explain", "read", "/host/secret/key"], &env);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, format!("(from the daemon at {socket})\nread /host/secret/key: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /host/secret/**\n").as_str()),
+        "{err}"
+    );
+    // No daemon there: the embedded default, and the first line says so.
     let gone = f.scratch.path().join("nothing.sock").display().to_string();
     let (code, out, _) = cli(&["explain", "read", "/workspace/.env"], &[("AGENTVFS_SOCKET", &gone)]);
     assert_eq!(code, 0);
-    assert!(out.starts_with("read /workspace/.env: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /**/.env "), "{out}");
+    let expected = format!("(from the embedded default config: no daemon answers at {gone})\nread /workspace/.env: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /**/.env ");
+    assert!(out.starts_with(&expected), "{out}");
+    let (code, out, _) = cli(&["explain", "read", "/host/secret/key"], &[("AGENTVFS_SOCKET", &gone)]);
+    assert!(
+        code == 0 && out.ends_with("read /host/secret/key: allowed\nno rule matches (default allow)\n"),
+        "{out}"
+    );
+    drop(f);
 }
 
 #[test]

@@ -53,6 +53,11 @@ impl Mount {
     }
 
     pub fn try_start(config: &Path, dir: &Path) -> Result<Mount, String> {
+        Self::try_start_logging(config, dir, "warn")
+    }
+
+    /// Like [`Mount::try_start`], with the daemon's log filtered by `filter` (`RUST_LOG`).
+    pub fn try_start_logging(config: &Path, dir: &Path, filter: &str) -> Result<Mount, String> {
         // A stale mount left by a killed daemon answers ENOTCONN here; the daemon clears it.
         let _ = std::fs::create_dir_all(dir);
         let parent = dir.parent().expect("a mountpoint has a parent").canonicalize().unwrap();
@@ -63,7 +68,7 @@ impl Mount {
             .args(["mount", "--config"])
             .arg(config)
             .arg(&dir)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", filter)
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()

@@ -676,3 +676,98 @@ fn a_command_run_by_execute_pauses_on_the_same_rules() {
     assert!(text(&r).starts_with("done"), "{r}");
     assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/k")).unwrap(), "key\n");
 }
+
+/// True when `text` holds nothing a terminal would act on: no C0 control but the line end, no
+/// DEL, no C1 control.
+fn inert(text: &str) -> bool {
+    text.chars().all(|c| c == '\n' || !(c < ' ' || ('\u{7f}'..='\u{9f}').contains(&c)))
+}
+
+#[test]
+fn a_forged_command_line_cannot_change_what_the_approver_sees() {
+    use std::os::unix::process::CommandExt;
+    // A daemon logging at info, so the audit event with the command line reaches its log.
+    let u = crate::harness::unmounted(&format!("{RULES}\n[interrupts]\ntimeout_seconds = 300\n"));
+    let mount = crate::harness::Mount::try_start_logging(&u.config, &u.scratch.path().join("mnt"), "info")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = Fixture { mount, scratch: u.scratch, host_root: u.host_root };
+    std::fs::create_dir_all(f.host_root.join("secrets")).unwrap();
+    // argv[0] moves the cursor home, erases the line and starts a forged ticket of its own.
+    let forged = "evil\r\x1b[2K\n#99 write /host/forged by pid 1";
+    let child = Command::new("sh")
+        .arg0(forged)
+        .args(["-c", "echo x > secrets/k"])
+        .current_dir(f.p("/host"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = pending(&f, 1).remove(0);
+    let command = format!("{forged} -c echo x > secrets/k");
+    // The JSON carries the true command line; JSON's own escaping keeps it unambiguous.
+    assert_eq!(t["command"], json!(command), "{t}");
+
+    let listed = cli(&f, &["interrupts"]);
+    assert!(inert(&listed), "{listed:?}");
+    assert_eq!(listed.matches('\n').count(), 1, "{listed:?}");
+    let shown = r"evil\r\x1b[2K\n#99 write /host/forged by pid 1 - ...";
+    assert!(
+        listed.starts_with(&format!(
+            "#{} write /host/secrets/k by pid {} ({shown}) expires in ",
+            t["id"],
+            child.id()
+        )),
+        "{listed:?}"
+    );
+
+    // `--watch` shows the same line, then the resolution, each on a line of its own.
+    let mut watch = Command::new(BIN)
+        .args(["interrupts", "--watch", "--socket"])
+        .arg(socket(&f))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        inert(&first)
+            && first.starts_with(&format!("#{} write /host/secrets/k by pid {}", t["id"], child.id())),
+        "{first:?}"
+    );
+    assert!(first.contains(shown), "{first:?}");
+    let out = cli(&f, &["reject", &t["id"].to_string(), "--reason", "no\r\x1b[2K"]);
+    assert!(
+        inert(&out) && out.starts_with(&format!("#{} write /host/secrets/k: reject by uid 0", t["id"])),
+        "{out:?}"
+    );
+    let resolved = lines.next().unwrap().unwrap();
+    assert!(
+        inert(&resolved)
+            && resolved.starts_with(&format!("#{} write /host/secrets/k: reject by uid 0", t["id"])),
+        "{resolved:?}"
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert_ne!(code, 0);
+    assert!(err.contains("Permission denied"), "{err}");
+
+    // The daemon's log has the command line escaped, and no raw control character at all.
+    let escaped = r"evil\r\x1b[2K\n#99 write /host/forged by pid 1 -c echo x > secrets/k";
+    crate::harness::soon("the audit event in the log", || f.mount.log_text().contains(escaped));
+    let log = f.mount.log_text();
+    assert!(inert(&log), "{log:?}");
+    assert!(!log.contains("\n#99"), "{log}");
+    // The audit table keeps the true command line, for machines.
+    let db = rusqlite::Connection::open(f.scratch.path().join("audit.db")).unwrap();
+    let mut recorded = String::new();
+    crate::harness::soon("the audit row", || {
+        db.query_row("SELECT command FROM audit WHERE decision = 'interrupt'", [], |r| r.get::<_, String>(0))
+            .is_ok()
+    });
+    db.query_row("SELECT command FROM audit WHERE decision = 'interrupt'", [], |r| r.get(0))
+        .map(|c: String| recorded = c)
+        .unwrap();
+    assert_eq!(recorded, command);
+}

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::common::{char_len, splitlines_keepends, MAX_CHARS};
 use super::{Block, ToolEnv, ToolOutput};
+use crate::display::Escaped;
 use crate::vpath::VPath;
 
 /// Tools with their own size caps, whose results are never offloaded (Deep Agents' list).
@@ -150,7 +151,12 @@ pub fn apply(env: &ToolEnv, name: &str, output: ToolOutput) -> ToolOutput {
     let path = format!("{DIRECTORY}/{}", sanitize_id(&id));
     let Ok(vpath) = VPath::parse(&path) else { return output };
     if let Err(e) = env.fs.write_atomic(&vpath, text.as_bytes(), 0o644) {
-        tracing::warn!("cannot offload a large {name} result to {path}: {e}");
+        // The path holds the caller's call id.
+        tracing::warn!(
+            "cannot offload a large {name} result to {}: {}",
+            Escaped(&path),
+            Escaped(&e.to_string())
+        );
         return output;
     }
     // Non-text blocks stay after the notice, as in Deep Agents.
