@@ -83,6 +83,9 @@ pub struct RouteConfig {
 pub struct Config {
     /// Where the file came from ("<embedded default>" for the built-in one).
     pub source: String,
+    /// The config file itself, absolute; `None` for the embedded default. One of the
+    /// daemon's own files: no route shows it.
+    pub file: Option<PathBuf>,
     pub mountpoint: Option<PathBuf>,
     pub socket: PathBuf,
     /// The route for `/` first, then the configured routes in file order.
@@ -516,6 +519,7 @@ impl Parser<'_> {
         let exec = self.exec(raw.exec.as_ref(), &routes)?;
         Ok(Config {
             source: self.file.to_string(),
+            file: None,
             mountpoint: raw.mountpoint.as_ref().map(|m| self.base.join(m)),
             socket,
             routes,
@@ -630,7 +634,9 @@ impl Config {
         })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let base = std::path::absolute(&base).unwrap_or(base);
-        Parser { file: &file, text: &text, base }.parse()
+        let mut config = Parser { file: &file, text: &text, base }.parse()?;
+        config.file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        Ok(config)
     }
 
     pub fn parse_str(text: &str, file: &str, base: &Path) -> Result<Config, ConfigError> {

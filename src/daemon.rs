@@ -134,26 +134,47 @@ fn resolved_as_far_as_exists(path: &Path) -> PathBuf {
     }
 }
 
+/// Every file the daemon owns: its config file, its control socket, and each database with
+/// the files SQLite keeps beside it.
+fn own_files(config: &Config) -> Vec<(String, PathBuf)> {
+    let mut own = Vec::new();
+    if let Some(file) = &config.file {
+        own.push(("the config file".to_string(), file.clone()));
+    }
+    own.push(("the control socket".to_string(), config.socket.clone()));
+    for (what, database) in own_databases(config) {
+        for suffix in DATABASE_FILES {
+            let mut file = database.as_os_str().to_owned();
+            file.push(suffix);
+            own.push((what.clone(), PathBuf::from(file)));
+        }
+    }
+    own
+}
+
 /// For a host route: the daemon's own files that lie under its root, relative to it. That
 /// route would show them raw (a database holds every namespace in it, whatever the rules say
-/// of the sqlite route's paths) and let callers write under SQLite's feet, so it leaves them
-/// out, with a warning.
+/// of the sqlite route's paths; the config file holds the rules themselves) and let callers
+/// write under the daemon's feet, so it leaves them out, at both doors, with a warning.
 fn own_files_under(backend: &BackendConfig, config: &Config) -> Vec<String> {
     let BackendConfig::Host { root } = backend else { return Vec::new() };
     let Ok(root) = root.canonicalize() else { return Vec::new() };
-    let mut own = Vec::new();
-    for (what, database) in own_databases(config) {
-        let database = resolved_as_far_as_exists(database);
-        let Ok(inside) = database.strip_prefix(&root) else { continue };
-        let inside = inside.to_string_lossy();
-        tracing::warn!(
-            "{what} ({}) lies inside the host root {}: the route leaves it and its companion files out; keep databases outside host roots",
-            database.display(),
-            root.display()
-        );
-        own.extend(DATABASE_FILES.iter().map(|suffix| format!("{inside}{suffix}")));
+    let mut inside_root = Vec::new();
+    let mut warned = Vec::new();
+    for (what, file) in own_files(config) {
+        let file = resolved_as_far_as_exists(&file);
+        let Ok(inside) = file.strip_prefix(&root) else { continue };
+        if !warned.contains(&what) {
+            tracing::warn!(
+                "{what} ({}) lies inside the host root {}: the route leaves it out; keep the daemon's files outside host roots",
+                file.display(),
+                root.display()
+            );
+            warned.push(what);
+        }
+        inside_root.push(inside.to_string_lossy().into_owned());
     }
-    own
+    inside_root
 }
 
 /// Keeps the daemon's own databases (with their WAL and shared memory), which it writes on

@@ -230,7 +230,17 @@ impl Engine {
     pub fn lookup(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
         let attr = self.router.getattr(&self.gate.probe(path))?;
         self.check_metadata(ctx, "lookup", path, attr.kind == FileKind::Dir)?;
-        Ok(attr)
+        Ok(self.shown(path, attr))
+    }
+
+    /// A directory's link count tells how many subdirectories it has, so where a rule may
+    /// hide some of them it would tell that they exist: such a directory reports 1, which
+    /// means "not counted" (as on btrfs; `find` and other tools know it).
+    fn shown(&self, path: &VPath, mut attr: Attr) -> Attr {
+        if attr.kind == FileKind::Dir && self.gate.may_hide_beneath(path) {
+            attr.nlink = 1;
+        }
+        attr
     }
 
     /// `lookup` of several entries of one directory at once (readdirplus), each judged as
@@ -241,9 +251,9 @@ impl Engine {
             .iter()
             .zip(attrs)
             .map(|(name, attr)| {
-                let attr = attr?;
-                self.check_metadata(ctx, "lookup", &dir.join(name), attr.kind == FileKind::Dir)?;
-                Ok(attr)
+                let (attr, path) = (attr?, dir.join(name));
+                self.check_metadata(ctx, "lookup", &path, attr.kind == FileKind::Dir)?;
+                Ok(self.shown(&path, attr))
             })
             .collect()
     }
@@ -262,7 +272,7 @@ impl Engine {
         if !path.is_root() {
             self.check_metadata(ctx, "getattr", path, attr.kind == FileKind::Dir)?;
         }
-        Ok(attr)
+        Ok(self.shown(path, attr))
     }
 
     /// The visible entries of a directory: hidden ones are left out, as if absent.
@@ -418,11 +428,9 @@ impl Engine {
     pub fn mkdir(&self, ctx: &Ctx, path: &VPath, mode: u32) -> FsResult<Attr> {
         let _adding = self.names.read();
         let permit = self.check_new(ctx, "mkdir", path, true)?;
-        let result = self.router.mkdir(&permit, mode, &ctx.caller);
-        if result.is_ok() {
-            self.note_change(ctx, path);
-        }
-        result
+        let attr = self.router.mkdir(&permit, mode, &ctx.caller)?;
+        self.note_change(ctx, path);
+        Ok(self.shown(path, attr))
     }
 
     pub fn symlink(&self, ctx: &Ctx, path: &VPath, target: &[u8]) -> FsResult<Attr> {
@@ -475,6 +483,12 @@ impl Engine {
     /// path than at its old one, the rename is refused, so no protected file can be carried
     /// out from under its rule (or a rule dodged by moving a tree in and out).
     pub fn rename(&self, ctx: &Ctx, from: &VPath, to: &VPath, flags: u32) -> FsResult<()> {
+        use crate::backend::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+        // Only the flags every backend implements fully: RENAME_WHITEOUT (for overlay
+        // filesystems) would leave a device node behind on a host route.
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
+            return Err(FsError::new(Errno::EINVAL, format!("unsupported rename flags {flags:#x}")));
+        }
         let _moving = self.names.write();
         let from_attr = self.router.getattr(&self.gate.probe(from))?;
         let from_is_dir = from_attr.kind == FileKind::Dir;
@@ -554,7 +568,7 @@ impl Engine {
             }
         };
         self.note_change(ctx, path);
-        Ok(attr)
+        Ok(self.shown(path, attr))
     }
 
     pub fn statfs(&self, path: &VPath) -> FsResult<StatFs> {

@@ -120,6 +120,11 @@ impl Gate {
         !(v.mode == Mode::Deny && v.hide)
     }
 
+    /// Whether a rule may hide something beneath the directory `dir`.
+    pub fn may_hide_beneath(&self, dir: &VPath) -> bool {
+        self.rules.load().may_hide_beneath(dir)
+    }
+
     /// Whether moving the directory `from` to `to` could change a decision beneath it.
     pub fn rename_may_change_verdicts(&self, from: &VPath, to: &VPath) -> bool {
         self.rules.load().rename_may_change_verdicts(from, to)

@@ -235,6 +235,18 @@ impl RuleSet {
         found
     }
 
+    /// Whether a hiding rule (deny read, `hide = true`) could match something beneath `dir`.
+    pub fn may_hide_beneath(&self, dir: &VPath) -> bool {
+        self.has_rules_for[Op::Read as usize]
+            && self.patterns.iter().any(|(rule, pattern)| {
+                let rule = &self.rules[*rule];
+                rule.mode == Mode::Deny
+                    && rule.hide
+                    && rule.applies_to(Op::Read)
+                    && pattern.reaches_subtree(dir)
+            })
+    }
+
     /// The patterns of rule `index` that match `path` itself (as a file).
     pub fn matching_patterns(&self, index: usize, path: &VPath) -> Vec<&str> {
         self.patterns

@@ -111,3 +111,105 @@ fn hard_links_and_renames_of_ancestors_do_not_expose_protected_files() {
     fs::write(fx.host_root.join("SECRETS"), "not covered").unwrap();
     assert_eq!(fs::read_to_string(fx.p("/host/SECRETS")).unwrap(), "not covered");
 }
+
+/// The daemon's own files (config, control socket, databases and their companions, the
+/// audit log) lying inside a host route are absent from it at both doors: nothing can read
+/// the rules, edit them away and reload, or write under SQLite's feet.
+#[test]
+fn the_daemons_own_files_are_absent_from_a_route_that_holds_them() {
+    use crate::harness::{call_tool, scratch, sh_ok, Mount};
+    let scratch = scratch();
+    let root = scratch.path().join("project");
+    let state = root.join("conf");
+    fs::create_dir_all(&state).unwrap();
+    fs::create_dir_all(root.join("secret")).unwrap();
+    fs::write(root.join("secret/key"), "KEY").unwrap();
+    fs::write(root.join("plain.txt"), "plain").unwrap();
+    // The config, the socket, the databases and the audit log all live in the route.
+    let cfg = crate::harness::config(
+        &state,
+        &root,
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/host/secret/**\"]\nmode = \"deny\"\n",
+    );
+    let before = fs::read_to_string(&cfg).unwrap();
+    let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
+    let conf = mount.path("/host/conf");
+    // Listing shows none of them (the directory itself stays, empty to the caller).
+    assert_eq!(sh_ok(&conf, "ls -A; echo end"), "end\n");
+    let (code, out, _) = sh(
+        &conf,
+        "export LC_ALL=C; cat agentvfs.toml 2>&1; { echo more >> agentvfs.toml; } 2>&1; rm -f store.db 2>&1; \
+         ln -s x agentvfs.sock 2>&1; mkdir audit.db 2>&1; cd .. && mv conf moved 2>&1; echo rc=$?",
+    );
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "cat: agentvfs.toml: No such file or directory\n\
+         sh: 1: cannot create agentvfs.toml: Permission denied\n\
+         ln: failed to create symbolic link 'agentvfs.sock': Permission denied\n\
+         mkdir: cannot create directory 'audit.db': Permission denied\n\
+         mv: cannot move 'conf' to 'moved': Device or resource busy\nrc=1\n"
+    );
+    // The tool door: no read, no edit, no overwrite.
+    let mut client = agentvfs::control::client::Client::connect(&state.join("agentvfs.sock")).unwrap();
+    for (tool, args) in [
+        ("read_file", serde_json::json!({"file_path": "/host/conf/agentvfs.toml"})),
+        ("write_file", serde_json::json!({"file_path": "/host/conf/agentvfs.toml", "content": "x"})),
+        ("ls", serde_json::json!({"path": "/host/conf"})),
+        ("grep", serde_json::json!({"pattern": "rules", "path": "/host"})),
+        ("glob", serde_json::json!({"pattern": "**/*.db", "path": "/host"})),
+    ] {
+        let (_, text) = call_tool(&mut client, tool, args);
+        assert!(!text.contains("agentvfs.toml") || text.starts_with("Error"), "{tool}: {text}");
+        assert!(!text.contains("store.db") && !text.contains("[[rules]]"), "{tool}: {text}");
+    }
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), before, "the config is untouched");
+    assert_eq!(sh(&mount.dir, "cat host/secret/key").0, 1);
+    assert!(mount.log_text().contains("the config file"), "{}", mount.log_text());
+    mount.stop();
+}
+
+/// Hidden means absent, in link counts too: a directory under a hiding rule does not count
+/// its subdirectories (1, "not counted"), while one no hiding rule reaches keeps its count.
+#[test]
+fn a_directorys_link_count_does_not_tell_its_hidden_subdirectories() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new(
+        "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/d/hidden*/**\"]\nmode = \"deny\"\n",
+    );
+    for dir in ["d/shown", "d/hidden1", "d/hidden2", "plain/x", "plain/y"] {
+        fs::create_dir_all(fx.host_root.join(dir)).unwrap();
+    }
+    assert_eq!(fs::metadata(fx.host_root.join("d")).unwrap().nlink(), 5, "the host counts all three");
+    assert_eq!(fs::metadata(fx.p("/host/d")).unwrap().nlink(), 1);
+    let (_, listed, _) = sh(&fx.p("/host/d"), "ls -A");
+    assert_eq!(listed, "shown\n");
+    assert_eq!(fs::metadata(fx.p("/host/plain")).unwrap().nlink(), 4);
+    assert_eq!(fs::metadata(fx.p("/host/d/shown")).unwrap().nlink(), 2, "no hiding rule reaches below it");
+    // find, which reads link counts to skip work, still finds everything visible.
+    assert_eq!(
+        sh(&fx.p("/host"), "find . -type d | sort").1,
+        ".\n./d\n./d/shown\n./plain\n./plain/x\n./plain/y\n"
+    );
+}
+
+/// Rename flags the daemon does not implement fully are refused, and nothing is left behind.
+#[test]
+fn rename_whiteout_is_refused() {
+    let fx = Fixture::new("");
+    for route in crate::harness::ROUTES {
+        let (a, b) = (fx.p(route).join("a"), fx.p(route).join("b"));
+        fs::write(&a, "x").unwrap();
+        let c = |p: &std::path::Path| std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        let (ca, cb) = (c(&a), c(&b));
+        const RENAME_WHITEOUT: libc::c_uint = 4;
+        let rc = unsafe {
+            libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), RENAME_WHITEOUT)
+        };
+        let err = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!((rc, err), (-1, Some(libc::EINVAL)), "{route}");
+        assert_eq!(fs::read_to_string(&a).unwrap(), "x", "{route}");
+        assert!(!b.exists(), "{route}");
+    }
+    assert_eq!(sh(&fx.host_root, "ls -A").1, "a\n", "no whiteout device on the host");
+}
