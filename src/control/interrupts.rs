@@ -69,7 +69,7 @@ pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<Ask> {
         _ => return None,
     };
     // `""`, `"."` and `"./"` become `/`, which overlaps every anchor (loophole 2).
-    let path = validate_path(raw).ok()?;
+    let path = validate_path(raw).ok()?.path;
     let real = fs
         .resolve(&path, true)
         .ok()

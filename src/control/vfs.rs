@@ -11,9 +11,19 @@ use crate::vpath::VPath;
 /// How many symlinks one resolution may follow before it is a loop.
 const MAX_SYMLINKS: usize = 40;
 
+/// A tool's path argument once validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolPath {
+    pub path: VPath,
+    /// The argument ends in `/` (or `/.`): as in a syscall, it names a directory, and a file
+    /// there is an error (ENOTDIR) rather than the file the path names without the slash.
+    pub must_be_dir: bool,
+}
+
 /// Validates a tool's path argument the way Deep Agents' `validate_path` does, except that
-/// `""`, `"."` and `"./"` mean `/`. The error is the text after `Error: `.
-pub fn validate_path(input: &str) -> Result<VPath, String> {
+/// `""`, `"."` and `"./"` mean `/`, and that a trailing `/` is kept as [`ToolPath::must_be_dir`]
+/// (normalising drops it from the path). The error is the text after `Error: `.
+pub fn validate_path(input: &str) -> Result<ToolPath, String> {
     let slashed = input.replace('\\', "/");
     if slashed.split('/').any(|c| c == "..") || input.starts_with('~') {
         return Err(format!("Path traversal not allowed: {input}"));
@@ -24,7 +34,9 @@ pub fn validate_path(input: &str) -> Result<VPath, String> {
             "Windows absolute paths are not supported: {input}. Please use virtual paths starting with / (e.g., /workspace/file.txt)"
         ));
     }
-    VPath::parse(&slashed).map_err(|_| format!("Invalid path: {input}"))
+    let path = VPath::parse(&slashed).map_err(|_| format!("Invalid path: {input}"))?;
+    let must_be_dir = matches!(slashed.rsplit('/').next(), Some("" | "."));
+    Ok(ToolPath { path, must_be_dir })
 }
 
 /// The tool door's file system: one caller (a control session) on one engine.
@@ -244,15 +256,32 @@ mod tests {
 
     #[test]
     fn validation_follows_deep_agents() {
-        assert_eq!(validate_path("a/b").unwrap().as_str(), "/a/b");
-        assert_eq!(validate_path("").unwrap().as_str(), "/");
-        assert_eq!(validate_path("./").unwrap().as_str(), "/");
-        assert_eq!(validate_path("\\a\\b").unwrap().as_str(), "/a/b");
-        assert_eq!(validate_path("/foo..bar").unwrap().as_str(), "/foo..bar");
+        let path = |input: &str| validate_path(input).unwrap().path;
+        assert_eq!(path("a/b").as_str(), "/a/b");
+        assert_eq!(path("").as_str(), "/");
+        assert_eq!(path("./").as_str(), "/");
+        assert_eq!(path("\\a\\b").as_str(), "/a/b");
+        assert_eq!(path("/foo..bar").as_str(), "/foo..bar");
         assert_eq!(validate_path("/a/../b").unwrap_err(), "Path traversal not allowed: /a/../b");
         assert_eq!(validate_path("~/x").unwrap_err(), "Path traversal not allowed: ~/x");
         assert!(validate_path("C:\\x")
             .unwrap_err()
             .starts_with("Windows absolute paths are not supported: C:\\x."));
+    }
+
+    #[test]
+    fn a_trailing_slash_names_a_directory() {
+        for (input, want, dir) in [
+            ("/a/f.txt/", "/a/f.txt", true),
+            ("/a/f.txt//", "/a/f.txt", true),
+            ("/a/f.txt/.", "/a/f.txt", true),
+            ("a\\f.txt\\", "/a/f.txt", true),
+            ("/a/f.txt", "/a/f.txt", false),
+            ("/a/./f.txt", "/a/f.txt", false),
+            ("/", "/", true),
+        ] {
+            let v = validate_path(input).unwrap();
+            assert_eq!((v.path.as_str(), v.must_be_dir), (want, dir), "{input}");
+        }
     }
 }

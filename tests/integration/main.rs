@@ -17,5 +17,6 @@ mod races;
 mod rules;
 mod security;
 mod stress;
+mod trailing_slash;
 mod transport;
 mod workloads;

@@ -4,7 +4,7 @@
 
 use crate::backend::{Attr, FileKind};
 use crate::control::session::{Observation, Version};
-use crate::control::vfs::validate_path;
+use crate::control::vfs::{validate_path, ToolPath};
 use crate::error::{Errno, FsError};
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
@@ -259,8 +259,9 @@ pub fn fs_failure(op: Op, path: &VPath, err: &FsError, text: impl FnOnce() -> St
 // ---------------------------------------------------------------------------------------------
 // The path pipeline (TOOLS §1.0).
 
-/// Step 1: Deep Agents' path validation.
-pub fn validate(raw: &str) -> Result<VPath, ToolOutput> {
+/// Step 1: Deep Agents' path validation (which also says whether the path was written as a
+/// directory, with a trailing `/`).
+pub fn validate(raw: &str) -> Result<ToolPath, ToolOutput> {
     validate_path(raw).map_err(|msg| ToolOutput::error(ErrorCode::InvalidPath, format!("Error: {msg}")))
 }
 
@@ -382,17 +383,42 @@ pub fn check_target(env: &ToolEnv, op: Op, loc: &Located, as_dir: bool) -> Resul
     Ok(())
 }
 
-/// Steps 1–3 for the tools that judge one operation on one path.
+/// Step 3c: a path written as a directory (`f.txt/`) must lead to one, as in a syscall: an
+/// existing non-directory there (a symlink too, where the last component is not followed) is
+/// ENOTDIR, not the file the path names without the slash. A missing node is left to the
+/// tool. `text` words the error as the tool words its OS errors ([`written_as_dir`]).
+pub fn require_dir(
+    named: &ToolPath,
+    loc: &Located,
+    text: impl FnOnce(&str, &str) -> String,
+) -> Result<(), ToolOutput> {
+    match loc.kind() {
+        Some(kind) if named.must_be_dir && kind != FileKind::Dir => {
+            Err(written_as_dir(Errno::ENOTDIR, &loc.path, text))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The error `errno` on `path` written as a directory: `text` gets the path as written
+/// (`/a/f.txt/`) and Python's `str(OSError)` for it (`[Errno 20] Not a directory: '/a/f.txt/'`).
+pub fn written_as_dir(errno: Errno, path: &VPath, text: impl FnOnce(&str, &str) -> String) -> ToolOutput {
+    let written = format!("{path}/");
+    let os_error = format!("[Errno {}] {}: {}", errno as i32, errno.desc(), py_repr(&written));
+    ToolOutput::error(ErrorCode::from_errno(errno), text(&written, &os_error))
+}
+
+/// Steps 2–3 for the tools that judge one operation on one path (validated by the caller).
 pub fn prepare(
     env: &ToolEnv,
-    raw: &str,
+    named: &ToolPath,
     op: Op,
     as_dir: bool,
     for_create: bool,
 ) -> Result<Located, ToolOutput> {
-    let path = validate(raw)?;
-    precheck(env, op, &path, as_dir)?;
-    let loc = locate(env, op, &path, true, for_create)?;
+    let path = &named.path;
+    precheck(env, op, path, as_dir)?;
+    let loc = locate(env, op, path, true, for_create)?;
     check_target(env, op, &loc, as_dir)?;
     Ok(loc)
 }

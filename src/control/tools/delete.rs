@@ -44,10 +44,11 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Ok(p) => p,
         Err(e) => return e,
     };
-    let path = match common::validate(&raw) {
+    let named = match common::validate(&raw) {
         Ok(p) => p,
         Err(e) => return e,
     };
+    let path = named.path.clone();
     if let Err(e) = common::refuse_route_root(env, &path, "deleted") {
         return e;
     }
@@ -62,6 +63,12 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
     }
     if loc.attr.is_none() {
         return ToolOutput::error(ErrorCode::NotFound, format!("Error: '{path}' not found"));
+    }
+    // `file.txt/` names a directory: unlink and rmdir answer ENOTDIR, and so does the tool.
+    if let Err(e) = common::require_dir(&named, &loc, |written, os_error| {
+        format!("Error deleting '{written}': {os_error}")
+    }) {
+        return e;
     }
     if loc.real != loc.path {
         if let Err(e) = common::refuse_route_root(env, &loc.real, "deleted") {

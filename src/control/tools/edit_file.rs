@@ -84,7 +84,13 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
             "Error: new_string must differ from old_string",
         );
     }
-    let loc = match common::prepare(env, &a.file_path, Op::Write, false, false) {
+    let loc = match common::validate(&a.file_path).and_then(|named| {
+        let loc = common::prepare(env, &named, Op::Write, false, false)?;
+        common::require_dir(&named, &loc, |written, os_error| {
+            format!("Error editing file '{written}': {os_error}")
+        })?;
+        Ok(loc)
+    }) {
         Ok(loc) => loc,
         Err(e) => return e,
     };

@@ -91,12 +91,12 @@ pub fn run(env: &ToolEnv, args: &Value, slots: &Slots, limits: Limits) -> ToolOu
         Ok(p) => p,
         Err(e) => return e,
     };
-    let path = match common::validate(path_arg.as_deref().unwrap_or("/")) {
+    let named = match common::validate(path_arg.as_deref().unwrap_or("/")) {
         Ok(p) => p,
         Err(e) => return e,
     };
     let hint = if path_arg.is_none() { PATHLESS_DENIED_HINT } else { "" };
-    let root = match search::precheck(env, &path, hint) {
+    let root = match search::precheck(env, &named, hint) {
         Ok(root) => root,
         Err(refusal) => return refusal,
     };

@@ -109,11 +109,11 @@ pub fn run(env: &ToolEnv, args: &Value, time_limit: Duration) -> ToolOutput {
     let root = match path_arg {
         None => Root::Dir(VPath::root()),
         Some(p) => {
-            let path = match common::validate(&p) {
-                Ok(path) => path,
+            let named = match common::validate(&p) {
+                Ok(named) => named,
                 Err(e) => return e,
             };
-            match search::precheck(env, &path, "") {
+            match search::precheck(env, &named, "") {
                 Ok(root) => root,
                 Err(refusal) => return refusal,
             }

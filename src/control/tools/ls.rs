@@ -50,11 +50,13 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Ok(p) => p,
         Err(e) => return e,
     };
-    // A listed path is a directory, so it is judged as `dir/` as well (deviation 11).
-    let loc = match common::prepare(env, &raw, Op::Read, true, false) {
-        Ok(loc) => loc,
-        Err(e) => return e,
-    };
+    // A listed path is a directory, so it is judged as `dir/` as well (deviation 11). Anything
+    // else answers `not_a_directory` below, with or without a trailing `/`.
+    let loc =
+        match common::validate(&raw).and_then(|named| common::prepare(env, &named, Op::Read, true, false)) {
+            Ok(loc) => loc,
+            Err(e) => return e,
+        };
     let path = &loc.path;
     match loc.kind() {
         None => {

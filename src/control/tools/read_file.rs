@@ -115,7 +115,13 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return e,
     };
-    let loc = match common::prepare(env, &raw, Op::Read, false, false) {
+    let loc = match common::validate(&raw).and_then(|named| {
+        let loc = common::prepare(env, &named, Op::Read, false, false)?;
+        common::require_dir(&named, &loc, |written, os_error| {
+            format!("Error: Error reading file '{written}': {os_error}")
+        })?;
+        Ok(loc)
+    }) {
         Ok(loc) => loc,
         Err(e) => return e,
     };

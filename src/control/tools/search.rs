@@ -14,7 +14,7 @@ use super::common;
 use super::pattern::{IncludeGlob, State};
 use super::{ErrorCode, ToolEnv, ToolOutput};
 use crate::backend::FileKind;
-use crate::control::vfs::ToolFs;
+use crate::control::vfs::{ToolFs, ToolPath};
 use crate::error::Errno;
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
@@ -35,8 +35,10 @@ pub enum Root {
 
 /// The pre-check of `glob`/`grep` on their search root (TOOLS §1.0 steps 1-3 with `path` judged
 /// as a directory, deviation 11), then where it leads through symlinks (deviation 7). `hint` is
-/// appended to a plain denial (glob's note for a pathless call).
-pub fn precheck(env: &ToolEnv, path: &VPath, hint: &str) -> Result<Root, ToolOutput> {
+/// appended to a plain denial (glob's note for a pathless call). A root written as a directory
+/// (`f.txt/`) that is not one is an error, as it is for `ls`.
+pub fn precheck(env: &ToolEnv, named: &ToolPath, hint: &str) -> Result<Root, ToolOutput> {
+    let path = &named.path;
     if let Err(denied) = common::precheck(env, Op::Read, path, true) {
         if hint.is_empty() {
             return Err(denied);
@@ -48,6 +50,7 @@ pub fn precheck(env: &ToolEnv, path: &VPath, hint: &str) -> Result<Root, ToolOut
     }
     let located = common::locate(env, Op::Read, path, true, false)?;
     common::check_target(env, Op::Read, &located, true)?;
+    common::require_dir(named, &located, |written, _| format!("Error: Path '{written}': not_a_directory"))?;
     Ok(match located.kind() {
         Some(FileKind::Dir) => Root::Dir(located.real),
         Some(FileKind::File) => Root::File(located.real),

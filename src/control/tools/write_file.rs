@@ -55,20 +55,27 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return e,
     };
-    let path = match common::validate(&raw) {
+    let named = match common::validate(&raw) {
         Ok(p) => p,
         Err(e) => return e,
     };
-    if let Err(e) = common::refuse_route_root(env, &path, "overwritten") {
+    let path = &named.path;
+    if let Err(e) = common::refuse_route_root(env, path, "overwritten") {
         return e;
     }
-    let loc = match common::precheck(env, Op::Write, &path, false)
-        .and_then(|_| common::locate(env, Op::Write, &path, true, true))
+    let wording = |written: &str, os_error: &str| format!("Error writing file '{written}': {os_error}");
+    let loc = match common::precheck(env, Op::Write, path, false)
+        .and_then(|_| common::locate(env, Op::Write, path, true, true))
         .and_then(|loc| common::check_target(env, Op::Write, &loc, false).map(|_| loc))
+        .and_then(|loc| common::require_dir(&named, &loc, wording).map(|_| loc))
     {
         Ok(loc) => loc,
         Err(e) => return e,
     };
+    // A file cannot be created under a name written as a directory (`open("new/", O_CREAT)`).
+    if named.must_be_dir && loc.attr.is_none() {
+        return common::written_as_dir(Errno::EISDIR, path, wording);
+    }
     let mut mode = 0o644;
     if let Some(attr) = &loc.attr {
         if attr.kind == FileKind::Dir {
