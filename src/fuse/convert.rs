@@ -1,11 +1,15 @@
 //! Conversions between the engine's types and fuser's: attributes, file kinds, errnos, times,
-//! and the caller context of a request.
+//! the caller context of a request, and the replies made of an engine call's result.
 
-use fuser::{Errno as FuseErrno, FileAttr, FileType, INodeNo, Request, TimeOrNow};
+use fuser::{
+    Errno as FuseErrno, FileAttr, FileType, INodeNo, ReplyEmpty, ReplyEntry, ReplyXattr, Request, TimeOrNow,
+};
 
+use super::FuseDoor;
 use crate::backend::{Attr, Caller, FileKind, TimeSet};
 use crate::engine::{Ctx, Door};
-use crate::error::FsError;
+use crate::error::{FsError, FsResult};
+use crate::vpath::VPath;
 
 pub fn file_type(kind: FileKind) -> FileType {
     match kind {
@@ -74,5 +78,28 @@ pub fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
         TimeOrNow::SpecificTime(t) => TimeSet::At(t),
+    }
+}
+
+pub fn reply_entry(door: &FuseDoor, result: FsResult<(Attr, VPath)>, reply: ReplyEntry) {
+    match result {
+        Ok((attr, path)) => door.entry(&path, &attr, reply),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+pub fn reply_empty(_: &FuseDoor, result: FsResult<()>, reply: ReplyEmpty) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+pub fn reply_xattr(result: FsResult<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    match result {
+        Ok(data) if size == 0 => reply.size(data.len() as u32),
+        Ok(data) if data.len() > size as usize => reply.error(FuseErrno::ERANGE),
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(errno(&e)),
     }
 }

@@ -5,6 +5,8 @@ pub mod absent;
 mod convert;
 pub mod inodes;
 pub mod invalidate;
+mod listing;
+pub mod log_limit;
 mod names;
 mod open_files;
 mod park;
@@ -12,6 +14,7 @@ mod passthrough;
 pub mod replaced;
 pub mod ring;
 pub mod ring_guard;
+mod unsupported;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -22,29 +25,25 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno as FuseErrno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno as FuseErrno, FileHandle, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, PollEvents, PollFlags,
+    PollNotifier, RenameFlags, ReplyAttr, ReplyBmap, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{Attr, DirEntry, SetAttr};
+use crate::backend::{Attr, SetAttr};
 use crate::engine::{Ctx, Engine};
 use crate::error::{Errno, FsError, FsResult};
 use crate::policy::Op;
 use crate::vpath::VPath;
-use convert::{absent_attr, ctx, errno, file_type, fuse_attr, time_set};
+use convert::{absent_attr, ctx, errno, fuse_attr, reply_empty, reply_entry, reply_xattr, time_set};
 use inodes::Inodes;
+use listing::DirHandle;
 use names::went_stale;
 use open_files::OpenFiles;
 use passthrough::Passthrough;
-
-/// An open directory: a snapshot of its visible entries, served by offset.
-struct DirHandle {
-    path: VPath,
-    entries: Vec<DirEntry>,
-}
 
 /// Cheap to clone (shared state only): a paused operation keeps a clone to finish with.
 #[derive(Clone)]
@@ -548,31 +547,8 @@ impl Filesystem for FuseDoor {
         })
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
-            return reply.error(FuseErrno::EBADF);
-        };
-        // Offsets: 1 and 2 are `.` and `..`; entry i has offset i + 3.
-        let mut next = offset;
-        if next == 0 {
-            if reply.add(ino, 1, FileType::Directory, ".") {
-                return reply.ok();
-            }
-            next = 1;
-        }
-        if next == 1 {
-            if reply.add(ino, 2, FileType::Directory, "..") {
-                return reply.ok();
-            }
-            next = 2;
-        }
-        for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
-            // The kernel does not use these numbers for lookups; real ones come from lookup.
-            if reply.add(INodeNo(u64::MAX), i as u64 + 3, file_type(entry.kind), &entry.name) {
-                break;
-            }
-        }
-        reply.ok()
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        self.list(ino, fh, offset, reply)
     }
 
     fn readdirplus(
@@ -581,58 +557,9 @@ impl Filesystem for FuseDoor {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
-            return reply.error(FuseErrno::EBADF);
-        };
-        let ttl = self.engine.ttl(&dir.path);
-        let caller = ctx(req);
-        let mut next = offset;
-        if next < 2 {
-            let dot = match self.engine.getattr(&caller, &dir.path) {
-                Ok(a) => a,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            for (off, name) in [(1u64, "."), (2, "..")].into_iter().skip(next as usize) {
-                if reply.add(ino, off, name, &ttl, &fuse_attr(ino.0, &dot), GEN) {
-                    return reply.ok();
-                }
-            }
-            next = 2;
-        }
-        // The kernel takes as many entries as fit in its buffer; look up a window of them in
-        // one engine call (the host backend then resolves the directory once for all).
-        const WINDOW: usize = 32;
-        let start = (next - 2) as usize;
-        let window: Vec<&str> =
-            dir.entries.iter().skip(start).take(WINDOW).map(|e| e.name.as_str()).collect();
-        let mut looked_up = self.engine.lookup_entries(&caller, &dir.path, &window).into_iter();
-        for (i, entry) in dir.entries.iter().enumerate().skip(start) {
-            let path = dir.path.join(&entry.name);
-            let found = match looked_up.next() {
-                Some(result) => result,
-                None => self.engine.lookup(&caller, &path),
-            };
-            let (child, ttl, attr) = match found {
-                Ok(attr) => (self.remember(&path, &attr), self.engine.ttl(&path), attr),
-                // Listed but not readable (a deny rule with `hide = false`): the name is shown
-                // with placeholder attributes the kernel may not keep, so a stat asks again
-                // and gets EACCES.
-                Err(e) if e.is(Errno::EACCES) => {
-                    let attr = Attr::placeholder(entry.kind);
-                    (self.inodes.remember(&path, None), Duration::ZERO, attr)
-                }
-                // Vanished, or hidden, since opendir: skipped.
-                Err(_) => continue,
-            };
-            if reply.add(INodeNo(child), i as u64 + 3, &entry.name, &ttl, &fuse_attr(child, &attr), GEN) {
-                // Not sent: the kernel did not take this lookup.
-                self.inodes.forget(child, 1);
-                break;
-            }
-        }
-        reply.ok()
+        self.list_plus(req, ino, fh, offset, reply)
     }
 
     fn releasedir(
@@ -768,27 +695,102 @@ impl Filesystem for FuseDoor {
             Err(e) => reply.error(errno(&e)),
         }
     }
-}
 
-fn reply_entry(door: &FuseDoor, result: FsResult<(Attr, VPath)>, reply: ReplyEntry) {
-    match result {
-        Ok((attr, path)) => door.entry(&path, &attr, reply),
-        Err(e) => reply.error(errno(&e)),
+    // The requests below are answered without being served; see `unsupported` for each
+    // answer and why. (`batch_forget` is fuser's: it calls `forget` for each inode.)
+
+    fn destroy(&mut self) {
+        // Nothing to do at unmount: files commit at their flush and release, and the
+        // backends close when the daemon drops the engine.
     }
-}
 
-fn reply_empty(_: &FuseDoor, result: FsResult<()>, reply: ReplyEmpty) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        reply.error(unsupported::LOCKS)
     }
-}
 
-fn reply_xattr(result: FsResult<Vec<u8>>, size: u32, reply: ReplyXattr) {
-    match result {
-        Ok(data) if size == 0 => reply.size(data.len() as u32),
-        Ok(data) if data.len() > size as usize => reply.error(FuseErrno::ERANGE),
-        Ok(data) => reply.data(&data),
-        Err(e) => reply.error(errno(&e)),
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(unsupported::LOCKS)
+    }
+
+    fn bmap(&self, _req: &Request, _ino: INodeNo, _blocksize: u32, _idx: u64, reply: ReplyBmap) {
+        reply.error(unsupported::BMAP)
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(unsupported::IOCTL)
+    }
+
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: PollNotifier,
+        _events: PollEvents,
+        _flags: PollFlags,
+        reply: ReplyPoll,
+    ) {
+        reply.error(unsupported::POLL)
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply.error(unsupported::LSEEK)
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(unsupported::COPY_FILE_RANGE)
     }
 }

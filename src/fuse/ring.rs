@@ -38,6 +38,7 @@ use fuser::{Filesystem, RawDispatcher, RawReplySink};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::{Mutex, RwLock};
 
+use super::log_limit::RateLimited;
 use super::ring_guard;
 
 /// `enum fuse_uring_cmd`.
@@ -392,8 +393,15 @@ impl Queue {
                     0 => self.handle(index, &mut request, dispatcher),
                     // The connection is gone (unmount or abort): the kernel ends every entry.
                     _ => {
+                        static ENDED: RateLimited = RateLimited::new();
                         if result != -libc::ENOTCONN && result != -libc::ECANCELED {
-                            tracing::warn!(qid = self.qid, "FUSE ring entry ended: errno {}", -result);
+                            if let Some(held) = ENDED.admit() {
+                                tracing::warn!(
+                                    qid = self.qid,
+                                    "FUSE ring entry ended: errno {}{held}",
+                                    -result
+                                );
+                            }
                         }
                         ended += 1;
                     }
@@ -402,8 +410,11 @@ impl Queue {
             // Replies given on this thread are batched and go with the next wait; entries
             // held by waiting requests are replaced.
             if self.entries.read().len() - self.held.load(Ordering::Relaxed) < SPARE_ENTRIES {
+                static NOT_ADDED: RateLimited = RateLimited::new();
                 if let Err(e) = self.add_entries(SPARE_ENTRIES) {
-                    tracing::warn!(qid = self.qid, "cannot add FUSE ring entries: {e}");
+                    if let Some(held) = NOT_ADDED.admit() {
+                        tracing::warn!(qid = self.qid, "cannot add FUSE ring entries: {e}{held}");
+                    }
                 }
             }
             if ended >= self.entries.read().len() {
@@ -437,8 +448,11 @@ impl Queue {
         self.held.fetch_add(1, Ordering::Relaxed);
         self.served[self.qid as usize].fetch_add(1, Ordering::Relaxed);
         let reply = Arc::new(RingReply { queue: self.clone(), entry, sent: AtomicBool::new(false) });
+        static BAD: RateLimited = RateLimited::new();
         if let Err(e) = dispatcher.dispatch(request, reply.clone()) {
-            tracing::warn!(qid = self.qid, "bad request from the FUSE ring: {e}");
+            if let Some(held) = BAD.admit() {
+                tracing::warn!(qid = self.qid, "bad request from the FUSE ring: {e}{held}");
+            }
         }
         // Every request that comes by ring has a reply; one that got none would keep its
         // entry for good.
@@ -464,7 +478,7 @@ impl Queue {
             uring_cmd(self.dev_fuse.as_raw_fd(), CMD_COMMIT_AND_FETCH, self.qid, commit_id, None, index);
         // Room for one command per entry, and one for the eventfd.
         if unsafe { self.ring.submission_shared().push(&sqe) }.is_err() {
-            tracing::error!(qid = self.qid, "FUSE ring submission queue full");
+            queue_full(self.qid);
         }
     }
 
@@ -474,8 +488,16 @@ impl Queue {
             .build()
             .user_data(WAKE);
         if unsafe { self.ring.submission_shared().push(&poll.into()) }.is_err() {
-            tracing::error!(qid = self.qid, "FUSE ring submission queue full");
+            queue_full(self.qid);
         }
+    }
+}
+
+/// A command found no room in the submission queue (there is room for one per entry).
+fn queue_full(qid: u16) {
+    static FULL: RateLimited = RateLimited::new();
+    if let Some(held) = FULL.admit() {
+        tracing::error!(qid, "FUSE ring submission queue full{held}");
     }
 }
 

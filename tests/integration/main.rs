@@ -14,6 +14,7 @@ mod lifecycle;
 mod model;
 mod persistence;
 mod races;
+mod requests;
 mod rules;
 mod security;
 mod stress;

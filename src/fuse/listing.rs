@@ -1,0 +1,110 @@
+//! Directory listings: the snapshot of a directory's visible entries that `opendir` takes,
+//! and the entries `readdir` and `readdirplus` hand out of it by offset.
+
+use std::time::Duration;
+
+use fuser::{Errno as FuseErrno, FileHandle, FileType, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request};
+
+use super::convert::{ctx, errno, file_type, fuse_attr};
+use super::{FuseDoor, GEN};
+use crate::backend::{Attr, DirEntry};
+use crate::error::Errno;
+use crate::vpath::VPath;
+
+/// An open directory: a snapshot of its visible entries, served by offset.
+pub(super) struct DirHandle {
+    pub(super) path: VPath,
+    pub(super) entries: Vec<DirEntry>,
+}
+
+impl FuseDoor {
+    /// `readdir`: the names of the listing `fh` took, from `offset` on.
+    pub(super) fn list(&self, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
+            return reply.error(FuseErrno::EBADF);
+        };
+        // Offsets: 1 and 2 are `.` and `..`; entry i has offset i + 3.
+        let mut next = offset;
+        if next == 0 {
+            if reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            next = 1;
+        }
+        if next == 1 {
+            if reply.add(ino, 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            next = 2;
+        }
+        for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
+            // The kernel does not use these numbers for lookups; real ones come from lookup.
+            if reply.add(INodeNo(u64::MAX), i as u64 + 3, file_type(entry.kind), &entry.name) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    /// `readdirplus`: the entries of the listing `fh` took, from `offset` on, each with its
+    /// attributes and a lookup the kernel holds.
+    pub(super) fn list_plus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
+            return reply.error(FuseErrno::EBADF);
+        };
+        let ttl = self.engine.ttl(&dir.path);
+        let caller = ctx(req);
+        let mut next = offset;
+        if next < 2 {
+            let dot = match self.engine.getattr(&caller, &dir.path) {
+                Ok(a) => a,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            for (off, name) in [(1u64, "."), (2, "..")].into_iter().skip(next as usize) {
+                if reply.add(ino, off, name, &ttl, &fuse_attr(ino.0, &dot), GEN) {
+                    return reply.ok();
+                }
+            }
+            next = 2;
+        }
+        // The kernel takes as many entries as fit in its buffer; look up a window of them in
+        // one engine call (the host backend then resolves the directory once for all).
+        const WINDOW: usize = 32;
+        let start = (next - 2) as usize;
+        let window: Vec<&str> =
+            dir.entries.iter().skip(start).take(WINDOW).map(|e| e.name.as_str()).collect();
+        let mut looked_up = self.engine.lookup_entries(&caller, &dir.path, &window).into_iter();
+        for (i, entry) in dir.entries.iter().enumerate().skip(start) {
+            let path = dir.path.join(&entry.name);
+            let found = match looked_up.next() {
+                Some(result) => result,
+                None => self.engine.lookup(&caller, &path),
+            };
+            let (child, ttl, attr) = match found {
+                Ok(attr) => (self.remember(&path, &attr), self.engine.ttl(&path), attr),
+                // Listed but not readable (a deny rule with `hide = false`): the name is shown
+                // with placeholder attributes the kernel may not keep, so a stat asks again
+                // and gets EACCES.
+                Err(e) if e.is(Errno::EACCES) => {
+                    let attr = Attr::placeholder(entry.kind);
+                    (self.inodes.remember(&path, None), Duration::ZERO, attr)
+                }
+                // Vanished, or hidden, since opendir: skipped.
+                Err(_) => continue,
+            };
+            if reply.add(INodeNo(child), i as u64 + 3, &entry.name, &ttl, &fuse_attr(child, &attr), GEN) {
+                // Not sent: the kernel did not take this lookup.
+                self.inodes.forget(child, 1);
+                break;
+            }
+        }
+        reply.ok()
+    }
+}
