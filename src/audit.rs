@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection};
 
 use crate::display::Escaped;
-use crate::error::FsResult;
+use crate::error::{Errno, FsError, FsResult};
 
 #[derive(Clone, Debug)]
 pub struct AuditEvent {
@@ -65,6 +65,18 @@ impl Audit {
                     std::fs::create_dir_all(dir)?;
                 }
                 let mut conn = Connection::open(path)?;
+                // SQLite opens a file it cannot write read-only, without a word; every record
+                // would then be lost.
+                if conn.is_readonly(rusqlite::DatabaseName::Main)? {
+                    let why = match std::fs::OpenOptions::new().write(true).open(path) {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "SQLite can only open it read-only".to_string(),
+                    };
+                    return Err(FsError::new(
+                        Errno::EROFS,
+                        format!("{} cannot be written ({why}); make it writable", path.display()),
+                    ));
+                }
                 conn.pragma_update(None, "journal_mode", "WAL")?;
                 // A commit survives the daemon's death; records are best effort anyway (they
                 // are dropped when the queue is full), so they need not wait for the disk.

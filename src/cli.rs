@@ -383,6 +383,9 @@ fn status_text(s: &Value) -> String {
                 None => "(in memory)".to_string(),
             };
         }
+        if r["read_only"] == true {
+            detail += " (read-only)";
+        }
         out += &format!("  {:<20} {:<7} {detail}\n", shown(&r["path"]), shown(&r["backend"]));
     }
     out += &format!("rules: {} (observation: {})\n", s["rules"], shown(&s["observation"]));

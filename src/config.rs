@@ -77,6 +77,8 @@ pub struct RouteConfig {
     pub cache_ttl: Duration,
     /// `cache_ttl_seconds` was given (not the backend's default).
     pub cache_ttl_set: bool,
+    /// `read_only = true`: the route is served read-only on purpose (EROFS for every change).
+    pub read_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -180,6 +182,7 @@ struct RawBackend {
     max_bytes: Option<u64>,
     store: Option<Spanned<String>>,
     cache_ttl_seconds: Option<f64>,
+    read_only: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -193,6 +196,7 @@ struct RawRoute {
     max_bytes: Option<u64>,
     store: Option<Spanned<String>>,
     cache_ttl_seconds: Option<f64>,
+    read_only: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -415,6 +419,7 @@ impl Parser<'_> {
             backend: default_backend.0,
             cache_ttl: default_backend.1,
             cache_ttl_set: raw.default.as_ref().is_some_and(|d| d.get_ref().cache_ttl_seconds.is_some()),
+            read_only: raw.default.as_ref().and_then(|d| d.get_ref().read_only).unwrap_or(false),
         });
         for r in &raw.routes {
             let span = r.span();
@@ -465,6 +470,7 @@ impl Parser<'_> {
                 backend,
                 cache_ttl,
                 cache_ttl_set: r.cache_ttl_seconds.is_some(),
+                read_only: r.read_only.unwrap_or(false),
             });
         }
         let audit_max_records = match raw.audit.as_ref().and_then(|a| a.max_records.as_ref()) {

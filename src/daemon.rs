@@ -32,7 +32,11 @@ use crate::vpath::VPath;
 /// Opens the storage of one route.
 /// Opens a route's backend. `own_files`: the daemon's own files under a host root, relative to
 /// it, which that route leaves out.
-pub fn open_backend(config: &BackendConfig, own_files: Vec<String>) -> Result<Arc<dyn Backend>> {
+pub fn open_backend(
+    config: &BackendConfig,
+    own_files: Vec<String>,
+    read_only: bool,
+) -> Result<Arc<dyn Backend>> {
     Ok(match config {
         BackendConfig::Host { root } => Arc::new(
             HostBackend::new(root)
@@ -56,10 +60,11 @@ pub fn open_backend(config: &BackendConfig, own_files: Vec<String>) -> Result<Ar
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("cannot create the directory of {}", database.display()))?;
             }
-            Arc::new(
-                SqliteBackend::open(database, namespace)
-                    .map_err(|e| anyhow!("cannot open sqlite store {}: {e}", database.display()))?,
-            )
+            let opened = match read_only {
+                true => SqliteBackend::open_read_only(database, namespace),
+                false => SqliteBackend::open(database, namespace),
+            };
+            Arc::new(opened.map_err(|e| anyhow!("cannot open sqlite store {}: {e}", database.display()))?)
         }
     })
 }
@@ -199,9 +204,10 @@ pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
     for route in &config.routes {
         routes.push(Route {
             prefix: route.path.clone(),
-            backend: open_backend(&route.backend, own_files_under(&route.backend, config))?,
+            backend: open_backend(&route.backend, own_files_under(&route.backend, config), route.read_only)?,
             ttl: route.cache_ttl,
             kind: route.backend.kind(),
+            read_only: route.read_only,
         });
     }
     let audit = Audit::open(config.audit_database.as_deref(), config.audit_max_records)
@@ -420,7 +426,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
 
     println!("agentvfs: mounted at {}", mountpoint.display());
     for route in engine.router.routes() {
-        println!("  {} -> {}", route.prefix, route.backend.describe());
+        let read_only = if route.read_only { " (read-only: every change answers EROFS)" } else { "" };
+        println!("  {} -> {}{read_only}", route.prefix, route.backend.describe());
     }
     println!("  {} rule(s) from {}", engine.gate.rules().len(), config.source);
     println!("  control socket {}", socket.display());

@@ -196,18 +196,33 @@ impl Engine {
     }
 
     fn check(&self, ctx: &Ctx, operation: &str, op: Op, path: &VPath, is_dir: bool) -> FsResult<Permit> {
-        self.gate
-            .check(op, path, is_dir)
-            .or_else(|r| self.gate.approve(r, ctx.approval))
-            .map_err(|r| self.refuse(ctx, operation, r))
+        let decided = self.gate.check(op, path, is_dir);
+        self.settle(ctx, operation, op, path, decided)
     }
 
     /// Decides `op` on an existing node, learning its kind only when a rule depends on it.
     fn check_node(&self, ctx: &Ctx, operation: &str, op: Op, path: &VPath) -> FsResult<Permit> {
-        self.gate
-            .check_node(op, path, |probe| Ok(self.router.getattr(probe)?.kind == FileKind::Dir))?
-            .or_else(|r| self.gate.approve(r, ctx.approval))
-            .map_err(|r| self.refuse(ctx, operation, r))
+        let decided =
+            self.gate.check_node(op, path, |probe| Ok(self.router.getattr(probe)?.kind == FileKind::Dir))?;
+        self.settle(ctx, operation, op, path, decided)
+    }
+
+    /// A decision made final: a denial is refused as the rules say; a change on a route served
+    /// read-only answers EROFS at once (before anyone is asked to approve it); an interrupt
+    /// passes only under its approval.
+    fn settle(
+        &self,
+        ctx: &Ctx,
+        operation: &str,
+        op: Op,
+        path: &VPath,
+        decided: Result<Permit, Refusal>,
+    ) -> FsResult<Permit> {
+        let denied = decided.as_ref().is_err_and(|r| r.verdict.mode == Mode::Deny);
+        if op == Op::Write && !denied && self.router.route_of(path).read_only {
+            return Err(FsError::new(Errno::EROFS, format!("{path} is on a read-only route")));
+        }
+        decided.or_else(|r| self.gate.approve(r, ctx.approval)).map_err(|r| self.refuse(ctx, operation, r))
     }
 
     /// A new name may not be created where a hidden entry lives: answering EEXIST would
@@ -611,6 +626,18 @@ impl Engine {
 
     pub fn flush(&self, handle: &OpenHandle) -> FsResult<()> {
         handle.file.flush()
+    }
+
+    /// The last descriptor of `handle` is gone. Data a backend held and could not store is
+    /// lost here: that is logged as an error naming the file, and the kernel's cached pages and
+    /// size of it are dropped, so the mount shows what is stored.
+    pub fn release(&self, handle: &OpenHandle) -> FsResult<()> {
+        handle.file.release().inspect_err(|e| {
+            tracing::error!("{}: {e}", crate::display::Escaped(handle.path.as_str()));
+            if let Some(observer) = self.observer.get() {
+                observer.content_changed(&handle.path);
+            }
+        })
     }
 
     pub fn fsync(&self, handle: &OpenHandle, datasync: bool) -> FsResult<()> {

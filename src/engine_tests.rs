@@ -19,6 +19,7 @@ fn engine(rules: Vec<Rule>) -> Engine {
         backend: Arc::new(MemoryBackend::new(None)) as Arc<dyn Backend>,
         ttl: Duration::from_secs(1),
         kind: "memory",
+        read_only: false,
     };
     Engine::new(
         Gate::new(RuleSet::new(rules).unwrap()),

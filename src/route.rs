@@ -21,6 +21,8 @@ pub struct Route {
     pub ttl: Duration,
     /// Config kind name: "host", "memory", "sqlite".
     pub kind: &'static str,
+    /// Served read-only on purpose (`read_only = true`): every write answers EROFS at once.
+    pub read_only: bool,
 }
 
 pub struct Router {

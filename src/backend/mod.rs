@@ -195,6 +195,12 @@ pub trait OpenFile: Send + Sync {
         true
     }
     fn fsync(&self, datasync: bool) -> FsResult<()>;
+    /// Called once the last descriptor of this open file is gone (FUSE release): commits what
+    /// is still buffered. A backend that cannot store it drops it (so that what is shown stays
+    /// what is stored) and says so in the error, for the caller to log which file lost what.
+    fn release(&self) -> FsResult<()> {
+        self.flush()
+    }
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()>;
     fn getattr(&self) -> FsResult<Attr>;
     /// `ftruncate`, `fchmod` and friends on the open file.

@@ -28,6 +28,7 @@ mod checkpoint;
 mod file;
 mod ops;
 mod schema;
+mod space;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -77,7 +78,8 @@ struct Db {
 
 struct Inner {
     /// First field, so it stops before the connections close.
-    checkpointer: Checkpointer,
+    /// `None` for a store opened read-only, which never commits.
+    checkpointer: Option<Checkpointer>,
     path: PathBuf,
     namespace: String,
     ns: i64,
@@ -95,6 +97,8 @@ struct Inner {
     dirty_total: AtomicUsize,
     /// Whether the database's directory entry and file have been fsynced since opening.
     dir_synced: AtomicBool,
+    /// Free space on the database's filesystem, checked before a write is buffered.
+    space: space::Space,
 }
 
 impl SqliteBackend {
@@ -107,7 +111,7 @@ impl SqliteBackend {
         schema::claim_namespace(&mut conn, path, namespace, ns)?;
         Ok(SqliteBackend {
             inner: Arc::new(Inner {
-                checkpointer: Checkpointer::start(path)?,
+                checkpointer: Some(Checkpointer::start(path)?),
                 path: path.to_path_buf(),
                 namespace: namespace.to_string(),
                 ns,
@@ -118,21 +122,76 @@ impl SqliteBackend {
                 registry: Mutex::new(Registry::default()),
                 dirty_total: AtomicUsize::new(0),
                 dir_synced: AtomicBool::new(false),
+                space: space::Space::new(path),
+            }),
+        })
+    }
+
+    /// Opens an existing store to serve it read-only (`read_only = true` on its route): nothing
+    /// in the file is changed, not even the schema, and no namespace is created or claimed.
+    /// The engine refuses every change with EROFS before it reaches this backend.
+    pub fn open_read_only(path: &Path, namespace: &str) -> FsResult<SqliteBackend> {
+        let conn = schema::open_read_only(path)?;
+        let (ns, root) = schema::find_namespace(&conn, namespace, path)?;
+        Ok(SqliteBackend {
+            inner: Arc::new(Inner {
+                checkpointer: None,
+                path: path.to_path_buf(),
+                namespace: namespace.to_string(),
+                ns,
+                root,
+                conn: Mutex::new(Db { conn, dentries: RefCell::default() }),
+                readers: Mutex::new(Vec::new()),
+                inos: Mutex::new((0, 0)),
+                registry: Mutex::new(Registry::default()),
+                dirty_total: AtomicUsize::new(0),
+                dir_synced: AtomicBool::new(false),
+                space: space::Space::new(path),
             }),
         })
     }
 }
 
 impl Inner {
+    /// Counts a commit for the checkpoint thread.
+    fn committed(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.committed();
+        }
+    }
+
     /// Runs `f` in one IMMEDIATE write transaction and commits it; an error rolls back.
-    fn write_tx<T>(&self, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+    ///
+    /// A transaction that meets a full disk is tried once more after the WAL was checkpointed
+    /// and emptied: the WAL may hold the room it needs (deletions free space only once a
+    /// checkpoint copied them into the database), and a full disk must not stop the deletions
+    /// that would make room.
+    fn write_tx<T>(&self, f: impl Fn(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut db = self.conn.lock();
-        let Db { conn, dentries } = &mut *db;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let value = f(&Ctx { conn: &tx, dentries: Some(dentries) })?;
-        tx.commit()?;
-        self.checkpointer.committed();
+        let run = |db: &mut Db| -> FsResult<T> {
+            let Db { conn, dentries } = db;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = f(&Ctx { conn: &tx, dentries: Some(dentries) })?;
+            tx.commit()?;
+            Ok(value)
+        };
+        let value = match run(&mut db) {
+            Err(e) if e.is(crate::error::Errno::ENOSPC) && Self::empty_wal(&db.conn) => run(&mut db)?,
+            other => other?,
+        };
+        self.committed();
         Ok(value)
+    }
+
+    /// Copies the WAL into the database and empties it; false if that failed.
+    fn empty_wal(conn: &Connection) -> bool {
+        matches!(conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0)), Ok(0))
+    }
+
+    /// Copies the WAL into the database and empties it, so that the space it held (and the
+    /// pages deletions freed in it) can take new commits; false if that failed.
+    fn make_room(&self) -> bool {
+        Self::empty_wal(&self.conn.lock().conn)
     }
 
     /// Runs `f` on a reading connection; `in_tx` wraps it in one read transaction, so that a

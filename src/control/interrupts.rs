@@ -284,6 +284,7 @@ mod tests {
             backend: Arc::new(MemoryBackend::new(None)) as Arc<dyn Backend>,
             ttl: Duration::from_secs(1),
             kind: "memory",
+            read_only: false,
         };
         let engine = Engine::new(
             Gate::new(RuleSet::new(vec![]).unwrap()),

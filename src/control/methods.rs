@@ -201,7 +201,7 @@ impl State {
             "config": self.config.source,
             "uptime_seconds": self.started.elapsed().as_secs(),
             "routes": self.config.routes.iter().map(|r| {
-                let mut route = json!({"path": r.path.as_str(), "backend": r.backend.kind(), "location": location(&r.backend)});
+                let mut route = json!({"path": r.path.as_str(), "backend": r.backend.kind(), "location": location(&r.backend), "read_only": r.read_only});
                 match &r.backend {
                     BackendConfig::Sqlite { namespace, .. } => route["namespace"] = json!(namespace),
                     BackendConfig::Memory { max_bytes, .. } => route["max_bytes"] = json!(max_bytes),

@@ -507,7 +507,7 @@ impl Filesystem for FuseDoor {
         // Dropping the last reference closes the backend file; flush first so a backend that
         // buffers reports its error here rather than losing the data silently.
         let result = match handle {
-            Some(f) => self.engine.flush(&f.handle),
+            Some(f) => self.engine.release(&f.handle),
             None => Ok(()),
         };
         match result {

@@ -227,9 +227,13 @@ impl Fixture {
 
 /// The daemon's `status` (JSON), asked through the CLI.
 pub fn status(fx: &Fixture) -> serde_json::Value {
-    let socket = fx.scratch.path().join("agentvfs.sock");
+    status_at(&fx.scratch.path().join("agentvfs.sock"))
+}
+
+/// The `status` (JSON) of the daemon at `socket`.
+pub fn status_at(socket: &Path) -> serde_json::Value {
     let out =
-        std::process::Command::new(BIN).args(["status", "--json", "--socket"]).arg(&socket).output().unwrap();
+        std::process::Command::new(BIN).args(["status", "--json", "--socket"]).arg(socket).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }

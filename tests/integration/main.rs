@@ -7,6 +7,7 @@ mod control;
 mod data_path;
 mod doors;
 mod execute;
+mod faults;
 mod file_ops;
 mod host_changes;
 mod interrupts;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection};
 
-use super::schema::CHUNK_BITS;
+use super::schema::{CHUNK_BITS, PAGE_SIZE};
 use super::store::{self, chunk_key, Node};
 use super::{Inner, StateRef};
 use crate::backend::{Attr, FileKind, OpenFile, SetAttr, TimeSet};
@@ -257,6 +257,19 @@ impl Inner {
             self.flush_locked(ino, st)?;
         }
         let size = self.size_locked(ino, st)?;
+        // At most this much joins the buffer (whole chunks, when a partly written one must be
+        // read in first).
+        let chunks = (end - 1) / CHUNK_SIZE - offset / CHUNK_SIZE + 1;
+        let at_most = (data.len() as u64).max(chunks * CHUNK_SIZE);
+        let reusable = || {
+            let pages = self.read_with(false, |ctx| {
+                Ok(ctx.conn.pragma_query_value(None, "freelist_count", |r| r.get::<_, i64>(0))?)
+            });
+            pages.map_or(0, |p| p.max(0) as u64 * PAGE_SIZE as u64)
+        };
+        self.space.admit(self.dirty_total.load(Ordering::Relaxed) as u64 + at_most, reusable, || {
+            self.make_room()
+        })?;
         let mut grown = 0usize;
         let mut pos = offset;
         while pos < end {
@@ -341,6 +354,25 @@ impl Inner {
         self.write_tx(|tx| self.write_pending(tx, ino, st))?;
         st.clear_pending(&self.dirty_total);
         Ok(())
+    }
+
+    /// Commits the buffer of `ino` when its last handle goes. If that fails, nothing is left
+    /// to retry it later (a daemon holding data no program waits for would show it in the
+    /// mount until a restart loses it), so the buffer is dropped and the error says how much.
+    pub(super) fn flush_or_drop(&self, ino: u64, st: &mut InodeState) -> FsResult<()> {
+        match self.flush_locked(ino, st) {
+            Err(e) if st.handles <= 1 => {
+                let lost = st.dirty_bytes;
+                st.discard(&self.dirty_total);
+                Err(FsError::new(
+                    e.errno,
+                    format!(
+                        "{lost} bytes written and not stored are dropped, the file is as last stored: {e}"
+                    ),
+                ))
+            }
+            other => other,
+        }
     }
 
     /// Applies `changes` in `tx`, after the buffered writes of `st` if there are any: so a
@@ -538,6 +570,11 @@ impl OpenFile for SqliteFile {
         self.inner.sync_durable()
     }
 
+    fn release(&self) -> FsResult<()> {
+        let st = &mut self.state().lock();
+        self.inner.flush_or_drop(self.ino, st)
+    }
+
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         match self.kind {
             FileKind::File => {}
@@ -572,8 +609,8 @@ impl Drop for SqliteFile {
         };
         {
             let mut st = state.lock();
-            if let Err(e) = self.inner.flush_locked(self.ino, &mut st) {
-                tracing::warn!(ino = self.ino, "sqlite: committing on close failed: {e}");
+            if let Err(e) = self.inner.flush_or_drop(self.ino, &mut st) {
+                tracing::error!(ino = self.ino, "sqlite: {e}");
             }
             st.handles -= 1;
             // An unlink marks the inode before it commits and reaps it after, waiting for this

@@ -146,7 +146,7 @@ impl SqliteBackend {
             }
             return Err(e.into());
         }
-        inner.checkpointer.committed();
+        inner.committed();
         Ok(node)
     }
 }
@@ -451,7 +451,7 @@ impl Backend for SqliteBackend {
             };
             let node = inner.setattr_in(&tx, ino, st.as_deref(), changes)?;
             tx.commit()?;
-            inner.checkpointer.committed();
+            inner.committed();
             if let Some(st) = st.as_mut() {
                 st.setattr_done(&inner.dirty_total, &node, changes);
             }

@@ -22,7 +22,7 @@ use crate::error::{Errno, FsError, FsResult};
 pub(super) const SCHEMA_VERSION: i64 = 1;
 
 /// Page size of new databases.
-const PAGE_SIZE: i64 = 4096;
+pub(super) const PAGE_SIZE: i64 = 4096;
 
 /// Marks the file as ours ("avfs"), so a foreign SQLite database is refused rather than altered.
 const APPLICATION_ID: i64 = 0x6176_6673;
@@ -117,6 +117,7 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
 /// ours, or is newer than this build, is refused before anything in it is changed.
 pub(super) fn open_writer(path: &Path) -> FsResult<Connection> {
     let mut conn = connect(path).map_err(|e| sql_error(path, e))?;
+    refuse_unwritable(&conn, path)?;
     check_version(&conn, path)?;
     configure_writer(&conn).map_err(|e| sql_error(path, e))?;
     let tx =
@@ -124,6 +125,51 @@ pub(super) fn open_writer(path: &Path) -> FsResult<Connection> {
     create_or_migrate(&tx, path)?;
     tx.commit().map_err(|e| sql_error(path, e))?;
     Ok(conn)
+}
+
+/// Refuses a database this process cannot write. SQLite opens such a file read-only without a
+/// word, and every change would then fail late (at a close nobody checks), so the daemon says
+/// so at start instead, naming the file and the reason.
+fn refuse_unwritable(conn: &Connection, path: &Path) -> FsResult<()> {
+    if !conn.is_readonly(rusqlite::DatabaseName::Main).map_err(|e| sql_error(path, e))? {
+        return Ok(());
+    }
+    let why = match std::fs::OpenOptions::new().write(true).open(path) {
+        Err(e) => e.to_string(),
+        Ok(_) => "SQLite can only open it read-only".to_string(),
+    };
+    let message = format!(
+        "cannot be written ({why}); make it writable, or set read_only = true on its route to serve it read-only"
+    );
+    Err(open_error(path, message, Errno::EROFS))
+}
+
+/// Opens an existing, current store without writing anything to it (for a route served
+/// read-only).
+pub(super) fn open_read_only(path: &Path) -> FsResult<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
+    conn.busy_timeout(Duration::from_secs(30)).map_err(|e| sql_error(path, e))?;
+    match check_version(&conn, path)? {
+        SCHEMA_VERSION => Ok(conn),
+        0 => Err(open_error(path, "holds no store yet: open it writable once", Errno::ENOENT)),
+        v => Err(open_error(
+            path,
+            format!("schema version {v} must be upgraded to {SCHEMA_VERSION}, which a read-only store cannot; open it writable once"),
+            Errno::EROFS,
+        )),
+    }
+}
+
+/// The id and root inode of an existing namespace (for a store served read-only).
+pub(super) fn find_namespace(conn: &Connection, name: &str, path: &Path) -> FsResult<(i64, u64)> {
+    conn.query_row("SELECT id, root FROM namespaces WHERE name = ?1", [name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(|e| sql_error(path, e))?
+        .map(|(ns, root): (i64, i64)| (ns, root as u64))
+        .ok_or_else(|| {
+            open_error(path, format!("has no namespace {name:?} to serve read-only"), Errno::ENOENT)
+        })
 }
 
 /// Opens a read-only helper connection (the schema is already in place).

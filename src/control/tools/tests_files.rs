@@ -48,6 +48,7 @@ impl Fx {
                 backend: Arc::new(MemoryBackend::new(None)) as Arc<dyn Backend>,
                 ttl: Duration::from_secs(1),
                 kind: "memory",
+                read_only: false,
             })
             .collect();
         let engine = Engine::new(

@@ -93,6 +93,7 @@ fn engine_with(rules: Vec<Rule>, root: Arc<dyn Backend>) -> Engine {
         backend,
         ttl: Duration::from_secs(1),
         kind: "memory",
+        read_only: false,
     };
     Engine::new(
         Gate::new(RuleSet::new(rules).unwrap()),

@@ -1,0 +1,87 @@
+//! Free space on the store's filesystem: a buffered write is refused (ENOSPC) when what the
+//! store would then hold uncommitted could not be committed, so a full disk is reported at
+//! the `write` a program sees, not at a `close` it may ignore.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::error::{Errno, FsError, FsResult};
+
+/// Room kept free beyond what the buffered data needs (SQLite's own pages, the WAL's index).
+const HEADROOM: u64 = 1 << 20;
+
+/// How long a reading of the free space is trusted while the need stays well below it.
+const FRESH_MS: u64 = 100;
+
+pub(super) struct Space {
+    /// The directory holding the database (and its WAL).
+    dir: PathBuf,
+    started: Instant,
+    /// The WAL, whose content is copied into the database at the next checkpoint (which may
+    /// grow the database by as much).
+    wal: PathBuf,
+    /// The last reading: available bytes (the WAL's length taken off), and when
+    /// (milliseconds since `started`).
+    free: AtomicU64,
+    read_at: AtomicU64,
+}
+
+impl Space {
+    pub fn new(database: &Path) -> Space {
+        let dir = database.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let mut wal = database.as_os_str().to_owned();
+        wal.push("-wal");
+        Space {
+            dir: dir.to_path_buf(),
+            wal: PathBuf::from(wal),
+            started: Instant::now(),
+            free: AtomicU64::new(0),
+            read_at: AtomicU64::new(0),
+        }
+    }
+
+    /// Ok when `buffered` bytes (all that the store would hold uncommitted, this write
+    /// included) can still be committed: written to the WAL and copied into the database
+    /// later (twice their size), after what the WAL already holds for its next checkpoint,
+    /// with headroom. `reusable` tells how many bytes of free pages the database holds
+    /// (deleted content, which later commits reuse first); `empty_wal` checkpoints the WAL
+    /// into the database and empties it, and is asked for when room is short. The disk is
+    /// read again unless a recent reading leaves twice the need.
+    pub fn admit(
+        &self,
+        buffered: u64,
+        reusable: impl Fn() -> u64,
+        empty_wal: impl FnOnce() -> bool,
+    ) -> FsResult<()> {
+        let needed = buffered.saturating_mul(2).saturating_add(HEADROOM);
+        let now = self.started.elapsed().as_millis() as u64;
+        let fresh = now.saturating_sub(self.read_at.load(Ordering::Relaxed)) < FRESH_MS;
+        if fresh && needed.saturating_mul(2) <= self.free.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut free = self.read(&reusable);
+        if needed > free && empty_wal() {
+            free = self.read(&reusable);
+        }
+        self.free.store(free, Ordering::Relaxed);
+        self.read_at.store(now, Ordering::Relaxed);
+        if needed > free {
+            return Err(FsError::new(
+                Errno::ENOSPC,
+                format!("the store has room for {free} bytes, {needed} are needed to commit what is written"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The room for new commits: the disk's available bytes and the database's free pages,
+    /// less what the WAL holds (a checkpoint puts it in the database before its space returns).
+    fn read(&self, reusable: &impl Fn() -> u64) -> u64 {
+        let wal = std::fs::metadata(&self.wal).map_or(0, |m| m.len());
+        match nix::sys::statvfs::statvfs(&self.dir) {
+            Ok(s) => (s.blocks_available() * s.fragment_size() + reusable()).saturating_sub(wal),
+            Err(_) => u64::MAX, // cannot tell: the commit will say
+        }
+    }
+}
