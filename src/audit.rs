@@ -14,6 +14,7 @@ use rusqlite::{params, Connection};
 
 use crate::display::Escaped;
 use crate::error::{Errno, FsError, FsResult};
+use crate::log_limit::{Held, RateLimited};
 
 #[derive(Clone, Debug)]
 pub struct AuditEvent {
@@ -94,7 +95,30 @@ impl Audit {
 
     /// Logs `event` (its strings escaped, see [`crate::display`]) and queues it for the table
     /// (as it is).
+    ///
+    /// A caller can provoke denials as fast as it likes (`cat .env` in a loop), so their log
+    /// line is let through a few times a second, saying how many were held back; the table
+    /// keeps every record. Interrupts and their resolutions, which a human paces, are all
+    /// logged.
     pub fn record(&self, event: AuditEvent) {
+        static DENIALS: RateLimited = RateLimited::new();
+        match event.decision.as_str() {
+            "deny" | "hide" => {
+                if let Some(held) = DENIALS.admit() {
+                    self.log(&event, held);
+                }
+            }
+            _ => self.log(&event, Held(0)),
+        }
+        self.recorded.fetch_add(1, Ordering::Relaxed);
+        if let Some(tx) = &self.sender {
+            if let Err(TrySendError::Full(_)) = tx.try_send(event) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn log(&self, event: &AuditEvent, held: Held) {
         tracing::info!(
             target: "agentvfs::audit",
             door = event.door,
@@ -105,17 +129,11 @@ impl Audit {
             path = %Escaped(&event.path),
             rule = ?event.rule,
             decision = %Escaped(&event.decision),
-            "{} {} {} refused",
+            "{} {} {} refused{held}",
             Escaped(&event.operation),
             event.class,
             Escaped(&event.path)
         );
-        self.recorded.fetch_add(1, Ordering::Relaxed);
-        if let Some(tx) = &self.sender {
-            if let Err(TrySendError::Full(_)) = tx.try_send(event) {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
     }
 
     pub fn recorded(&self) -> u64 {

@@ -16,6 +16,7 @@ pub mod error;
 pub mod exec;
 pub mod fuse;
 pub mod host_changes;
+pub mod log_limit;
 pub mod policy;
 pub mod route;
 pub mod vpath;

@@ -6,7 +6,6 @@ mod convert;
 pub mod inodes;
 pub mod invalidate;
 mod listing;
-pub mod log_limit;
 mod names;
 mod open_files;
 mod park;

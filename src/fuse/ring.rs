@@ -38,8 +38,8 @@ use fuser::{Filesystem, RawDispatcher, RawReplySink};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::{Mutex, RwLock};
 
-use super::log_limit::RateLimited;
 use super::ring_guard;
+use crate::log_limit::RateLimited;
 
 /// `enum fuse_uring_cmd`.
 const CMD_REGISTER: u32 = 1;

@@ -260,13 +260,16 @@ impl Approvals {
         let mut inner = self.inner.lock();
         if inner.pending.len() >= self.max_pending {
             drop(inner);
-            tracing::warn!(
-                "refusing {} {} {}: {} approvals are already pending (the limit)",
-                Escaped(&request.operation),
-                request.op.as_str(),
-                Escaped(request.path.as_str()),
-                self.max_pending
-            );
+            static OVERLOADED: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
+            if let Some(held) = OVERLOADED.admit() {
+                tracing::warn!(
+                    "refusing {} {} {}: {} approvals are already pending (the limit){held}",
+                    Escaped(&request.operation),
+                    request.op.as_str(),
+                    Escaped(request.path.as_str()),
+                    self.max_pending
+                );
+            }
             self.record(&request, "interrupt-overloaded", "");
             waiter(0, Outcome::Overloaded);
             return None;

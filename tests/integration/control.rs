@@ -436,7 +436,10 @@ fn status_paths_and_tools_from_the_cli() {
     let by_config: Value = serde_json::from_str(&cli_ok(&["status", "--config", &config, "--json"])).unwrap();
     assert_eq!(by_config["pid"], status["pid"]);
     assert_eq!(status["rules"], json!(1));
-    assert_eq!(status["routes"][1], json!({"path": "/host", "backend": "host", "location": f.host_root}));
+    assert_eq!(
+        status["routes"][1],
+        json!({"path": "/host", "backend": "host", "location": f.host_root, "read_only": false})
+    );
     for key in
         ["audit_records", "audit_dropped", "connections_open", "connections_total", "requests", "tool_calls"]
     {

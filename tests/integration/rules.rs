@@ -277,3 +277,36 @@ mode = "deny"
          mv: cannot move 'brace' to 'plain': Permission denied\nafter:1\n*\nbrace\nmy dir\n"
     );
 }
+
+/// Denials a caller provokes at will do not flood the daemon's log: their lines go out a few
+/// times a second, the next one saying how many were held back, while the audit table keeps
+/// every record.
+#[test]
+fn a_burst_of_denials_keeps_the_log_small_and_the_audit_table_whole() {
+    let u = crate::harness::unmounted(
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/host/.env\"]\nmode = \"deny\"\n",
+    );
+    fs::write(u.host_root.join(".env"), "TOKEN=1").unwrap();
+    let mount = Mount::try_start_logging(&u.config, &u.scratch.path().join("mnt"), "info").unwrap();
+    let before = mount.log_text().len();
+    for _ in 0..2000 {
+        assert_eq!(fs::write(mount.path("/host/.env"), "x").unwrap_err().raw_os_error(), Some(libc::EACCES));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(fs::write(mount.path("/host/.env"), "x").is_err());
+    let grown = mount.log_text().len() - before;
+    assert!(grown < 8 << 10, "the log grew by {grown} bytes");
+    crate::harness::soon("the held-back count is said", || {
+        mount.log_text().contains("more like it held back)")
+    });
+    let db = rusqlite::Connection::open(u.scratch.path().join("audit.db")).unwrap();
+    crate::harness::soon("every denial is in the audit table", || {
+        db.query_row(
+            "SELECT count(*) FROM audit WHERE path = '/host/.env' AND operation = 'create'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .is_ok_and(|n| n == 2001)
+    });
+    drop(mount);
+}

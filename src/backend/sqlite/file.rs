@@ -610,7 +610,10 @@ impl Drop for SqliteFile {
         {
             let mut st = state.lock();
             if let Err(e) = self.inner.flush_or_drop(self.ino, &mut st) {
-                tracing::error!(ino = self.ino, "sqlite: {e}");
+                static DROPPED: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
+                if let Some(held) = DROPPED.admit() {
+                    tracing::error!(ino = self.ino, "sqlite: {e}{held}");
+                }
             }
             st.handles -= 1;
             // An unlink marks the inode before it commits and reaps it after, waiting for this
