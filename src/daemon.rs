@@ -425,9 +425,9 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let server = listener.serve(state)?;
 
     println!("agentvfs: mounted at {}", mountpoint.display());
-    for route in engine.router.routes() {
-        let read_only = if route.read_only { " (read-only: every change answers EROFS)" } else { "" };
-        println!("  {} -> {}{read_only}", route.prefix, route.backend.describe());
+    for (prefix, backend, read_only) in engine.routes() {
+        let read_only = if read_only { " (read-only: every change answers EROFS)" } else { "" };
+        println!("  {prefix} -> {backend}{read_only}");
     }
     println!("  {} rule(s) from {}", engine.gate.rules().len(), config.source);
     println!("  control socket {}", socket.display());

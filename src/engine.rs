@@ -85,7 +85,9 @@ pub trait ChangeObserver: Send + Sync {
 
 pub struct Engine {
     pub gate: Gate,
-    pub router: Router,
+    /// Private: a door reaches a backend only through the engine's operations, each of which
+    /// asks the gate first (see [`Engine::routes`] for what a door may know of the routes).
+    router: Router,
     pub audit: Arc<Audit>,
     /// Makes a rename atomic with everything that could change what it carries: every
     /// operation that adds a name (create, mknod, mkdir, symlink, link) holds it shared, and
@@ -131,6 +133,23 @@ impl Engine {
             fuse_rings: std::sync::OnceLock::new(),
             host_change_events: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Each route's prefix, what its backend is, and whether it is served read-only: what a
+    /// door or the CLI may know of the routes (never the backends themselves).
+    pub fn routes(&self) -> Vec<(VPath, String, bool)> {
+        self.router.routes().iter().map(|r| (r.prefix.clone(), r.backend.describe(), r.read_only)).collect()
+    }
+
+    /// A route prefix other than `/`, or a directory on the way to one.
+    pub fn is_mount_point(&self, path: &VPath) -> bool {
+        self.router.is_mount_point(path)
+    }
+
+    /// The router itself, for tests that set up a tree behind the gate's back.
+    #[cfg(test)]
+    pub fn router_for_tests(&self) -> &Router {
+        &self.router
     }
 
     /// Installs the observer of changes made behind the kernel's back (once).

@@ -72,7 +72,9 @@ fn hidden_entries_are_absent_and_cannot_be_recreated() {
     );
     write(&e, "/w/d/ok", b"1");
     // Planted behind the gate's back (as on a host directory).
-    e.router.create(&e.gate.probe(&p("/w/d/.env")), 0o644, libc::O_WRONLY, &ctx().caller).unwrap();
+    e.router_for_tests()
+        .create(&e.gate.probe(&p("/w/d/.env")), 0o644, libc::O_WRONLY, &ctx().caller)
+        .unwrap();
     assert_eq!(names(&e, "/w/d"), ["ok"]);
     assert_eq!(e.lookup(&ctx(), &p("/w/d/.env")).unwrap_err().errno, Errno::ENOENT);
     assert_eq!(e.audit.recorded(), 2, "the create and the lookup were refused and audited");
@@ -96,13 +98,15 @@ fn directory_rename_is_judged_on_what_it_carries() {
     e.mkdir(&ctx(), &p("/w/tree"), 0o755).unwrap();
     // Creating inside the hidden tree is refused, so it is planted behind the gate's back.
     assert_eq!(e.mkdir(&ctx(), &p("/w/tree/inner"), 0o755).unwrap_err().errno, Errno::EACCES);
-    e.router.mkdir(&e.gate.probe(&p("/w/tree/inner")), 0o755, &ctx().caller).unwrap();
+    e.router_for_tests().mkdir(&e.gate.probe(&p("/w/tree/inner")), 0o755, &ctx().caller).unwrap();
     assert_eq!(e.rename(&ctx(), &p("/w/tree"), &p("/w/t2"), 0).unwrap_err().errno, Errno::EACCES);
     // `.env` is denied at both ends: the move is allowed.
     e.mkdir(&ctx(), &p("/w/env"), 0o755).unwrap();
-    e.router.create(&e.gate.probe(&p("/w/env/.env")), 0o644, libc::O_WRONLY, &ctx().caller).unwrap();
+    e.router_for_tests()
+        .create(&e.gate.probe(&p("/w/env/.env")), 0o644, libc::O_WRONLY, &ctx().caller)
+        .unwrap();
     e.rename(&ctx(), &p("/w/env"), &p("/w/env2"), 0).unwrap();
-    assert!(e.router.getattr(&e.gate.probe(&p("/w/env2/.env"))).is_ok());
+    assert!(e.router_for_tests().getattr(&e.gate.probe(&p("/w/env2/.env"))).is_ok());
 }
 
 #[test]
@@ -120,7 +124,7 @@ fn open_checks_each_access_mode() {
     let e = engine(vec![rule(&[Op::Write], &["/w/f"], Mode::Deny, true)]);
     write(&e, "/w/g", b"1");
     e.rename(&ctx(), &p("/w/g"), &p("/w/h"), 0).unwrap();
-    e.router.create(&e.gate.probe(&p("/w/f")), 0o644, libc::O_WRONLY, &ctx().caller).unwrap();
+    e.router_for_tests().create(&e.gate.probe(&p("/w/f")), 0o644, libc::O_WRONLY, &ctx().caller).unwrap();
     assert!(e.open(&ctx(), &p("/w/f"), libc::O_RDONLY).is_ok());
     assert_eq!(e.open(&ctx(), &p("/w/f"), libc::O_RDWR).err().map(|e| e.errno), Some(Errno::EACCES));
     assert_eq!(

@@ -43,7 +43,7 @@ impl Router {
     }
 
     /// The route serving `path` and the path relative to it.
-    pub fn resolve<'p>(&self, path: &'p VPath) -> (&Route, &'p str) {
+    fn resolve<'p>(&self, path: &'p VPath) -> (&Route, &'p str) {
         for route in &self.routes {
             if let Some(rel) = path.strip_prefix(&route.prefix) {
                 return (route, rel);

@@ -238,7 +238,7 @@ pub fn permission_denied_resolved(op: Op, path: &VPath, target: &VPath) -> ToolO
 /// `/` and route mount points (and the directories leading to them) hold whole backends:
 /// the tools never delete or overwrite them (deviation 6).
 pub fn refuse_route_root(env: &ToolEnv, path: &VPath, what: &str) -> Result<(), ToolOutput> {
-    if path.is_root() || env.fs.engine.router.is_mount_point(path) {
+    if path.is_root() || env.fs.engine.is_mount_point(path) {
         return Err(ToolOutput::error(
             ErrorCode::PermissionDenied,
             format!("Error: permission denied for write on {path} (the root and route mount points cannot be {what})"),

@@ -98,7 +98,7 @@ impl Fx {
             dir = dir.parent();
         }
         for dir in ancestors.into_iter().rev() {
-            let _ = self.engine.router.mkdir(&self.engine.gate.probe(&dir), 0o755, &Fx::caller());
+            let _ = self.engine.router_for_tests().mkdir(&self.engine.gate.probe(&dir), 0o755, &Fx::caller());
         }
     }
 
@@ -111,36 +111,39 @@ impl Fx {
     fn put(&self, path: &str, data: &[u8]) {
         self.parents(path);
         let probe = self.engine.gate.probe(&p(path));
-        let file = match self.engine.router.open(&probe, libc::O_WRONLY) {
+        let file = match self.engine.router_for_tests().open(&probe, libc::O_WRONLY) {
             Ok(file) => {
                 file.setattr(&SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
                 file
             }
-            Err(_) => self.engine.router.create(&probe, 0o644, libc::O_WRONLY, &Fx::caller()).unwrap().1,
+            Err(_) => {
+                self.engine.router_for_tests().create(&probe, 0o644, libc::O_WRONLY, &Fx::caller()).unwrap().1
+            }
         };
         file.write(0, data).unwrap();
     }
 
     fn dir(&self, path: &str) {
         self.parents(path);
-        let _ = self.engine.router.mkdir(&self.engine.gate.probe(&p(path)), 0o755, &Fx::caller());
+        let _ = self.engine.router_for_tests().mkdir(&self.engine.gate.probe(&p(path)), 0o755, &Fx::caller());
     }
 
     fn link(&self, path: &str, target: &str) {
         self.parents(path);
         self.engine
-            .router
+            .router_for_tests()
             .symlink(&self.engine.gate.probe(&p(path)), target.as_bytes(), &Fx::caller())
             .unwrap();
     }
 
     fn content(&self, path: &str) -> Vec<u8> {
-        let file = self.engine.router.open(&self.engine.gate.probe(&p(path)), libc::O_RDONLY).unwrap();
+        let file =
+            self.engine.router_for_tests().open(&self.engine.gate.probe(&p(path)), libc::O_RDONLY).unwrap();
         file.read(0, u32::MAX).unwrap()
     }
 
     fn exists(&self, path: &str) -> bool {
-        self.engine.router.getattr(&self.engine.gate.probe(&p(path))).is_ok()
+        self.engine.router_for_tests().getattr(&self.engine.gate.probe(&p(path))).is_ok()
     }
 }
 
@@ -406,7 +409,7 @@ fn read_file_records_the_version_read() {
     let fx = Fx::new(vec![]);
     fx.put("/a.txt", FIVE);
     fx.ok(&read_file::SPEC, json!({"file_path": "/a.txt", "limit": 1}));
-    let attr = fx.engine.router.getattr(&fx.engine.gate.probe(&p("/a.txt"))).unwrap();
+    let attr = fx.engine.router_for_tests().getattr(&fx.engine.gate.probe(&p("/a.txt"))).unwrap();
     assert_eq!(fx.session.observed(&p("/a.txt")), Some(Version::of(&attr)));
 }
 
@@ -479,7 +482,7 @@ fn write_file_creates_and_overwrites() {
     // Overwriting a file never read is allowed ("You do not need to read the file first").
     fx.put("/a.txt", FIVE);
     fx.engine
-        .router
+        .router_for_tests()
         .setattr(&fx.engine.gate.probe(&p("/a.txt")), &SetAttr { mode: Some(0o600), ..SetAttr::default() })
         .unwrap();
     assert_eq!(
@@ -487,7 +490,7 @@ fn write_file_creates_and_overwrites() {
         "Updated file /a.txt"
     );
     assert_eq!(fx.content("/a.txt"), b"new");
-    let attr = fx.engine.router.getattr(&fx.engine.gate.probe(&p("/a.txt"))).unwrap();
+    let attr = fx.engine.router_for_tests().getattr(&fx.engine.gate.probe(&p("/a.txt"))).unwrap();
     assert_eq!(attr.perm, 0o600, "a replaced file keeps its mode");
     assert_eq!(fx.session.observed(&p("/a.txt")), Some(Version::of(&attr)), "its own write is observed");
     // No temporary file is left behind.
@@ -636,10 +639,10 @@ fn a_change_with_its_mtime_set_back_is_still_stale() {
     fx.put("/e.txt", b"alpha\n");
     fx.ok(&read_file::SPEC, read("/e.txt"));
     let probe = fx.engine.gate.probe(&p("/e.txt"));
-    let before = fx.engine.router.getattr(&probe).unwrap();
+    let before = fx.engine.router_for_tests().getattr(&probe).unwrap();
     fx.put("/e.txt", b"omega\n");
     let back = SetAttr { mtime: Some(TimeSet::At(before.mtime)), ..SetAttr::default() };
-    let after = fx.engine.router.setattr(&probe, &back).unwrap();
+    let after = fx.engine.router_for_tests().setattr(&probe, &back).unwrap();
     assert_eq!((after.size, after.mtime), (before.size, before.mtime));
     fx.fails(
         &edit_file::SPEC,
@@ -693,7 +696,7 @@ fn a_tool_write_is_judged_on_its_path_alone() {
     );
     let names: Vec<String> = fx
         .engine
-        .router
+        .router_for_tests()
         .readdir(&fx.engine.gate.probe(&p("/w")))
         .unwrap()
         .into_iter()
