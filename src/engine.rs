@@ -39,11 +39,14 @@ pub struct Ctx {
     /// Set when the operation re-runs after a human approved it: interrupt verdicts the
     /// approval covers pass (deny rules still refuse).
     pub approval: Option<ApprovalId>,
+    /// The FUSE request's id (0 at the tool door): a request parked for a human is ended by
+    /// the kernel's `FUSE_INTERRUPT` for this id.
+    pub request: u64,
 }
 
 impl Ctx {
     pub fn new(door: Door, caller: Caller) -> Ctx {
-        Ctx { door, caller, approval: None }
+        Ctx { door, caller, approval: None, request: 0 }
     }
 }
 

@@ -177,7 +177,8 @@ pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<
             ErrorCode::InterruptRejected,
             format!("Error: the daemon is stopping; the tool call for `{name}` was not executed."),
         ),
-        Outcome::CallerGone => ToolOutput::error(
+        // A tool call's ticket is never interrupted by a signal; withdrawn either way.
+        Outcome::CallerGone | Outcome::Interrupted => ToolOutput::error(
             ErrorCode::InterruptRejected,
             format!("Error: the client that made the tool call for `{name}` disconnected before it was approved. The tool was not executed."),
         ),

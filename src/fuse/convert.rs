@@ -71,7 +71,10 @@ pub fn errno(e: &FsError) -> FuseErrno {
 }
 
 pub fn ctx(req: &Request) -> Ctx {
-    Ctx::new(Door::Fuse, Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() })
+    Ctx {
+        request: req.unique().0,
+        ..Ctx::new(Door::Fuse, Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() })
+    }
 }
 
 pub fn time_set(t: TimeOrNow) -> TimeSet {

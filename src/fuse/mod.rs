@@ -67,6 +67,8 @@ pub struct FuseDoor {
     notifier: Arc<OnceLock<Notifier>>,
     /// Files renames through the mount replaced, by the inode the kernel knew them by.
     replaced: Arc<replaced::ReplacedFiles>,
+    /// Requests waiting for a human, by request id: their caller's signal ends them.
+    parked: Arc<park::Parked>,
 }
 
 /// The `[fuse]` choices the door acts on.
@@ -105,6 +107,7 @@ impl FuseDoor {
             expire_only: Arc::default(),
             notifier: Arc::default(),
             replaced: Arc::default(),
+            parked: Arc::default(),
         }
     }
 
@@ -697,6 +700,10 @@ impl Filesystem for FuseDoor {
 
     // The requests below are answered without being served; see `unsupported` for each
     // answer and why. (`batch_forget` is fuser's: it calls `forget` for each inode.)
+
+    fn interrupt(&self, _req: &Request, unique: fuser::RequestId) {
+        self.interrupted(unique.0)
+    }
 
     fn destroy(&mut self) {
         // Nothing to do at unmount: files commit at their flush and release, and the

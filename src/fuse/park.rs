@@ -4,6 +4,10 @@
 //! The ticket's waiter runs on the thread that resolves it (a control request, or the
 //! expiry sweeper): on approval it re-runs the operation under the approval and sends the
 //! reply; otherwise it replies EACCES. So a hundred paused writes hold no FUSE thread.
+//!
+//! A signal to the waiting process (Ctrl-C in its shell) makes the kernel send
+//! `FUSE_INTERRUPT` for the request: its ticket is withdrawn and the request answers EINTR,
+//! so the caller stops waiting and nothing is changed.
 
 use crate::audit::command_line;
 use crate::engine::Ctx;
@@ -11,6 +15,21 @@ use crate::error::{Errno, FsError, FsResult};
 use crate::policy::approvals::{Decision, Interrupted, Outcome, Request, Waiter};
 
 use super::FuseDoor;
+
+/// The tickets of parked requests, by FUSE request id, and the ids of requests whose
+/// interrupt came before they were parked (a signal right after the ticket appeared).
+#[derive(Default)]
+pub struct Parked(parking_lot::Mutex<ParkedRequests>);
+
+#[derive(Default)]
+pub struct ParkedRequests {
+    tickets: std::collections::HashMap<u64, crate::policy::approvals::ApprovalId>,
+    interrupted_early: std::collections::HashSet<u64>,
+}
+
+/// Interrupts of requests not parked (yet) are remembered up to this many; request ids are
+/// never reused, so forgetting old ones only forgets requests that finished long ago.
+const EARLY_INTERRUPTS: usize = 1024;
 
 impl FuseDoor {
     /// Runs `work` and answers with `send`, unless the gate asks a human first: then the
@@ -48,24 +67,58 @@ impl FuseDoor {
             tool: None,
         };
         let door = self.clone();
-        let waiter: Waiter = Box::new(move |id, outcome| match outcome {
-            Outcome::Decided(Decision::Approve(_)) => {
-                // Re-run under the approval; a second interrupt in the same operation (the
-                // other path of a rename) opens a new ticket that keeps this one's pairs.
-                door.serve(Ctx { approval: Some(id), ..ctx }, reply, work, send);
-                door.engine.gate.approvals.finish(id);
-            }
-            other => {
-                let why = match other {
-                    Outcome::TimedOut => "the approval timed out",
-                    Outcome::Overloaded => "too many approvals are pending",
-                    Outcome::CallerGone => "the caller exited",
-                    Outcome::Cancelled => "the daemon is stopping",
-                    _ => "rejected",
-                };
-                send(&door, Err(FsError::new(Errno::EACCES, why)), reply)
+        let unique = ctx.request;
+        let waiter: Waiter = Box::new(move |id, outcome| {
+            door.parked.0.lock().tickets.remove(&unique);
+            match outcome {
+                Outcome::Decided(Decision::Approve(_)) => {
+                    // Re-run under the approval; a second interrupt in the same operation (the
+                    // other path of a rename) opens a new ticket that keeps this one's pairs.
+                    door.serve(Ctx { approval: Some(id), ..ctx }, reply, work, send);
+                    door.engine.gate.approvals.finish(id);
+                }
+                Outcome::Interrupted => {
+                    send(&door, Err(FsError::new(Errno::EINTR, "interrupted by a signal")), reply)
+                }
+                other => {
+                    let why = match other {
+                        Outcome::TimedOut => "the approval timed out",
+                        Outcome::Overloaded => "too many approvals are pending",
+                        Outcome::CallerGone => "the caller exited",
+                        Outcome::Cancelled => "the daemon is stopping",
+                        _ => "rejected",
+                    };
+                    send(&door, Err(FsError::new(Errno::EACCES, why)), reply)
+                }
             }
         });
-        self.engine.gate.approvals.submit(request, ctx.approval, waiter);
+        let approvals = &self.engine.gate.approvals;
+        if let Some(id) = approvals.submit(request, ctx.approval, waiter) {
+            let mut parked = self.parked.0.lock();
+            if parked.interrupted_early.remove(&unique) {
+                drop(parked);
+                approvals.interrupt(id);
+            } else if approvals.is_pending(id) {
+                parked.tickets.insert(unique, id); // (else answered meanwhile)
+            }
+        }
+    }
+
+    /// The process waiting for request `unique` got a signal: if a human was to approve it,
+    /// the ticket is withdrawn and the request answers EINTR. (Other requests finish as usual.)
+    pub(super) fn interrupted(&self, unique: u64) {
+        let mut parked = self.parked.0.lock();
+        match parked.tickets.remove(&unique) {
+            Some(id) => {
+                drop(parked);
+                self.engine.gate.approvals.interrupt(id);
+            }
+            None => {
+                if parked.interrupted_early.len() >= EARLY_INTERRUPTS {
+                    parked.interrupted_early.clear();
+                }
+                parked.interrupted_early.insert(unique);
+            }
+        }
     }
 }

@@ -109,6 +109,8 @@ pub enum Outcome {
     Overloaded,
     /// The daemon is stopping.
     Cancelled,
+    /// The waiting process got a signal (Ctrl-C): it stops waiting, and nothing runs.
+    Interrupted,
 }
 
 pub type Waiter = Box<dyn FnOnce(ApprovalId, Outcome) + Send>;
@@ -430,6 +432,17 @@ impl Approvals {
         self.end(self.inner.lock(), vec![(id, Outcome::CallerGone)]) > 0
     }
 
+    /// Withdraws ticket `id` because the process waiting for it got a signal: answered
+    /// `interrupted`, and its operation does not run. False when it was not pending.
+    pub fn interrupt(&self, id: ApprovalId) -> bool {
+        self.end(self.inner.lock(), vec![(id, Outcome::Interrupted)]) > 0
+    }
+
+    /// Whether ticket `id` still waits for a human.
+    pub fn is_pending(&self, id: ApprovalId) -> bool {
+        self.inner.lock().pending.contains_key(&id)
+    }
+
     /// Ends those of the tickets `done` still pending without a human: removes them,
     /// remembers how they ended, tells the audit log, the subscribers and the waiters (outside
     /// the lock). Returns how many it ended.
@@ -440,6 +453,9 @@ impl Approvals {
             let how = match (&outcome, ticket.request.door) {
                 (Outcome::TimedOut, _) => "it timed out".to_string(),
                 (Outcome::Cancelled, _) => "it was cancelled because the daemon is stopping".to_string(),
+                (Outcome::Interrupted, _) => {
+                    "it was withdrawn because the process that asked was interrupted".to_string()
+                }
                 (_, "tool") => "it was withdrawn because the client that asked disconnected".to_string(),
                 _ => "it was withdrawn because the process that asked exited".to_string(),
             };
@@ -453,6 +469,7 @@ impl Approvals {
             let name = match outcome {
                 Outcome::TimedOut => "timeout",
                 Outcome::Cancelled => "cancelled",
+                Outcome::Interrupted => "interrupted",
                 _ => "caller-gone",
             };
             let mut view = describe(id, &ticket);

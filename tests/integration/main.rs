@@ -13,6 +13,7 @@ mod host_changes;
 mod interrupts;
 mod lifecycle;
 mod model;
+mod pauses;
 mod persistence;
 mod races;
 mod requests;

@@ -412,6 +412,11 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Called on filesystem exit.
     fn destroy(&mut self) {}
 
+    /// The process waiting for request `unique` got a signal (`FUSE_INTERRUPT`). Nothing is
+    /// sent back: a filesystem that can end that request early replies to it (usually
+    /// EINTR); one that cannot lets it finish. The default ignores the interrupt.
+    fn interrupt(&self, _req: &Request, _unique: RequestId) {}
+
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         warn!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");

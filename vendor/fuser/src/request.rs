@@ -94,7 +94,8 @@ impl<'a> RequestWithSender<'a> {
                     | ll::Operation::FSync(_)
                     | ll::Operation::FSyncDir(_)
                     | ll::Operation::Release(_)
-                    | ll::Operation::ReleaseDir(_) => {}
+                    | ll::Operation::ReleaseDir(_)
+                    | ll::Operation::Interrupt(_) => {}
                     ll::Operation::ReadDirPlus(_) => {}
                     _ => {
                         return Err(Errno::EACCES);
@@ -120,9 +121,8 @@ impl<'a> RequestWithSender<'a> {
                 return Err(Errno::EIO);
             }
 
-            ll::Operation::Interrupt(_) => {
-                // TODO: handle FUSE_INTERRUPT
-                return Err(Errno::ENOSYS);
+            ll::Operation::Interrupt(x) => {
+                filesystem.interrupt(self.request_header(), x.unique()); // no reply
             }
 
             ll::Operation::Lookup(x) => {
