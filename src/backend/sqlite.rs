@@ -109,22 +109,7 @@ impl SqliteBackend {
         let mut conn = schema::open_writer(path)?;
         let (ns, root) = schema::namespace(&mut conn, namespace, path)?;
         schema::claim_namespace(&mut conn, path, namespace, ns)?;
-        Ok(SqliteBackend {
-            inner: Arc::new(Inner {
-                checkpointer: Some(Checkpointer::start(path)?),
-                path: path.to_path_buf(),
-                namespace: namespace.to_string(),
-                ns,
-                root,
-                conn: Mutex::new(Db { conn, dentries: RefCell::default() }),
-                readers: Mutex::new(Vec::new()),
-                inos: Mutex::new((0, 0)),
-                registry: Mutex::new(Registry::default()),
-                dirty_total: AtomicUsize::new(0),
-                dir_synced: AtomicBool::new(false),
-                space: space::Space::new(path),
-            }),
-        })
+        Ok(Self::serving(conn, path, namespace, (ns, root), Some(Checkpointer::start(path)?)))
     }
 
     /// Opens an existing store to serve it read-only (`read_only = true` on its route): nothing
@@ -132,10 +117,21 @@ impl SqliteBackend {
     /// The engine refuses every change with EROFS before it reaches this backend.
     pub fn open_read_only(path: &Path, namespace: &str) -> FsResult<SqliteBackend> {
         let conn = schema::open_read_only(path)?;
-        let (ns, root) = schema::find_namespace(&conn, namespace, path)?;
-        Ok(SqliteBackend {
+        let found = schema::find_namespace(&conn, namespace, path)?;
+        Ok(Self::serving(conn, path, namespace, found, None))
+    }
+
+    /// The backend of namespace `(ns, root)` of the store at `path`, `conn` its writer.
+    fn serving(
+        conn: Connection,
+        path: &Path,
+        namespace: &str,
+        (ns, root): (i64, u64),
+        checkpointer: Option<Checkpointer>,
+    ) -> SqliteBackend {
+        SqliteBackend {
             inner: Arc::new(Inner {
-                checkpointer: None,
+                checkpointer,
                 path: path.to_path_buf(),
                 namespace: namespace.to_string(),
                 ns,
@@ -148,7 +144,7 @@ impl SqliteBackend {
                 dir_synced: AtomicBool::new(false),
                 space: space::Space::new(path),
             }),
-        })
+        }
     }
 }
 
