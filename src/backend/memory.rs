@@ -1,4 +1,6 @@
 //! The scratch backend: a whole directory tree held in memory, lost when the daemon stops.
+//! File contents are pages allocated where data was written ([`pages`]); the size cap counts
+//! those pages, as the kernel counts a tmpfs's.
 //!
 //! One `RwLock` guards the inode table. Lookups, reads and `open` take the read lock; anything
 //! that changes the tree or file contents takes the write lock. No code path takes the lock
@@ -20,10 +22,13 @@ use crate::error::{Errno, FsError, FsResult};
 
 #[path = "memory_file.rs"]
 mod file;
+#[path = "memory_pages.rs"]
+mod pages;
 use file::MemFile;
+use pages::{Pages, INLINE_SYMLINK_MAX, PAGE};
 
 const ROOT: u64 = 1;
-const BLOCK_SIZE: u64 = 4096;
+const BLOCK_SIZE: u64 = PAGE;
 const NAME_MAX: usize = 255;
 const PATH_MAX: usize = 4096;
 const XATTR_NAME_MAX: usize = 255;
@@ -31,12 +36,13 @@ const XATTR_SIZE_MAX: usize = 65536;
 const XATTR_CREATE: i32 = 1;
 const XATTR_REPLACE: i32 = 2;
 const FALLOC_FL_KEEP_SIZE: i32 = 1;
+const FALLOC_FL_PUNCH_HOLE: i32 = 2;
 /// Largest file offset Linux accepts (`loff_t` is signed).
 const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 /// What statfs reports without a cap: 2^32 blocks of 4 KiB (16 TiB).
 const UNCAPPED_BLOCKS: u64 = 1 << 32;
 const MAX_FILES: u64 = 1 << 32;
-/// Directories report a conventional size, as ext4 does; they do not count against the cap.
+/// Directories report a conventional size, as ext4 does; they allocate nothing (as on tmpfs).
 const DIR_SIZE: u64 = 4096;
 /// relatime: an access time older than this is refreshed even if newer than mtime/ctime.
 const ATIME_REFRESH: Duration = Duration::from_secs(24 * 60 * 60);
@@ -50,9 +56,13 @@ pub struct MemoryBackend {
 struct Tree {
     nodes: HashMap<u64, Node>,
     next_ino: u64,
-    /// Bytes of file contents and symlink targets, including unlinked files still open.
+    /// Pages allocated to file contents and long symlink targets, including those of unlinked
+    /// files still open.
     used: u64,
+    /// The cap in pages: `max_bytes` rounded up to whole pages, as tmpfs rounds its size.
     cap: Option<u64>,
+    /// `max_bytes` as configured.
+    max_bytes: Option<u64>,
 }
 
 struct Node {
@@ -75,7 +85,7 @@ struct Node {
 }
 
 enum Body {
-    File(Vec<u8>),
+    File(Pages),
     Dir(BTreeMap<String, u64>),
     Symlink(Vec<u8>),
     /// Fifos, sockets and devices: nothing but attributes and a device number.
@@ -114,7 +124,7 @@ impl Node {
     }
 
     /// A regular file's contents; other kinds fail as read(2) and truncate(2) do.
-    fn file(&self) -> FsResult<&Vec<u8>> {
+    fn file(&self) -> FsResult<&Pages> {
         match &self.body {
             Body::File(c) => Ok(c),
             Body::Dir(_) => Err(Errno::EISDIR.into()),
@@ -122,19 +132,29 @@ impl Node {
         }
     }
 
-    /// Bytes this node charges against the size cap.
-    fn data_len(&self) -> u64 {
+    /// Pages this node charges against the size cap: those its contents allocated, or one for
+    /// a symlink target too long to live in the inode.
+    fn charged(&self) -> u64 {
         match &self.body {
-            Body::File(c) => c.len() as u64,
-            Body::Symlink(t) => t.len() as u64,
+            Body::File(c) => c.allocated(),
+            Body::Symlink(t) => u64::from(t.len() > INLINE_SYMLINK_MAX),
             Body::Dir(_) | Body::Special(_) => 0,
         }
     }
 
     fn size(&self) -> u64 {
-        match self.body {
+        match &self.body {
+            Body::File(c) => c.len(),
+            Body::Symlink(t) => t.len() as u64,
             Body::Dir(_) => DIR_SIZE,
-            _ => self.data_len(),
+            Body::Special(_) => 0,
+        }
+    }
+
+    fn pages_mut(&mut self) -> &mut Pages {
+        match &mut self.body {
+            Body::File(c) => c,
+            _ => unreachable!("pages_mut on a non-file"),
         }
     }
 
@@ -220,13 +240,12 @@ impl Tree {
 
     fn attr(&self, ino: u64) -> Attr {
         let n = self.node(ino);
-        let size = n.size();
         Attr {
             ino,
             kind: n.kind,
             perm: n.perm,
-            size,
-            blocks: size.div_ceil(512),
+            size: n.size(),
+            blocks: n.charged() * (PAGE / 512),
             nlink: n.nlink,
             uid: n.uid,
             gid: n.gid,
@@ -242,34 +261,47 @@ impl Tree {
         }
     }
 
-    /// Sets a regular file's length, zero-filling growth. Fails, changing nothing, with ENOSPC
-    /// past the cap or when the host is out of memory (rather than aborting the daemon).
+    /// Sets a regular file's length. Growth is a hole and allocates nothing; shrinking frees
+    /// the pages past the new end at once.
     fn set_len(&mut self, ino: u64, len: u64) -> FsResult<()> {
-        let old = self.node(ino).file()?.len() as u64;
-        let new = usize::try_from(len).ok().filter(|_| len <= MAX_FILE_SIZE).ok_or(Errno::EFBIG)?;
-        self.check_cap(old, len)?;
-        let Body::File(content) = &mut self.node_mut(ino).body else { unreachable!() };
-        if len > old {
-            let more = new - content.len();
-            content.try_reserve(more).map_err(|_| FsError::new(Errno::ENOSPC, "out of memory"))?;
+        self.node(ino).file()?;
+        if len > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG.into());
         }
-        content.resize(new, 0);
-        // Give memory back after a large shrink; the cap counts logical bytes, the host real.
-        if content.capacity() > 2 * new + 4096 {
-            content.shrink_to_fit();
-        }
-        self.used = self.used - old + len;
+        let freed = self.node_mut(ino).pages_mut().set_len(len);
+        self.used -= freed;
         Ok(())
     }
 
-    /// Fails with ENOSPC if replacing `old` charged bytes by `new` would exceed the cap.
-    fn check_cap(&self, old: u64, new: u64) -> FsResult<()> {
-        match self.cap {
-            Some(cap) if new > old && self.used - old + new > cap => {
-                Err(FsError::new(Errno::ENOSPC, "memory backend size cap reached"))
-            }
-            _ => Ok(()),
+    /// Pages that may still be allocated (`u64::MAX` without a cap).
+    fn free_pages(&self) -> u64 {
+        self.cap.map_or(u64::MAX, |cap| cap.saturating_sub(self.used))
+    }
+
+    /// Fails with ENOSPC unless `pages` more pages fit under the cap.
+    fn check_cap(&self, pages: u64) -> FsResult<()> {
+        match pages > self.free_pages() {
+            true => Err(FsError::new(Errno::ENOSPC, "memory backend size cap reached")),
+            false => Ok(()),
         }
+    }
+
+    /// Writes `data` at `offset` of a regular file, as much of it as the cap lets it allocate
+    /// pages for (in order, as tmpfs does): the bytes written, or ENOSPC when none fit.
+    fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let end =
+            offset.checked_add(data.len() as u64).filter(|&end| end <= MAX_FILE_SIZE).ok_or(Errno::EFBIG)?;
+        let free = self.free_pages();
+        let fits = self.node(ino).file()?.fitting_end(offset, end, free);
+        if fits == offset && !data.is_empty() {
+            return Err(FsError::new(Errno::ENOSPC, "memory backend size cap reached"));
+        }
+        let written = (fits - offset) as usize;
+        let n = self.node_mut(ino);
+        let allocated = n.pages_mut().write(offset, &data[..written]);
+        n.touch_modified(SystemTime::now());
+        self.used += allocated;
+        Ok(written)
     }
 
     /// Links a new node into `parent`. It belongs to `caller`, with the group (and, for
@@ -278,7 +310,7 @@ impl Tree {
         let (now, ino) = (SystemTime::now(), self.next_ino);
         self.next_ino += 1;
         (*node.atime.get_mut(), node.mtime, node.ctime, node.crtime) = (now, now, now, now);
-        self.used += node.data_len();
+        self.used += node.charged();
         let p = self.node_mut(parent);
         node.uid = caller.uid;
         node.gid = caller.gid;
@@ -302,7 +334,7 @@ impl Tree {
         let n = self.node(ino);
         if n.nlink == 0 && n.open.load(Ordering::Acquire) == 0 {
             let n = self.nodes.remove(&ino).expect("inode in table");
-            self.used -= n.data_len();
+            self.used -= n.charged();
         }
     }
 
@@ -430,13 +462,17 @@ impl Tree {
 }
 
 impl MemoryBackend {
-    /// An empty tree whose root belongs to the daemon. `size_cap` bounds the bytes of file
-    /// contents and symlink targets together; `None` means only host memory bounds them.
+    /// An empty tree whose root belongs to the daemon. `size_cap` bounds the bytes allocated
+    /// (whole pages of file data written or reserved, and long symlink targets), rounded up to
+    /// whole pages; `None` means only host memory bounds them.
     pub fn new(size_cap: Option<u64>) -> MemoryBackend {
         let me = Caller::daemon();
         let mut root = Node::new(FileKind::Dir, 0o755, Body::Dir(BTreeMap::new()));
         (root.uid, root.gid) = (me.uid, me.gid);
-        let tree = Tree { nodes: HashMap::from([(ROOT, root)]), next_ino: ROOT + 1, used: 0, cap: size_cap };
+        // As the private tmpfs is given `max(1)` bytes (its size 0 would mean unlimited).
+        let cap = size_cap.map(|bytes| bytes.max(1).div_ceil(PAGE));
+        let nodes = HashMap::from([(ROOT, root)]);
+        let tree = Tree { nodes, next_ino: ROOT + 1, used: 0, cap, max_bytes: size_cap };
         MemoryBackend { tree: Arc::new(RwLock::new(tree)) }
     }
 
@@ -449,7 +485,7 @@ impl MemoryBackend {
     fn make(&self, path: &str, node: Node, caller: &Caller, opened: bool) -> FsResult<(Attr, u64)> {
         let mut t = self.tree.write();
         let (dir, name) = t.lookup_new(path)?;
-        t.check_cap(0, node.data_len())?;
+        t.check_cap(node.charged())?;
         node.open.store(u32::from(opened), Ordering::Release);
         let ino = t.add(dir, name, node, caller);
         Ok((t.attr(ino), ino))
@@ -458,7 +494,7 @@ impl MemoryBackend {
 
 impl Backend for MemoryBackend {
     fn describe(&self) -> String {
-        match self.tree.read().cap {
+        match self.tree.read().max_bytes {
             Some(cap) => format!("memory (cap {cap} bytes)"),
             None => "memory".to_string(),
         }
@@ -508,7 +544,7 @@ impl Backend for MemoryBackend {
         flags: i32,
         caller: &Caller,
     ) -> FsResult<(Attr, Box<dyn OpenFile>)> {
-        let node = Node::new(FileKind::File, (mode & 0o7777) as u16, Body::File(Vec::new()));
+        let node = Node::new(FileKind::File, (mode & 0o7777) as u16, Body::File(Pages::default()));
         let (attr, ino) = self.make(path, node, caller, true)?;
         Ok((attr, self.handle(ino, flags)))
     }
@@ -522,7 +558,7 @@ impl Backend for MemoryBackend {
         let body = match kind {
             FileKind::Dir => return Err(err(Errno::EPERM, path)),
             FileKind::Symlink => return Err(err(Errno::EINVAL, path)),
-            FileKind::File => Body::File(Vec::new()),
+            FileKind::File => Body::File(Pages::default()),
             FileKind::CharDevice | FileKind::BlockDevice => Body::Special(rdev),
             FileKind::Fifo | FileKind::Socket => Body::Special(0),
         };
@@ -629,8 +665,8 @@ impl Backend for MemoryBackend {
     fn statfs(&self, path: &str) -> FsResult<StatFs> {
         let t = self.tree.read();
         t.lookup(path)?;
-        let blocks = t.cap.map_or(UNCAPPED_BLOCKS, |cap| cap / BLOCK_SIZE);
-        let bfree = blocks.saturating_sub(t.used.div_ceil(BLOCK_SIZE));
+        let blocks = t.cap.unwrap_or(UNCAPPED_BLOCKS);
+        let bfree = blocks.saturating_sub(t.used);
         Ok(StatFs {
             blocks,
             bfree,

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use parking_lot::RwLock;
 
-use super::{Body, Tree, FALLOC_FL_KEEP_SIZE};
+use super::{Tree, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, MAX_FILE_SIZE};
 use crate::backend::{Attr, OpenFile, SetAttr};
 use crate::error::{Errno, FsResult};
 
@@ -54,32 +54,24 @@ impl OpenFile for MemFile {
         if size > 0 {
             n.touch_atime(SystemTime::now());
         }
-        let len = content.len() as u64;
-        let start = offset.min(len) as usize;
-        let end = offset.saturating_add(u64::from(size)).min(len) as usize;
-        Ok(content[start..end].to_vec())
+        Ok(content.read(offset, size))
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
         if !self.writable {
             return Err(Errno::EBADF.into());
         }
-        let written = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        if u32::try_from(data.len()).is_err() {
+            return Err(Errno::EINVAL.into());
+        }
         let mut t = self.tree.write();
-        let old = t.node(self.ino).file()?.len() as u64;
+        let len = t.node(self.ino).file()?.len();
         if data.is_empty() {
             return Ok(0);
         }
-        let offset = if self.append { old } else { offset };
-        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
-        if end > old {
-            t.set_len(self.ino, end)?;
-        }
-        let n = t.node_mut(self.ino);
-        let Body::File(content) = &mut n.body else { unreachable!() };
-        content[offset as usize..end as usize].copy_from_slice(data);
-        n.touch_modified(SystemTime::now());
-        Ok(written)
+        let offset = if self.append { len } else { offset };
+        // Short when the cap is reached midway, as on tmpfs: the caller's next write gets ENOSPC.
+        Ok(t.write(self.ino, offset, data)? as u32)
     }
 
     fn flush(&self) -> FsResult<()> {
@@ -94,25 +86,41 @@ impl OpenFile for MemFile {
         Ok(())
     }
 
+    /// Reserves pages (`mode` 0 or `FALLOC_FL_KEEP_SIZE`), all of them or, past the cap,
+    /// none (ENOSPC); or deallocates a range (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`).
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         if !self.writable {
             return Err(Errno::EBADF.into());
         }
-        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+        let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0
+            || (punch && mode & FALLOC_FL_KEEP_SIZE == 0)
+        {
             return Err(Errno::EOPNOTSUPP.into());
         }
         if length == 0 {
             return Err(Errno::EINVAL.into());
         }
-        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let end = offset.checked_add(length).filter(|&end| end <= MAX_FILE_SIZE).ok_or(Errno::EFBIG)?;
         let mut t = self.tree.write();
-        let size = t.node(self.ino).file()?.len() as u64;
-        // Contents are not preallocated in memory, so KEEP_SIZE has nothing to do.
-        if mode & FALLOC_FL_KEEP_SIZE != 0 || end <= size {
+        let pages = t.node(self.ino).file()?;
+        let now = SystemTime::now();
+        if punch {
+            let n = t.node_mut(self.ino);
+            let freed = n.pages_mut().punch(offset, end);
+            n.touch_modified(now);
+            t.used -= freed;
             return Ok(());
         }
-        let changes = SetAttr { size: Some(end), ..SetAttr::default() };
-        t.setattr(self.ino, &changes, SystemTime::now()).map(|_| ())
+        let grows = mode & FALLOC_FL_KEEP_SIZE == 0 && end > pages.len();
+        t.check_cap(pages.missing(offset, end))?;
+        let n = t.node_mut(self.ino);
+        let allocated = n.pages_mut().reserve(offset, end, mode & FALLOC_FL_KEEP_SIZE != 0);
+        if grows {
+            n.touch_modified(now);
+        }
+        t.used += allocated;
+        Ok(())
     }
 
     fn getattr(&self) -> FsResult<Attr> {

@@ -75,7 +75,7 @@ fn create_write_read_truncate() {
     // A write past EOF zero-fills the gap.
     assert_eq!(f.write(600, b"x").unwrap(), 1);
     let a = f.getattr().unwrap();
-    assert_eq!((a.size, a.blocks), (601, 2));
+    assert_eq!((a.size, a.blocks), (601, 8), "one page, charged whole");
     let data = f.read(0, 1000).unwrap();
     assert_eq!(data.len(), 601);
     assert_eq!(&data[..5], b"hello");
@@ -84,7 +84,7 @@ fn create_write_read_truncate() {
     assert_eq!(f.write(600, b"").unwrap(), 0);
     // Truncate through the path and through the handle.
     let a = b.setattr("f", &SetAttr { size: Some(3), ..SetAttr::default() }).unwrap();
-    assert_eq!((a.size, a.blocks), (3, 1));
+    assert_eq!((a.size, a.blocks), (3, 8));
     assert_eq!(content(&b, "f"), b"hel");
     let a = f.setattr(&SetAttr { size: Some(6), ..SetAttr::default() }).unwrap();
     assert_eq!(a.size, 6);
@@ -144,7 +144,7 @@ fn mkdir_rmdir_and_dir_nlink() {
     let b = MemoryBackend::new(None);
     let a = b.mkdir("d", 0o6777, &ALICE).unwrap();
     // mkdir ignores set-ID bits in its mode; the sticky bit stays.
-    assert_eq!((a.kind, a.perm, a.nlink, a.size, a.blocks), (FileKind::Dir, 0o777, 2, 4096, 8));
+    assert_eq!((a.kind, a.perm, a.nlink, a.size, a.blocks), (FileKind::Dir, 0o777, 2, 4096, 0));
     assert_eq!(nlink(&b, ""), 3);
     b.mkdir("d/e", 0o1755, &ALICE).unwrap();
     assert_eq!(b.getattr("d/e").unwrap().perm, 0o1755);
@@ -491,32 +491,121 @@ fn rename_onto_other_hard_link_is_a_noop() {
     assert_eq!(errno(b.rename("a", "b", RENAME_NOREPLACE)), Errno::EEXIST);
 }
 
+fn truncate(b: &MemoryBackend, path: &str, size: u64) -> FsResult<crate::backend::Attr> {
+    b.setattr(path, &SetAttr { size: Some(size), ..SetAttr::default() })
+}
+
+/// Pages allocated, as statfs reports them.
+fn used(b: &MemoryBackend) -> u64 {
+    b.statfs("").map(|s| s.blocks - s.bfree).unwrap()
+}
+
 #[test]
-fn size_cap_enospc_changes_nothing() {
-    let b = MemoryBackend::new(Some(10));
+fn holes_are_free() {
+    let b = MemoryBackend::new(Some(10 << 20));
     let (_, f) = b.create("f", 0o644, libc::O_RDWR, &ALICE).unwrap();
-    f.write(0, b"12345678").unwrap();
+    // Far past the cap: a size, not an allocation.
+    let a = f.setattr(&SetAttr { size: Some(1 << 30), ..SetAttr::default() }).unwrap();
+    assert_eq!((a.size, a.blocks, used(&b)), (1 << 30, 0, 0));
+    assert_eq!(f.read((1 << 30) - 4, 100).unwrap(), [0; 4]);
+    // Data in the middle of the hole allocates the pages it touches, no more.
+    assert_eq!(f.write((512 << 20) + 4090, b"straddles two pages").unwrap(), 19);
+    assert_eq!((f.getattr().unwrap().blocks, used(&b)), (16, 2));
+    let want = [&[0; 10][..], b"straddles two pages", &[0; 11]].concat();
+    assert_eq!(f.read((512 << 20) + 4080, 40).unwrap(), want);
+    // Growing by a write past the end leaves a hole too.
+    let g = b.create("g", 0o644, libc::O_RDWR, &ALICE).unwrap().1;
+    g.write(1 << 40, b"x").unwrap();
+    let a = g.getattr().unwrap();
+    assert_eq!((a.size, a.blocks), ((1 << 40) + 1, 8));
+    assert_eq!(used(&b), 3);
+}
+
+#[test]
+fn writes_stop_at_the_page_that_crosses_the_cap() {
+    // The cap rounds up to whole pages, as the private tmpfs rounds its size.
+    let b = MemoryBackend::new(Some(4 * 4096 - 100));
+    assert_eq!(b.statfs("").unwrap().blocks, 4);
+    let (_, f) = b.create("f", 0o644, libc::O_RDWR, &ALICE).unwrap();
+    f.write(0, b"a").unwrap();
+    f.write(2 * 4096, b"c").unwrap();
+    assert_eq!(used(&b), 2);
+    // Pages 0 and 2 exist; 1 and 3 fit, 4 does not: the write stops where page 4 begins.
+    assert_eq!(f.write(10, &[7; 5 * 4096]).unwrap(), 4 * 4096 - 10);
+    assert_eq!((f.getattr().unwrap().size, used(&b)), (4 * 4096, 4));
+    // The next write needs a page: ENOSPC, and nothing changes.
     let before = f.getattr().unwrap();
-    assert_eq!(errno(f.write(6, b"abcde")), Errno::ENOSPC);
-    assert_eq!(errno(f.write(100, b"a")), Errno::ENOSPC);
-    assert_eq!(errno(b.setattr("f", &SetAttr { size: Some(11), ..SetAttr::default() })), Errno::ENOSPC);
-    assert_eq!(errno(f.fallocate(8, 3, 0)), Errno::ENOSPC);
-    assert_eq!(errno(b.symlink("l", b"abc", &ALICE)), Errno::ENOSPC);
+    assert_eq!(errno(f.write(4 * 4096, b"x")), Errno::ENOSPC);
+    assert_eq!(errno(f.write(1 << 20, b"x")), Errno::ENOSPC);
+    assert_eq!(errno(f.fallocate(4 * 4096, 1, 0)), Errno::ENOSPC);
+    assert_eq!(errno(b.symlink("l", &[b'l'; 128], &ALICE)), Errno::ENOSPC);
     assert_eq!(errno(b.getattr("l")), Errno::ENOENT);
     assert_eq!(f.getattr().unwrap(), before);
-    assert_eq!(f.read(0, 100).unwrap(), b"12345678");
-    // Overwrites within the charged bytes and growth up to the cap still work.
-    f.write(0, b"ab").unwrap();
-    f.write(8, b"90").unwrap();
-    assert_eq!(f.read(0, 100).unwrap(), b"ab34567890");
-    assert_eq!(errno(f.write(10, b"x")), Errno::ENOSPC);
-    // Freed bytes become available again.
-    b.setattr("f", &SetAttr { size: Some(4), ..SetAttr::default() }).unwrap();
-    b.symlink("l", b"target", &ALICE).unwrap();
-    assert_eq!(errno(f.write(4, b"x")), Errno::ENOSPC);
+    // What allocates nothing still works: overwrites, growth, empty files, short symlinks.
+    f.write(0, &[1; 4096 * 4]).unwrap();
+    truncate(&b, "f", 1 << 30).unwrap();
+    file(&b, "empty", b"");
+    b.symlink("short", &[b's'; 127], &ALICE).unwrap();
+    assert_eq!(used(&b), 4);
+}
+
+#[test]
+fn freed_pages_are_free_at_once() {
+    let b = MemoryBackend::new(Some(4 * 4096));
+    file(&b, "f", &[1; 4 * 4096]);
+    assert_eq!(errno(b.create("g", 0o644, libc::O_RDWR, &ALICE).unwrap().1.write(0, b"x")), Errno::ENOSPC);
+    // Truncating frees every page past the new end; the partial page stays.
+    assert_eq!((truncate(&b, "f", 4096 + 1).unwrap().blocks, used(&b)), (16, 2));
+    assert_eq!(content(&b, "f"), [&[1; 4097][..]].concat());
+    // Growing again reads zeros where the data was cut off.
+    assert_eq!((truncate(&b, "f", 3 * 4096).unwrap().blocks, used(&b)), (16, 2));
+    assert_eq!(content(&b, "f")[4097..], [0; 2 * 4096 - 1]);
+    // An unlink with no handle open frees the pages before it returns.
+    b.unlink("f").unwrap();
+    assert_eq!(used(&b), 0);
+    let g = b.open("g", libc::O_RDWR).unwrap();
+    assert_eq!(g.write(0, &[2; 4 * 4096]).unwrap(), 4 * 4096);
+    // So does a rename over a file.
+    file(&b, "h", b"");
+    b.rename("h", "g", 0).unwrap();
+    drop(g);
+    assert_eq!(used(&b), 0);
+    // A long symlink target takes a page until the symlink goes.
+    b.symlink("l", &[b'l'; 128], &ALICE).unwrap();
+    assert_eq!((b.getattr("l").unwrap().blocks, used(&b)), (8, 1));
     b.unlink("l").unwrap();
-    f.write(4, b"xyzzyx").unwrap();
-    assert_eq!(f.getattr().unwrap().size, 10);
+    assert_eq!(used(&b), 0);
+}
+
+#[test]
+fn fallocate_reserves_all_or_nothing_and_punching_frees() {
+    const KEEP_SIZE: i32 = 1;
+    const PUNCH_HOLE: i32 = 2;
+    let b = MemoryBackend::new(Some(8 * 4096));
+    let (_, f) = b.create("f", 0o644, libc::O_RDWR, &ALICE).unwrap();
+    f.write(0, b"data").unwrap();
+    // Nine pages do not fit in eight, even though one of them exists.
+    let before = f.getattr().unwrap();
+    assert_eq!(errno(f.fallocate(0, 9 * 4096, 0)), Errno::ENOSPC);
+    assert_eq!((f.getattr().unwrap(), used(&b)), (before, 1));
+    // Four fit (three of them new), then four more past the end: the size follows the first
+    // reservation, not the one with KEEP_SIZE.
+    f.fallocate(0, 4 * 4096, 0).unwrap();
+    assert_eq!((f.getattr().unwrap().size, f.getattr().unwrap().blocks, used(&b)), (4 * 4096, 32, 4));
+    f.fallocate(4 * 4096, 4 * 4096, KEEP_SIZE).unwrap();
+    assert_eq!((f.getattr().unwrap().size, f.getattr().unwrap().blocks, used(&b)), (4 * 4096, 64, 8));
+    assert_eq!(f.read(0, 10).unwrap(), b"data\0\0\0\0\0\0");
+    // Reserved pages take writes without another allocation.
+    assert_eq!(f.write(6 * 4096, b"in reserve").unwrap(), 10);
+    assert_eq!((f.getattr().unwrap().size, used(&b)), (6 * 4096 + 10, 8));
+    // Punching frees the pages wholly inside the range and zeroes the rest; the size stays.
+    assert_eq!(errno(f.fallocate(0, 4096, PUNCH_HOLE)), Errno::EOPNOTSUPP);
+    f.fallocate(2, 3 * 4096, PUNCH_HOLE | KEEP_SIZE).unwrap();
+    assert_eq!((f.getattr().unwrap().size, used(&b)), (6 * 4096 + 10, 6));
+    assert_eq!(f.read(0, 4).unwrap(), b"da\0\0");
+    // A truncation to the current size drops the reserved pages past the end, as on tmpfs.
+    assert_eq!((truncate(&b, "f", 6 * 4096 + 10).unwrap().blocks, used(&b)), (40, 5));
+    assert_eq!(f.read(6 * 4096, 100).unwrap(), b"in reserve");
 }
 
 #[test]
@@ -530,6 +619,10 @@ fn statfs_reports_cap_and_usage() {
     let s = b.statfs("").unwrap();
     assert_eq!((s.blocks, s.bfree, s.bavail), (10, 8, 8));
     assert_eq!(s.files - s.ffree, 2);
+    // Directories allocate nothing; a cap of 0 is one page, as on the private tmpfs.
+    b.mkdir("d", 0o755, &ALICE).unwrap();
+    assert_eq!(b.statfs("").unwrap().bfree, 8);
+    assert_eq!(MemoryBackend::new(Some(0)).statfs("").unwrap().blocks, 1);
     assert_eq!(errno(b.statfs("nope")), Errno::ENOENT);
     let s = MemoryBackend::new(None).statfs("").unwrap();
     assert_eq!((s.blocks, s.bfree), (1 << 32, 1 << 32));
@@ -546,7 +639,7 @@ fn fallocate_modes() {
     assert_eq!(f.read(0, 100).unwrap(), b"ab\0\0\0\0\0\0\0\0");
     f.fallocate(0, 100, 1).unwrap();
     assert_eq!(f.getattr().unwrap().size, 10);
-    assert_eq!(errno(f.fallocate(0, 1, 2 | 1)), Errno::EOPNOTSUPP);
+    assert_eq!(errno(f.fallocate(0, 1, 2)), Errno::EOPNOTSUPP);
     assert_eq!(errno(f.fallocate(0, 1, 0x10)), Errno::EOPNOTSUPP);
     assert_eq!(errno(f.fallocate(0, 0, 0)), Errno::EINVAL);
     assert_eq!(errno(f.fallocate(u64::MAX, 2, 0)), Errno::EFBIG);
@@ -665,9 +758,9 @@ fn concurrent_writers_and_tree_changes() {
     }
     assert_eq!(nlink(&b, ""), 2);
     assert_eq!(b.readdir("").unwrap().len(), THREADS + 1);
-    let s = b.statfs("").unwrap();
-    let used = (THREADS * CHUNK * ROUNDS + THREADS * ROUNDS) as u64;
-    assert_eq!(s.blocks - s.bfree, used.div_ceil(4096));
+    // The shared file's pages, and one for each small file.
+    let pages = ((THREADS * CHUNK * ROUNDS) as u64).div_ceil(4096) + THREADS as u64;
+    assert_eq!(used(&b), pages);
 }
 
 #[test]

@@ -315,7 +315,12 @@ impl Filesystem for FuseDoor {
         };
         self.serve(ctx(req), reply, work, |d, result, reply: ReplyEmpty| match result {
             Ok(path) => {
+                let ino = d.inodes.ino_of(&path);
                 d.inodes.removed(&path);
+                // Before the reply: the space of a memory route's file is free when unlink returns.
+                if let Some(ino) = ino.filter(|&ino| !d.inodes.has_names(ino)) {
+                    d.passthrough.unlinked(ino);
+                }
                 reply.ok()
             }
             Err(e) => reply.error(errno(&e)),

@@ -48,6 +48,8 @@ struct Backing<Id> {
     /// The host file behind it (st_dev, st_ino): a name may since lead to another file.
     identity: (u64, u64),
     writable: bool,
+    /// The file lost its last name: the backing goes with its last handle, as a writer's does.
+    unlinked: bool,
     handles: usize,
     last_used: u64,
 }
@@ -131,7 +133,14 @@ impl<Id> Passthrough<Id> {
                 if !writable {
                     evict_idle(&mut backings);
                 }
-                let backing = Backing { id: id.clone(), identity, writable, handles: 1, last_used: now };
+                let backing = Backing {
+                    id: id.clone(),
+                    identity,
+                    writable,
+                    unlinked: false,
+                    handles: 1,
+                    last_used: now,
+                };
                 backings.insert(ino, backing);
                 Some(Shared { backing: id, direct_io: false })
             }
@@ -150,9 +159,22 @@ impl<Id> Passthrough<Id> {
         let mut backings = self.backings.lock();
         if let Some(b) = backings.get_mut(&ino) {
             b.handles = b.handles.saturating_sub(1);
-            if b.handles == 0 && b.writable {
+            if b.handles == 0 && (b.writable || b.unlinked) {
                 backings.remove(&ino);
             }
+        }
+    }
+
+    /// The last name of `ino` was removed through the mount. A registered backing keeps the
+    /// host file, and so its space (on a memory route, space under the cap), until the kernel
+    /// forgets the inode, which the daemon learns only when it next reads its forgets, up to
+    /// 50 ms later: an idle backing goes now, one in use with its last handle.
+    pub fn unlinked(&self, ino: u64) {
+        let mut backings = self.backings.lock();
+        match backings.get_mut(&ino) {
+            Some(b) if b.handles == 0 => drop(backings.remove(&ino)),
+            Some(b) => b.unlinked = true,
+            None => {}
         }
     }
 
@@ -329,6 +351,22 @@ mod tests {
         p.release(7);
         let fresh = p.acquire(7, &open(&b, false), libc::O_RDONLY, k.register()).unwrap();
         assert_eq!((*fresh.backing, fresh.direct_io), (2, false));
+    }
+
+    #[test]
+    fn an_unlinked_file_keeps_its_backing_only_while_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        p.release(7);
+        p.unlinked(7);
+        assert!(p.backings.lock().is_empty(), "idle: dropped at once");
+        p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        p.unlinked(7);
+        assert_eq!(p.backings.lock().len(), 1, "in use: kept");
+        p.release(7);
+        assert!(p.backings.lock().is_empty(), "gone with its last handle");
     }
 
     #[test]

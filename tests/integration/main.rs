@@ -12,6 +12,7 @@ mod file_ops;
 mod host_changes;
 mod interrupts;
 mod lifecycle;
+mod memory_cap;
 mod model;
 mod pauses;
 mod persistence;

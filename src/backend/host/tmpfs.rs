@@ -41,18 +41,29 @@ fn set_string(fs: &OwnedFd, key: &str, value: &str) -> FsResult<()> {
     Ok(())
 }
 
-/// The root directory (mode 0755, owned by the daemon) of a new private tmpfs holding at most
-/// `max_bytes` of file data (rounded up to whole pages), or half the machine's memory.
+/// The root directory (mode 0755, owned by the daemon) of a new private tmpfs allocating at
+/// most `max_bytes` (rounded up to whole pages), or half the machine's memory.
 pub fn private_tmpfs(max_bytes: Option<u64>) -> FsResult<OwnedFd> {
     use std::os::fd::AsRawFd;
     let fs =
         fd_or_error(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) }, "fsopen")?;
     set_string(&fs, "mode", "0755")?;
-    // Large folios for files big enough (as ext4 has): warm reads of a 1 GiB file went from
-    // 2.8x native time to 1.0x. Optional: a kernel without transparent huge pages says no.
-    let _ = set_string(&fs, "huge", "within_size");
-    if let Some(bytes) = max_bytes {
-        set_string(&fs, "size", &bytes.max(1).to_string())?;
+    match max_bytes {
+        // Under a cap, 4 KiB pages only, so that the cap counts what was written: with huge
+        // pages a write of 4 KiB into a hole of a large sparse file allocated (and was charged)
+        // the 2 MiB page around it, and scattered small writes ran out of space long before
+        // the data reached the cap. Said explicitly: a system may make huge pages the default
+        // for tmpfs (`transparent_hugepage_tmpfs=`).
+        Some(bytes) => {
+            set_string(&fs, "size", &bytes.max(1).to_string())?;
+            let _ = set_string(&fs, "huge", "never");
+        }
+        // Large folios for files big enough (as ext4 has): warm reads of a 1 GiB file went
+        // from 2.8x native time to 1.0x. Optional: a kernel without transparent huge pages
+        // says no.
+        None => {
+            let _ = set_string(&fs, "huge", "within_size");
+        }
     }
     let ret = unsafe {
         libc::syscall(
