@@ -21,6 +21,9 @@ pub struct AuditEvent {
     pub time: SystemTime,
     /// "fuse" or "tool".
     pub door: &'static str,
+    /// Which control socket a tool call came through (`agent` or `control`); `None` at the
+    /// mount. With `pid` and `uid` (the socket's peer, or the syscall's caller): the principal.
+    pub socket: Option<&'static str>,
     pub pid: u32,
     pub uid: u32,
     /// The process's command line (syscalls) or the tool name and arguments (tool calls).
@@ -45,6 +48,7 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY,
     time_ms INTEGER NOT NULL,
     door TEXT NOT NULL,
+    socket TEXT,
     pid INTEGER NOT NULL,
     uid INTEGER NOT NULL,
     command TEXT NOT NULL,
@@ -83,6 +87,7 @@ impl Audit {
                 // are dropped when the queue is full), so they need not wait for the disk.
                 conn.pragma_update(None, "synchronous", "NORMAL")?;
                 conn.execute(SCHEMA, [])?;
+                add_socket_column(&conn)?;
                 let (tx, rx) = sync_channel::<AuditEvent>(4096);
                 std::thread::Builder::new()
                     .name("audit".into())
@@ -122,6 +127,7 @@ impl Audit {
         tracing::info!(
             target: "agentvfs::audit",
             door = event.door,
+            socket = event.socket,
             pid = event.pid,
             uid = event.uid,
             command = %Escaped(&event.command),
@@ -188,11 +194,12 @@ fn write_records(conn: &mut Connection, queue: &Receiver<AuditEvent>, max_record
 fn insert(conn: &Connection, e: &AuditEvent) -> rusqlite::Result<()> {
     let ms = e.time.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     conn.execute(
-        "INSERT INTO audit (time_ms, door, pid, uid, command, operation, class, path, rule, decision)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        "INSERT INTO audit (time_ms, door, socket, pid, uid, command, operation, class, path, rule, decision)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             ms,
             e.door,
+            e.socket,
             e.pid,
             e.uid,
             e.command,
@@ -203,6 +210,16 @@ fn insert(conn: &Connection, e: &AuditEvent) -> rusqlite::Result<()> {
             e.decision
         ],
     )?;
+    Ok(())
+}
+
+/// A table made before records named their socket gets the column (`NULL` in the old rows).
+fn add_socket_column(conn: &Connection) -> rusqlite::Result<()> {
+    let has: bool =
+        conn.prepare("SELECT 1 FROM pragma_table_info('audit') WHERE name = 'socket'")?.exists([])?;
+    if !has {
+        conn.execute("ALTER TABLE audit ADD COLUMN socket TEXT", [])?;
+    }
     Ok(())
 }
 
@@ -226,6 +243,7 @@ mod tests {
         AuditEvent {
             time: SystemTime::now(),
             door: "fuse",
+            socket: None,
             pid: n,
             uid: 0,
             command: String::new(),
@@ -235,6 +253,31 @@ mod tests {
             rule: Some(0),
             decision: "deny".into(),
         }
+    }
+
+    #[test]
+    fn a_table_from_before_sockets_gets_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.db");
+        let old = SCHEMA.replace("    socket TEXT,\n", "");
+        Connection::open(&db).unwrap().execute(&old, []).unwrap();
+        let audit = Audit::open(Some(&db), 10).unwrap();
+        audit.record(AuditEvent { socket: Some("agent"), door: "tool", ..event(7) });
+        audit.record(event(8));
+        let conn = Connection::open(&db).unwrap();
+        let rows = || -> Vec<(String, Option<String>)> {
+            let mut stmt = conn.prepare("SELECT door, socket FROM audit ORDER BY id").unwrap();
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+        };
+        for _ in 0..200 {
+            if rows().len() == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(rows(), [("tool".to_string(), Some("agent".to_string())), ("fuse".to_string(), None)]);
+        // Opening it again finds the column there.
+        drop(Audit::open(Some(&db), 10).unwrap());
     }
 
     #[test]

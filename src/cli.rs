@@ -1,5 +1,7 @@
-//! The command line: `agentvfs mount | check | explain` work from a config file; `status`,
-//! `paths`, `tools`, `call`, `reload` and `mcp` talk to a running daemon over its socket.
+//! The command line: `agentvfs mount | check | explain` work from a config file; the other
+//! commands talk to a running daemon: `tools`, `call`, `mcp`, `paths` and `explain` over the
+//! agent socket, `status`, `reload`, `interrupts`, `approve` and `reject` over the control
+//! socket.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -12,6 +14,7 @@ use serde_json::{json, Value};
 use crate::config::Config;
 use crate::control::client::{connect_stream, Client, ClientError};
 use crate::control::methods::{explain, explain_text};
+use crate::control::roles::{self, Role, Socket};
 use crate::display::escape;
 use crate::policy::RuleSet;
 
@@ -32,12 +35,13 @@ struct Cli {
 /// How to reach the daemon, shared by every client command.
 #[derive(Args, Clone)]
 struct Remote {
-    /// The control socket [default: --config's, else $AGENTVFS_SOCKET, else the default
-    /// config's socket].
+    /// The socket [default: the one --config names; else $AGENTVFS_SOCKET for the agent
+    /// socket (tools, call, paths, explain), $AGENTVFS_CONTROL_SOCKET for the control socket
+    /// (status, reload, interrupts, approve, reject); else the default config's].
     #[arg(long, value_name = "S")]
     socket: Option<PathBuf>,
-    /// The daemon's config file, to take its control socket from (`explain`: the rules to
-    /// explain, without asking a daemon).
+    /// The daemon's config file, to take its socket from (`explain`: the rules to explain,
+    /// without asking a daemon).
     #[arg(long, value_name = "FILE", conflicts_with = "socket")]
     config: Option<PathBuf>,
     /// Print the daemon's JSON answer instead of text.
@@ -127,13 +131,14 @@ enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
-    /// Bridge MCP over stdio to the daemon's socket (for MCP clients that launch servers).
+    /// Bridge MCP over stdio to the daemon's agent socket (for MCP clients that launch
+    /// servers); only the agent's methods are forwarded.
     Mcp {
-        /// The control socket [default: --config's, else $AGENTVFS_SOCKET, else the default
-        /// config's socket].
+        /// The socket [default: the agent socket --config names, else $AGENTVFS_SOCKET, else
+        /// the default config's agent socket].
         #[arg(long, value_name = "S")]
         socket: Option<PathBuf>,
-        /// The daemon's config file, to take its control socket from.
+        /// The daemon's config file, to take its agent socket from.
         #[arg(long, value_name = "FILE", conflicts_with = "socket")]
         config: Option<PathBuf>,
     },
@@ -166,25 +171,52 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The socket to use: `--socket`, then the one `--config` names, then `$AGENTVFS_SOCKET`,
-/// then the default config's.
-fn socket_path(flag: Option<&PathBuf>, config: Option<&PathBuf>) -> Result<PathBuf> {
+/// The environment variable that names `socket` for the client commands.
+fn socket_variable(socket: Socket) -> &'static str {
+    match socket {
+        Socket::Agent => "AGENTVFS_SOCKET",
+        Socket::Control => "AGENTVFS_CONTROL_SOCKET",
+    }
+}
+
+/// The socket to use (the agent's or the control one): `--socket`, then the one `--config`
+/// names, then its environment variable ([`socket_variable`]), then the default config's.
+fn socket_path(flag: Option<&PathBuf>, config: Option<&PathBuf>, socket: Socket) -> Result<PathBuf> {
     if let Some(path) = flag {
         return Ok(path.clone());
     }
     if let Some(config) = config {
-        return Ok(Config::load(config)?.socket);
+        let config = Config::load(config)?;
+        return Ok(match socket {
+            Socket::Agent => config.agent_socket,
+            Socket::Control => config.socket,
+        });
     }
-    Ok(match std::env::var_os("AGENTVFS_SOCKET") {
+    Ok(match std::env::var_os(socket_variable(socket)) {
         Some(path) if !path.is_empty() => PathBuf::from(path),
-        _ => crate::config::default_socket(),
+        _ => match socket {
+            Socket::Agent => crate::config::default_agent_socket(&crate::config::default_socket()),
+            Socket::Control => crate::config::default_socket(),
+        },
     })
 }
 
+/// The socket a method is asked on: the agent socket for the agent's methods, else the
+/// control socket.
+fn socket_for(method: &str) -> Socket {
+    match roles::role_of(method) {
+        Some(Role::Agent) => Socket::Agent,
+        _ => Socket::Control,
+    }
+}
+
 impl Remote {
+    fn path(&self, socket: Socket) -> Result<PathBuf> {
+        socket_path(self.socket.as_ref(), self.config.as_ref(), socket)
+    }
+
     fn call(&self, method: &str, params: Option<Value>) -> Result<Value> {
-        let path = socket_path(self.socket.as_ref(), self.config.as_ref())?;
-        let mut client = Client::connect(&path)?;
+        let mut client = Client::connect(&self.path(socket_for(method))?)?;
         Ok(client.call(method, params)?)
     }
 }
@@ -301,8 +333,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Interrupts { remote, watch } => {
-            let path = socket_path(remote.socket.as_ref(), remote.config.as_ref())?;
-            interrupts::show(&mut Client::connect(&path)?, watch, remote.json)
+            interrupts::show(&mut Client::connect(&remote.path(Socket::Control)?)?, watch, remote.json)
         }
         Command::Approve { remote, id, scope } => {
             let params = json!({"id": id, "decision": "approve", "scope": scope});
@@ -312,14 +343,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let params = json!({"id": id, "decision": "reject", "message": reason});
             interrupts::resolved(&remote.call("interrupts/resolve", Some(params))?, remote.json)
         }
-        Command::Mcp { socket, config } => mcp_bridge(&socket_path(socket.as_ref(), config.as_ref())?),
+        Command::Mcp { socket, config } => {
+            mcp_bridge(&socket_path(socket.as_ref(), config.as_ref(), Socket::Agent)?)
+        }
     }
 }
 
 /// Where `explain` takes its answer from, and the answer: the config file `--config` names;
-/// else the daemon on `--socket`; else the daemon on the socket other client commands use
-/// (`$AGENTVFS_SOCKET`, else the default), and only when no daemon listens there the embedded
-/// default config. The source is said in words, unescaped.
+/// else the daemon on `--socket`; else the daemon on the agent socket (`$AGENTVFS_SOCKET`,
+/// else the default's), and only when no daemon listens there the embedded default config.
+/// The source is said in words, unescaped.
 fn explain_from(remote: &Remote, operation: &str, path: &str) -> Result<(String, Value)> {
     let judge = |config: &Config| -> Result<Value> {
         let rules = RuleSet::new(config.rules.clone()).map_err(|e| anyhow!("{e}"))?;
@@ -329,7 +362,7 @@ fn explain_from(remote: &Remote, operation: &str, path: &str) -> Result<(String,
         let result = judge(&Config::load(file)?)?;
         return Ok((format!("the config file {}", file.display()), result));
     }
-    let socket = socket_path(remote.socket.as_ref(), None)?;
+    let socket = socket_path(remote.socket.as_ref(), None, Socket::Agent)?;
     let params = json!({"operation": operation, "path": path});
     let asked = Client::connect(&socket).and_then(|mut client| client.call("vfs/explain", Some(params)));
     match asked {
@@ -363,13 +396,20 @@ fn shown_path(p: &Path) -> String {
 
 fn status_text(s: &Value) -> String {
     let c = &s["counters"];
+    let names = |list: &Value| -> String {
+        let names: Vec<String> = list.as_array().into_iter().flatten().map(shown).collect();
+        names.join(", ")
+    };
     let mut out = format!(
-        "agentvfs {} (pid {}), up {}s\nmountpoint  {}\nsocket      {}\nconfig      {}\nroutes:\n",
+        "agentvfs {} (pid {}), up {}s\nmountpoint    {}\nsocket        {} (approvers: {})\nagent socket  {} (agents: {})\nconfig        {}\nroutes:\n",
         shown(&s["version"]),
         s["pid"],
         s["uptime_seconds"],
         shown(&s["mountpoint"]),
         shown(&s["socket"]),
+        names(&s["roles"]["approvers"]),
+        shown(&s["agent_socket"]),
+        names(&s["roles"]["agents"]),
         shown(&s["config"])
     );
     for r in s["routes"].as_array().into_iter().flatten() {
@@ -460,8 +500,29 @@ fn call_text(result: &Value) -> String {
     out
 }
 
+/// What the MCP bridge answers itself instead of forwarding `line`: a request for a method the
+/// agent's role does not have (interrupts, reload, status) gets the permission error the agent
+/// socket would send, whichever socket the bridge was pointed at. Everything else (the agent's
+/// methods, unknown ones, notifications, lines that do not parse) goes to the daemon.
+fn bridge_refusal(line: &[u8]) -> Option<Vec<u8>> {
+    let Ok(crate::control::proto::Message::Request { id, method, .. }) = crate::control::proto::parse(line)
+    else {
+        return None;
+    };
+    let role = roles::role_of(&method).filter(|r| *r != Role::Agent)?;
+    let error = roles::needs(&method, role, "agentvfs mcp forwards only the agent's methods");
+    Some(crate::control::proto::encode(&crate::control::proto::response(&id, Err(error))))
+}
+
+/// Writes one whole line to stdout and flushes it; false once stdout is gone.
+fn stdout_line(line: &[u8]) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(line).and_then(|_| stdout.flush()).is_ok()
+}
+
 /// `agentvfs mcp`: copies stdin lines to the socket and socket lines to stdout until stdin
 /// ends; then half-closes, so replies still due arrive before the daemon closes its side.
+/// Requests for methods that are not the agent's are answered here ([`bridge_refusal`]).
 fn mcp_bridge(path: &Path) -> Result<ExitCode> {
     let stream = connect_stream(path)?;
     let mut to_daemon = stream.try_clone()?;
@@ -477,6 +538,10 @@ fn mcp_bridge(path: &Path) -> Result<ExitCode> {
             match stdin.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
+                    if let Some(refusal) = bridge_refusal(&line) {
+                        stdout_line(&refusal);
+                        continue;
+                    }
                     if to_daemon.write_all(&line).is_err() {
                         // The daemon closed; the reader below reports it.
                         return;
@@ -488,14 +553,13 @@ fn mcp_bridge(path: &Path) -> Result<ExitCode> {
         let _ = to_daemon.shutdown(std::net::Shutdown::Write);
     });
     let mut reader = std::io::BufReader::new(from_daemon);
-    let mut stdout = std::io::stdout().lock();
     let mut line = Vec::new();
     loop {
         line.clear();
         match reader.read_until(b'\n', &mut line) {
             Ok(0) => break,
             Ok(_) => {
-                if stdout.write_all(&line).and_then(|_| stdout.flush()).is_err() {
+                if !stdout_line(&line) {
                     // The client went away; nothing is left to deliver.
                     return Ok(ExitCode::SUCCESS);
                 }

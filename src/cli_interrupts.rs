@@ -53,25 +53,31 @@ pub fn duration_text(seconds: f64) -> String {
     }
 }
 
-/// One pending approval on one line, e.g.
-/// `#12 write /workspace/secrets/k by pid 4242 (bash -c echo key > ...) expires in 4m58s`.
+/// Which door a ticket came through, in words (`the mount`, `the agent socket`, `the control
+/// socket`).
+fn door(v: &Value) -> String {
+    match (v["door"].as_str(), v["socket"].as_str()) {
+        (Some("fuse"), _) => "the mount".to_string(),
+        (_, Some(socket)) => format!("the {} socket", escape(socket)),
+        _ => "?".to_string(),
+    }
+}
+
+/// One pending approval on one line, with its principal (pid, uid, door), e.g.
+/// `#12 write /workspace/secrets/k by pid 4242 uid 1000 via the mount (bash -c echo key > ...) expires in 4m58s`.
 /// Every field is escaped, so a path or command line cannot move the cursor, end the line or
 /// pass for another ticket.
 pub fn line(v: &Value) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let left = v["expires"].as_f64().map(|e| e - now).unwrap_or(0.0);
+    let principal = format!("pid {} uid {} via {}", field(&v["pid"]), field(&v["uid"]), door(v));
     let who = match v.get("tool") {
         Some(tool) => format!(
-            "by tool {} {} (pid {})",
+            "by tool {} {} ({principal})",
             field(&tool["name"]),
             elide(&tool["arguments"].to_string(), COMMAND_WIDTH),
-            field(&v["pid"])
         ),
-        None => format!(
-            "by pid {} ({})",
-            field(&v["pid"]),
-            elide(v["command"].as_str().unwrap_or(""), COMMAND_WIDTH)
-        ),
+        None => format!("by {principal} ({})", elide(v["command"].as_str().unwrap_or(""), COMMAND_WIDTH)),
     };
     format!(
         "#{} {} {}{} {who} expires in {}",
@@ -151,22 +157,34 @@ mod tests {
     #[test]
     fn a_pending_syscall_reads_as_one_line() {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-        let v = json!({"id": 12, "class": "write", "path": "/workspace/secrets/k", "pid": 4242,
-            "command": "bash -c echo key > /workspace/secrets/k; echo done and more and more", "expires": now + 298.4});
+        let v = json!({"id": 12, "door": "fuse", "socket": null, "class": "write", "path": "/workspace/secrets/k", "pid": 4242,
+            "uid": 1000, "command": "bash -c echo key > /workspace/secrets/k; echo done and more and more", "expires": now + 298.4});
         assert_eq!(
             line(&v),
-            "#12 write /workspace/secrets/k by pid 4242 (bash -c echo key > /workspace/secrets/k; echo do ...) expires in 4m58s"
+            "#12 write /workspace/secrets/k by pid 4242 uid 1000 via the mount (bash -c echo key > /workspace/secrets/k; echo do ...) expires in 4m58s"
+        );
+    }
+
+    #[test]
+    fn a_pending_tool_call_names_its_socket() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        let v = json!({"id": 13, "door": "tool", "socket": "agent", "class": "write", "path": "/w/t", "pid": 5151,
+            "uid": 65534, "command": "", "expires": now + 299.6,
+            "tool": {"name": "write_file", "arguments": {"file_path": "/w/t"}}});
+        assert_eq!(
+            line(&v),
+            "#13 write /w/t by tool write_file {\"file_path\":\"/w/t\"} (pid 5151 uid 65534 via the agent socket) expires in 5m00s"
         );
     }
 
     #[test]
     fn a_forged_command_line_stays_inside_its_ticket() {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-        let v = json!({"id": 3, "class": "write", "path": "/host/s/\u{202e}k\r", "pid": 77,
+        let v = json!({"id": 3, "door": "fuse", "class": "write", "path": "/host/s/\u{202e}k\r", "pid": 77, "uid": 0,
             "command": "evil\r\x1b[2K\n#99 write /host/forged by pid 1", "expires": now + 10.2});
         assert_eq!(
             line(&v),
-            "#3 write /host/s/\\u{202e}k\\r by pid 77 (evil\\r\\x1b[2K\\n#99 write /host/forged by pid 1) expires in 10s"
+            "#3 write /host/s/\\u{202e}k\\r by pid 77 uid 0 via the mount (evil\\r\\x1b[2K\\n#99 write /host/forged by pid 1) expires in 10s"
         );
         // Elision never cuts an escape in two.
         let v = json!({"id": 4, "class": "read", "path": "/p", "pid": 1,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::control::roles::Member;
 use crate::control::session::Observation;
 use crate::policy::rules::{check_pattern, Mode, Op, Rule};
 use crate::vpath::VPath;
@@ -89,7 +90,12 @@ pub struct Config {
     /// daemon's own files: no route shows it.
     pub file: Option<PathBuf>,
     pub mountpoint: Option<PathBuf>,
+    /// The control socket (approvers and operators: every method).
     pub socket: PathBuf,
+    /// The agent socket (tools, path mappings, explain); beside `socket` by default.
+    pub agent_socket: PathBuf,
+    /// `[control]`: who may use which socket.
+    pub control: ControlConfig,
     /// The route for `/` first, then the configured routes in file order.
     pub routes: Vec<RouteConfig>,
     pub rules: Vec<Rule>,
@@ -116,6 +122,16 @@ pub struct Config {
     pub observation: Observation,
     /// `[exec]`: the `execute` tool and its sandbox.
     pub exec: ExecConfig,
+}
+
+/// `[control]`: the users and groups of each role, as the file lists them (`None`: the key
+/// is absent, and the list holds the default user; see `control::roles`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ControlConfig {
+    /// May use the agent socket.
+    pub agents: Option<Vec<Member>>,
+    /// May use the control socket: interrupts, reload, status.
+    pub approvers: Option<Vec<Member>>,
 }
 
 /// `[exec]`: whether `execute` is offered, and how its sandbox runs a command.
@@ -160,6 +176,7 @@ impl ExecConfig {
 struct RawConfig {
     mountpoint: Option<String>,
     socket: Option<String>,
+    agent_socket: Option<Spanned<String>>,
     default: Option<Spanned<RawBackend>>,
     #[serde(default)]
     routes: Vec<Spanned<RawRoute>>,
@@ -170,6 +187,14 @@ struct RawConfig {
     tools: Option<RawTools>,
     fuse: Option<RawFuse>,
     audit: Option<RawAudit>,
+    control: Option<RawControl>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    agents: Option<Vec<Spanned<String>>>,
+    approvers: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -521,6 +546,23 @@ impl Parser<'_> {
             Some(s) => self.base.join(s),
             None => default_socket(),
         };
+        let agent_socket = match &raw.agent_socket {
+            Some(s) => {
+                let path = self.path(s, "agent_socket")?;
+                if path == socket {
+                    return Err(self.err(
+                        Some(s.span()),
+                        format!(
+                            "agent_socket {:?} is the control socket too; give it a path of its own",
+                            s.get_ref()
+                        ),
+                    ));
+                }
+                path
+            }
+            None => default_agent_socket(&socket),
+        };
+        let control = self.control(raw.control.as_ref())?;
         let threads = raw.fuse.as_ref().and_then(|f| f.threads).unwrap_or(0);
         let exec = self.exec(raw.exec.as_ref(), &routes)?;
         Ok(Config {
@@ -528,6 +570,8 @@ impl Parser<'_> {
             file: None,
             mountpoint: raw.mountpoint.as_ref().map(|m| self.base.join(m)),
             socket,
+            agent_socket,
+            control,
             routes,
             rules,
             interrupt_timeout: Duration::from_secs(
@@ -595,6 +639,28 @@ impl Parser<'_> {
         Ok(exec)
     }
 
+    /// `[control]`: every name looked up now, so that a misspelt one is an error with its line.
+    fn control(&self, raw: Option<&RawControl>) -> Result<ControlConfig, ConfigError> {
+        let Some(raw) = raw else { return Ok(ControlConfig::default()) };
+        let list =
+            |key: &str, names: &Option<Vec<Spanned<String>>>| -> Result<Option<Vec<Member>>, ConfigError> {
+                let Some(names) = names else { return Ok(None) };
+                let mut members = Vec::new();
+                for name in names {
+                    let member = Member::lookup(name.get_ref())
+                        .map_err(|e| self.err(Some(name.span()), format!("[control] {key}: {e}")))?;
+                    if !members.contains(&member) {
+                        members.push(member);
+                    }
+                }
+                Ok(Some(members))
+            };
+        Ok(ControlConfig {
+            agents: list("agents", &raw.agents)?,
+            approvers: list("approvers", &raw.approvers)?,
+        })
+    }
+
     /// `[tools] observation = "strict" | "off"` (default strict).
     fn observation(&self, tools: Option<&RawTools>) -> Result<Observation, ConfigError> {
         let Some(value) = tools.and_then(|t| t.observation.as_ref()) else {
@@ -623,6 +689,14 @@ pub fn default_socket() -> PathBuf {
     } else {
         dirs::runtime_dir().unwrap_or_else(std::env::temp_dir).join("agentvfs.sock")
     }
+}
+
+/// The agent socket when the config names none: beside the control socket, its name with
+/// `-agent` added (`agentvfs.sock` -> `agentvfs-agent.sock`), so that daemons whose control
+/// sockets share a directory do not share an agent socket.
+pub fn default_agent_socket(socket: &Path) -> PathBuf {
+    let stem = socket.file_stem().map_or("agentvfs".into(), |s| s.to_string_lossy().into_owned());
+    socket.with_file_name(format!("{stem}-agent.sock"))
 }
 
 /// The directory for persistent data (the default `/memories` store and the audit log).

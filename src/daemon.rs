@@ -19,7 +19,8 @@ use crate::backend::sqlite::SqliteBackend;
 use crate::backend::Backend;
 use crate::config::{BackendConfig, Config, MemoryStore, RouteConfig};
 use crate::control::methods::{ReloadFn, Reloaded, State};
-use crate::control::server::Listener;
+use crate::control::roles::{Roles, Socket};
+use crate::control::server::{self, Listener};
 use crate::engine::Engine;
 use crate::fuse::inodes::Inodes;
 use crate::fuse::invalidate::KernelInvalidator;
@@ -139,14 +140,15 @@ fn resolved_as_far_as_exists(path: &Path) -> PathBuf {
     }
 }
 
-/// Every file the daemon owns: its config file, its control socket, and each database with
-/// the files SQLite keeps beside it.
+/// Every file the daemon owns: its config file, its two sockets, and each database with the
+/// files SQLite keeps beside it.
 fn own_files(config: &Config) -> Vec<(String, PathBuf)> {
     let mut own = Vec::new();
     if let Some(file) = &config.file {
         own.push(("the config file".to_string(), file.clone()));
     }
     own.push(("the control socket".to_string(), config.socket.clone()));
+    own.push(("the agent socket".to_string(), config.agent_socket.clone()));
     for (what, database) in own_databases(config) {
         for suffix in DATABASE_FILES {
             let mut file = database.as_os_str().to_owned();
@@ -340,7 +342,14 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let door_expire_only = door.expire_only();
     let door_notifier = door.notifier_slot();
     let door_replaced = door.replaced_files();
-    let listener = Listener::bind(&config.socket)?;
+    let roles = Roles::new(&config.control, &config.routes);
+    let (agent_mode, control_mode) = (roles.socket_mode(Socket::Agent), roles.socket_mode(Socket::Control));
+    // A directory made for the sockets lets others through only when a socket is for them.
+    let dir_mode = if (agent_mode | control_mode) & 0o007 != 0 { 0o755 } else { 0o700 };
+    let listeners = vec![
+        Listener::bind(&config.socket, Socket::Control, control_mode, dir_mode)?,
+        Listener::bind(&config.agent_socket, Socket::Agent, agent_mode, dir_mode)?,
+    ];
 
     // Installed before mounting, so a signal that arrives early is handled rather than
     // killing the daemon with its mount in place.
@@ -414,15 +423,18 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         engine: engine.clone(),
         config_path,
         routes: config.routes.clone(),
+        control: config.control.clone(),
         invalidator,
         lock: Mutex::new(()),
     });
 
-    let socket = listener.path().to_path_buf();
+    let socket = listeners[0].path().to_path_buf();
+    let agent_socket = listeners[1].path().to_path_buf();
+    let described = roles.describe();
     let control_reloader = reloader.clone();
     let reload: ReloadFn = Box::new(move || control_reloader.reload());
-    let state = Arc::new(State::new(engine.clone(), config.clone(), mountpoint.clone(), reload));
-    let server = listener.serve(state)?;
+    let state = Arc::new(State::new(engine.clone(), config.clone(), mountpoint.clone(), reload, roles));
+    let server = server::serve(listeners, state)?;
 
     println!("agentvfs: mounted at {}", mountpoint.display());
     for (prefix, backend, read_only) in engine.routes() {
@@ -430,7 +442,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         println!("  {prefix} -> {backend}{read_only}");
     }
     println!("  {} rule(s) from {}", engine.gate.rules().len(), config.source);
-    println!("  control socket {}", socket.display());
+    println!("  control socket {} (approvers: {})", socket.display(), names(&described["approvers"]));
+    println!("  agent socket {} (agents: {})", agent_socket.display(), names(&described["agents"]));
     match &config.audit_database {
         Some(database) => println!("  audit log {}", database.display()),
         None => println!("  audit log: none ([audit] database unset): refusals go to this log only"),
@@ -474,6 +487,8 @@ pub struct Reloader {
     config_path: Option<PathBuf>,
     /// The routes in force (they are not reloadable; a changed file earns a warning).
     routes: Vec<RouteConfig>,
+    /// The roles in force (not reloadable either).
+    control: crate::config::ControlConfig,
     /// Tells the kernel to forget what the old rules let it cache.
     invalidator: Arc<KernelInvalidator>,
     /// One reload at a time, so invalidations never interleave with a newer rule set.
@@ -515,8 +530,20 @@ impl Reloader {
                 path.display()
             ));
         }
+        if config.control != self.control {
+            warnings.push(format!(
+                "[control] in {} changed; roles are not reloaded (restart the daemon to apply them)",
+                path.display()
+            ));
+        }
         Ok(Reloaded { rules: count, config: path.to_path_buf(), warnings })
     }
+}
+
+/// A role's holders as `vfs/status` lists them, joined for the start-up lines.
+fn names(list: &serde_json::Value) -> String {
+    let names: Vec<&str> = list.as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
+    crate::display::escape(&names.join(", ")).into_owned()
 }
 
 /// Sets the readahead window of the mount at `mountpoint` (its backing device info in sysfs, as

@@ -31,11 +31,42 @@ impl Door {
     }
 }
 
+/// Which of the control door's two sockets a request came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Socket {
+    /// The agents' socket: tools, path mappings, explain.
+    Agent,
+    /// The approvers' and operators' socket: everything, interrupts and reload included.
+    Control,
+}
+
+impl Socket {
+    /// `agent` or `control`, as tickets and audit records name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Socket::Agent => "agent",
+            Socket::Control => "control",
+        }
+    }
+}
+
+/// Who asked through a control socket: the peer (SO_PEERCRED) whom audit records and tickets
+/// name, while the tool door itself acts with the daemon's credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub uid: u32,
+    pub pid: u32,
+    pub socket: Socket,
+}
+
 /// Who is asking, through which door.
 #[derive(Clone, Copy, Debug)]
 pub struct Ctx {
     pub door: Door,
     pub caller: Caller,
+    /// The peer of the control socket a tool call came from (`None` at the mount, whose
+    /// caller is the principal).
+    pub principal: Option<Principal>,
     /// Set when the operation re-runs after a human approved it: interrupt verdicts the
     /// approval covers pass (deny rules still refuse).
     pub approval: Option<ApprovalId>,
@@ -46,7 +77,7 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn new(door: Door, caller: Caller) -> Ctx {
-        Ctx { door, caller, approval: None, request: 0 }
+        Ctx { door, caller, principal: None, approval: None, request: 0 }
     }
 }
 
@@ -171,11 +202,13 @@ impl Engine {
     /// Records a refusal decided outside the engine's own operations (a tool's permission
     /// pre-check), with the tool call as the "command".
     pub fn audit_refusal(&self, ctx: &Ctx, operation: &str, command: &str, refusal: Refusal) {
+        let (pid, uid) = ctx.principal.map_or((ctx.caller.pid, ctx.caller.uid), |p| (p.pid, p.uid));
         self.audit.record(AuditEvent {
             time: SystemTime::now(),
             door: ctx.door.as_str(),
-            pid: ctx.caller.pid,
-            uid: ctx.caller.uid,
+            socket: ctx.principal.map(|p| p.socket.as_str()),
+            pid,
+            uid,
             command: command.to_string(),
             operation: operation.to_string(),
             class: refusal.op.as_str(),

@@ -1,4 +1,4 @@
-//! A small blocking client for the control socket (used by the CLI and `agentvfs mcp`):
+//! A small blocking client for the daemon's sockets (used by the CLI and `agentvfs mcp`):
 //! connect, send a request, read lines until the response with its id arrives.
 
 use std::io::{self, Write};
@@ -34,7 +34,7 @@ impl std::fmt::Display for ClientError {
             }
             ClientError::PermissionDenied(p) => write!(
                 f,
-                "permission denied opening the control socket {} (only the daemon's user and root may use it)",
+                "permission denied opening the socket {} (its file mode or its directory's keeps this user out: the daemon makes a socket 0600 when only root and its own user may use it)",
                 p.display()
             ),
             ClientError::Io(p, e) => write!(f, "control socket {}: {e}", p.display()),

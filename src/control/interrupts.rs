@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::control::methods::Peer;
 use crate::control::proto::{self, RpcError};
+use crate::control::session::Session;
 use crate::control::tools::{self, Block, ErrorCode, ToolEnv, ToolOutput};
 use crate::control::vfs::{validate_path, ToolFs};
 use crate::policy::approvals::{Approvals, Decision, Outcome, Request, Scope, ToolCall};
@@ -134,7 +135,12 @@ pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<
         pid: peer.pid,
         uid: peer.uid,
         command: String::new(),
-        tool: Some(ToolCall { name: name.to_string(), arguments: args.clone(), resolved: ask.resolved }),
+        tool: Some(ToolCall {
+            name: name.to_string(),
+            arguments: args.clone(),
+            resolved: ask.resolved,
+            socket: peer.socket.as_str(),
+        }),
     };
     let submitted =
         approvals.submit(request, None, Box::new(move |id, outcome| drop(tx.send((id, outcome)))));
@@ -221,12 +227,24 @@ pub fn list(approvals: &Approvals) -> Value {
     json!({"interrupts": approvals.list()})
 }
 
-/// `interrupts/resolve {id, decision, scope?, arguments?, message?}`.
-pub fn resolve(approvals: &Approvals, peer: &Peer, params: &Map<String, Value>) -> Result<Value, RpcError> {
+/// `interrupts/resolve {id, decision, scope?, arguments?, message?}`. A connection cannot
+/// answer a ticket its own tool call waits on.
+pub fn resolve(
+    approvals: &Approvals,
+    peer: &Peer,
+    session: &Session,
+    params: &Map<String, Value>,
+) -> Result<Value, RpcError> {
     let id = params
         .get("id")
         .and_then(Value::as_u64)
         .ok_or_else(|| RpcError::invalid_params("parameter `id` must be the approval's number"))?;
+    if session.waits_on(id) {
+        return Err(RpcError::new(
+            proto::PEER_REFUSED,
+            format!("permission denied: approval #{id} waits on a tool call of this connection, which may not answer it; an approver answers it on a connection of their own"),
+        ));
+    }
     let message = match params.get("message") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),

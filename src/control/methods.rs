@@ -12,11 +12,12 @@ use serde_json::{json, Map, Value};
 use crate::config::{BackendConfig, Config};
 use crate::control::interrupts;
 use crate::control::proto::{self, RpcError};
+use crate::control::roles::{Roles, Socket};
 use crate::control::session::{Observation, Session};
 use crate::control::tools::execute::ExecEnv;
 use crate::control::tools::{registry, Listed, ToolEnv};
 use crate::control::vfs::ToolFs;
-use crate::engine::Engine;
+use crate::engine::{Engine, Principal};
 use crate::policy::{Mode, Op, RuleSet};
 use crate::vpath::VPath;
 
@@ -55,7 +56,11 @@ pub struct State {
     /// The config the daemon started with (routes and their backing locations).
     pub config: Config,
     pub mountpoint: PathBuf,
+    /// The control socket.
     pub socket: PathBuf,
+    pub agent_socket: PathBuf,
+    /// Who may use which socket.
+    pub roles: Roles,
     pub reload: ReloadFn,
     pub started: Instant,
     pub counters: Counters,
@@ -63,16 +68,30 @@ pub struct State {
     pub exec: Option<ExecEnv>,
 }
 
-/// Who is on the other end of a connection (from SO_PEERCRED).
+/// Who is on the other end of a connection (from SO_PEERCRED), and on which socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Peer {
     pub pid: u32,
     pub uid: u32,
     pub gid: u32,
+    pub socket: Socket,
+}
+
+impl Peer {
+    /// The peer as audit records and tickets name it.
+    pub fn principal(&self) -> Principal {
+        Principal { uid: self.uid, pid: self.pid, socket: self.socket }
+    }
 }
 
 impl State {
-    pub fn new(engine: Arc<Engine>, config: Config, mountpoint: PathBuf, reload: ReloadFn) -> State {
+    pub fn new(
+        engine: Arc<Engine>,
+        config: Config,
+        mountpoint: PathBuf,
+        reload: ReloadFn,
+        roles: Roles,
+    ) -> State {
         let exec = config
             .exec
             .enabled
@@ -88,6 +107,8 @@ impl State {
             engine,
             exec,
             socket: config.socket.clone(),
+            agent_socket: config.agent_socket.clone(),
+            roles,
             config,
             mountpoint,
             reload,
@@ -135,9 +156,12 @@ impl State {
                 )),
             },
             "interrupts/list" => Ok(interrupts::list(&self.engine.gate.approvals)),
-            "interrupts/resolve" => {
-                interrupts::resolve(&self.engine.gate.approvals, peer, &proto::params_object(params)?)
-            }
+            "interrupts/resolve" => interrupts::resolve(
+                &self.engine.gate.approvals,
+                peer,
+                session,
+                &proto::params_object(params)?,
+            ),
             _ => Err(RpcError::new(proto::METHOD_NOT_FOUND, format!("method not found: {method}"))),
         }
     }
@@ -158,8 +182,10 @@ impl State {
             }
         };
         let mut fs = ToolFs::new(&self.engine);
-        // Files are still created as the daemon; the pid attributes audit records to the client.
+        // Files are still created as the daemon; the peer is the principal that audit records
+        // name.
         fs.ctx.caller.pid = peer.pid;
+        fs.ctx.principal = Some(peer.principal());
         fs.tool = name.to_string();
         fs.arguments = arguments.to_string();
         // A string request id plays Deep Agents' tool_call_id: it names an offloaded result. A
@@ -198,6 +224,8 @@ impl State {
             "pid": std::process::id(),
             "mountpoint": self.mountpoint,
             "socket": self.socket,
+            "agent_socket": self.agent_socket,
+            "roles": self.roles.describe(),
             "config": self.config.source,
             "uptime_seconds": self.started.elapsed().as_secs(),
             "routes": self.config.routes.iter().map(|r| {

@@ -1,7 +1,17 @@
-//! The control socket's wire protocol: JSON-RPC 2.0, one JSON object per line.
+//! The control door's wire protocol: JSON-RPC 2.0, one JSON object per line, the same on
+//! both of its sockets.
 //!
 //! This module doc is the protocol's specification; `doc/protocol.md` has an example of
 //! every method.
+//!
+//! # Sockets
+//!
+//! The **agent socket** serves the agent's methods: `initialize`, `ping`, `tools/list`,
+//! `tools/call`, `vfs/paths`, `vfs/explain`. The **control socket** serves every method. Each
+//! admits the peers its role list names (`control::roles`); a peer without that role gets one
+//! `-32001` error line with a `null` id and is disconnected. On the agent socket, a method of
+//! the approver (`interrupts/*`) or the operator (`vfs/status`, `vfs/reload`) is answered
+//! with `-32001` naming the role it needs, and the connection goes on.
 //!
 //! # Framing
 //!
@@ -30,7 +40,8 @@
 //!
 //! # Methods
 //!
-//! MCP (protocol revision [`MCP_PROTOCOL_VERSION`]; `initialize` is optional here):
+//! MCP (protocol revision [`MCP_PROTOCOL_VERSION`]; `initialize` is optional here), on both
+//! sockets:
 //!
 //! | method | params | result |
 //! |---|---|---|
@@ -39,17 +50,17 @@
 //! | `tools/list` | `{cursor?}` | `{tools: [{name, description, inputSchema, annotations: {readOnlyHint, destructiveHint, idempotentHint, openWorldHint}}]}` in a fixed order |
 //! | `tools/call` | `{name, arguments?}` | MCP `CallToolResult`: `{content, isError, structuredContent}`; an unknown tool is error `-32602` |
 //!
-//! Operator methods:
+//! The daemon's methods (the role each needs; the agent's are on both sockets):
 //!
-//! | method | params | result |
-//! |---|---|---|
-//! | `vfs/status` | — | `{version, pid, mountpoint, socket, config, uptime_seconds, routes: [{path, backend, location, …}], rules, pending_interrupts, observation, counters: {…}}` |
-//! | `vfs/paths` | — | `{mountpoint, routes: [{virtual, shell, backend, location}], prompt}` |
-//! | `vfs/explain` | `{operation: "read"\|"write", path}` (a trailing `/` judges a directory) | `{operation, path, directory, decision, hidden, effect, rule, rule_text}` |
-//! | `vfs/reload` | — | `{rules, config, warnings}`; a failure is error `-32000` and the old rules stay |
-//! | `interrupts/list` | — | `{interrupts: [{id, door, operation, class, path, rule, pid, uid, command, created, expires, expires_in_seconds, tool?}]}` |
-//! | `interrupts/resolve` | `{id, decision: "approve"\|"reject"\|"edit"\|"respond", scope?: "once"\|"session", arguments?, message?}` | the ticket with `decision` and `resolved_by`; not pending, or edit/respond on a syscall, is `-32000` |
-//! | `interrupts/subscribe` | — | `{subscribed: true, interrupts}`; then `notifications/interrupt` lines `{event: "created"\|"resolved", interrupt}` on this connection |
+//! | method | role | params | result |
+//! |---|---|---|---|
+//! | `vfs/paths` | agent | — | `{mountpoint, routes: [{virtual, shell, backend, location}], prompt}` |
+//! | `vfs/explain` | agent | `{operation: "read"\|"write", path}` (a trailing `/` judges a directory) | `{operation, path, directory, decision, hidden, effect, rule, rule_text}` |
+//! | `vfs/status` | operator | — | `{version, pid, mountpoint, socket, agent_socket, roles: {agents, approvers}, config, uptime_seconds, routes: [{path, backend, location, …}], rules, pending_interrupts, observation, counters: {…}}` |
+//! | `vfs/reload` | operator | — | `{rules, config, warnings}`; a failure is error `-32000` and the old rules stay |
+//! | `interrupts/list` | approver | — | `{interrupts: [{id, door, socket, operation, class, path, rule, pid, uid, command, created, expires, expires_in_seconds, tool?}]}` |
+//! | `interrupts/resolve` | approver | `{id, decision: "approve"\|"reject"\|"edit"\|"respond", scope?: "once"\|"session", arguments?, message?}` | the ticket with `decision` and `resolved_by`; not pending, or edit/respond on a syscall, is `-32000`; a ticket a tool call of this connection waits on is `-32001` |
+//! | `interrupts/subscribe` | approver | — | `{subscribed: true, interrupts}`; then `notifications/interrupt` lines `{event: "created"\|"resolved", interrupt}` on this connection |
 //!
 //! # Errors
 //!
@@ -61,7 +72,7 @@
 //! | `-32602` | invalid params: missing or mistyped parameters, unknown tool, unknown operation |
 //! | `-32603` | internal error (a bug; the connection and daemon stay up) |
 //! | `-32000` | the operation failed (e.g. `vfs/reload` could not read the rules) |
-//! | `-32001` | the peer is not allowed (only the daemon's uid and root may connect); sent once, then the connection is closed |
+//! | `-32001` | permission denied: the peer lacks the socket's role (sent once with a `null` id, then the connection is closed), or the method needs a role this socket does not serve, or the connection would answer its own tool call's ticket (the connection stays) |
 //! | `-32002` | overloaded: too many requests in flight on this connection, or too many connections |
 //!
 //! A tool that fails is not a protocol error: its result has `isError: true` and

@@ -1,6 +1,8 @@
-//! The control socket's transport: a Unix stream socket (mode 0600, peers checked with
-//! SO_PEERCRED), a thread per connection reading lines, and a thread per request so that a
-//! slow request never holds up the others; replies are written whole under a lock.
+//! The control door's transport: two Unix stream sockets (the agent socket and the control
+//! socket, each admitting the peers its role list names, checked with SO_PEERCRED), a thread
+//! per connection reading lines, and a thread per request so that a slow request never holds
+//! up the others; replies are written whole under a lock. The agent socket answers the
+//! methods it does not serve with a permission error (`control::roles`).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -19,6 +21,7 @@ use serde_json::Value;
 
 use crate::control::methods::{Peer, State};
 use crate::control::proto::{self, Line, LineReader, Message, RpcError};
+use crate::control::roles::{self, Credentials, Socket};
 use crate::control::session::Session;
 use crate::display::Escaped;
 
@@ -46,7 +49,7 @@ impl SocketFile {
         match std::fs::symlink_metadata(&self.path) {
             Ok(m) if m.dev() == self.dev && m.ino() == self.ino => {
                 if let Err(e) = std::fs::remove_file(&self.path) {
-                    tracing::warn!("cannot remove the control socket {}: {e}", self.path.display());
+                    tracing::warn!("cannot remove the socket {}: {e}", self.path.display());
                 }
             }
             _ => {}
@@ -54,18 +57,29 @@ impl SocketFile {
     }
 }
 
-/// A bound control socket that does not accept yet (the daemon binds before mounting, so a
-/// socket problem is reported before anything is mounted, and accepts once the mount is live).
+/// The words and the config key of each socket, for messages.
+fn named(socket: Socket) -> (&'static str, &'static str) {
+    match socket {
+        Socket::Agent => ("the agent socket", "agent_socket"),
+        Socket::Control => ("the control socket", "socket"),
+    }
+}
+
+/// A bound socket that does not accept yet (the daemon binds before mounting, so a socket
+/// problem is reported before anything is mounted, and accepts once the mount is live).
 pub struct Listener {
     listener: UnixListener,
     file: Option<SocketFile>,
+    socket: Socket,
 }
 
 impl Listener {
-    /// Binds `path`: creates its directory (0700) if missing, replaces a stale socket left by
-    /// a daemon that died, refuses one a live daemon answers on (and anything that is not a
-    /// socket), and makes the socket 0600 before it becomes visible under its name.
-    pub fn bind(path: &Path) -> Result<Listener> {
+    /// Binds `path` as `socket`: creates its directory (mode `dir_mode`) if missing, replaces
+    /// a stale socket left by a daemon that died, refuses one a live daemon answers on (and
+    /// anything that is not a socket), and gives the socket `mode` before it becomes visible
+    /// under its name.
+    pub fn bind(path: &Path, socket: Socket, mode: u32, dir_mode: u32) -> Result<Listener> {
+        let (what, key) = named(socket);
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
@@ -73,14 +87,21 @@ impl Listener {
         if !dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o700)
+                .mode(dir_mode)
                 .create(&dir)
                 .with_context(|| format!("cannot create the socket directory {}", dir.display()))?;
+        } else if mode & 0o007 != 0 && std::fs::metadata(&dir).is_ok_and(|m| m.mode() & 0o001 == 0) {
+            tracing::warn!(
+                "{what} {} is for other users too, but its directory {} is not searchable by them (mode {:o})",
+                path.display(),
+                dir.display(),
+                std::fs::metadata(&dir).map(|m| m.mode() & 0o7777).unwrap_or(0)
+            );
         }
         // sun_path holds 108 bytes including the terminating NUL.
         if path.as_os_str().len() > 107 {
             bail!(
-                "the control socket path {} is too long ({} bytes; Unix sockets allow at most 107)",
+                "{what} path {} is too long ({} bytes; Unix sockets allow at most 107)",
                 path.display(),
                 path.as_os_str().len()
             );
@@ -88,68 +109,70 @@ impl Listener {
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
                 Ok(_) => bail!(
-                    "another daemon is already listening on the control socket {} (stop it, or set a different `socket` in the config)",
+                    "another daemon is already listening on {what} {} (stop it, or set a different `{key}` in the config)",
                     path.display()
                 ),
                 // Refused: nobody listens, the daemon that made it died.
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                    tracing::info!("replacing the stale control socket {}", path.display())
+                    tracing::info!("replacing the stale {} {}", &what[4..], path.display())
                 }
                 Err(e) => bail!(
-                    "cannot tell whether a daemon listens on the control socket {} ({e}); refusing to replace it",
+                    "cannot tell whether a daemon listens on {what} {} ({e}); refusing to replace it",
                     path.display()
                 ),
             },
-            Ok(_) => bail!(
-                "the control socket path {} exists and is not a socket; refusing to replace it",
-                path.display()
-            ),
+            Ok(_) => bail!("{what} path {} exists and is not a socket; refusing to replace it", path.display()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => bail!("cannot use the control socket path {}: {e}", path.display()),
+            Err(e) => bail!("cannot use {what} path {}: {e}", path.display()),
         }
-        // Bind under a temporary name, restrict it, then rename it into place: the socket is
-        // never reachable under its real name with looser permissions, and a stale file is
+        // Bind under a temporary name, set its mode, then rename it into place: the socket is
+        // never reachable under its real name with other permissions, and a stale file is
         // replaced atomically. (Anyone connecting through the temporary name meanwhile still
         // meets the peer check.) The name is short so that it fits wherever the real one does.
-        let temp = dir.join(format!(".avfs{}", std::process::id()));
+        let temp = dir.join(format!(".avfs{}{}", std::process::id(), &socket.as_str()[..1]));
         let _ = std::fs::remove_file(&temp);
-        let listener = UnixListener::bind(&temp)
-            .with_context(|| format!("cannot create the control socket {}", path.display()))?;
-        let placed = std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o600))
+        let listener =
+            UnixListener::bind(&temp).with_context(|| format!("cannot create {what} {}", path.display()))?;
+        let placed = std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
             .and_then(|_| std::fs::rename(&temp, path))
             .and_then(|_| std::fs::symlink_metadata(path));
         let meta = match placed {
             Ok(m) => m,
             Err(e) => {
                 let _ = std::fs::remove_file(&temp);
-                bail!("cannot create the control socket {}: {e}", path.display());
+                bail!("cannot create {what} {}: {e}", path.display());
             }
         };
         let file = SocketFile { path: path.to_path_buf(), dev: meta.dev(), ino: meta.ino() };
-        Ok(Listener { listener, file: Some(file) })
+        Ok(Listener { listener, file: Some(file), socket })
     }
 
     pub fn path(&self) -> &Path {
         &self.file.as_ref().expect("bound").path
     }
+}
 
-    /// Starts accepting connections.
-    pub fn serve(mut self, state: Arc<State>) -> Result<Server> {
-        let (wake_rx, wake_tx) = UnixStream::pair().context("cannot create the control wake-up pipe")?;
-        self.listener.set_nonblocking(true)?;
-        let shared = Arc::new(Shared {
-            state,
-            stopping: AtomicBool::new(false),
-            connections: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
-        });
-        let listener = self.listener.try_clone()?;
-        let accept_shared = shared.clone();
-        let accept = std::thread::Builder::new()
-            .name("control-accept".into())
-            .spawn(move || accept_loop(&listener, &wake_rx, &accept_shared))?;
-        Ok(Server { shared, accept: Some(accept), wake: Some(wake_tx), file: self.file.take() })
+/// Starts accepting connections on every listener.
+pub fn serve(listeners: Vec<Listener>, state: Arc<State>) -> Result<Server> {
+    let (wake_rx, wake_tx) = UnixStream::pair().context("cannot create the control wake-up pipe")?;
+    let shared = Arc::new(Shared {
+        state,
+        stopping: AtomicBool::new(false),
+        connections: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(0),
+    });
+    let mut accepting = Vec::new();
+    let mut files = Vec::new();
+    for mut listener in listeners {
+        listener.listener.set_nonblocking(true)?;
+        accepting.push((listener.listener.try_clone()?, listener.socket));
+        files.extend(listener.file.take());
     }
+    let accept_shared = shared.clone();
+    let accept = std::thread::Builder::new()
+        .name("control-accept".into())
+        .spawn(move || accept_loop(&accepting, &wake_rx, &accept_shared))?;
+    Ok(Server { shared, accept: Some(accept), wake: Some(wake_tx), files })
 }
 
 impl Drop for Listener {
@@ -169,12 +192,12 @@ struct Shared {
 }
 
 /// The running control door. Dropping it stops accepting, closes every connection and
-/// removes the socket file.
+/// removes the socket files.
 pub struct Server {
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
     wake: Option<UnixStream>,
-    file: Option<SocketFile>,
+    files: Vec<SocketFile>,
 }
 
 impl Server {
@@ -188,7 +211,7 @@ impl Server {
         for (_, stream) in self.shared.connections.lock().drain() {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
-        if let Some(file) = self.file.take() {
+        for file in self.files.drain(..) {
             file.remove();
         }
     }
@@ -214,36 +237,77 @@ fn poll_readable(fds: &[RawFd]) -> io::Result<()> {
     Ok(())
 }
 
-fn accept_loop(listener: &UnixListener, wake: &UnixStream, shared: &Arc<Shared>) {
+fn accept_loop(listeners: &[(UnixListener, Socket)], wake: &UnixStream, shared: &Arc<Shared>) {
+    let mut fds: Vec<RawFd> = listeners.iter().map(|(l, _)| l.as_raw_fd()).collect();
+    fds.push(wake.as_raw_fd());
     loop {
-        if let Err(e) = poll_readable(&[listener.as_raw_fd(), wake.as_raw_fd()]) {
+        if let Err(e) = poll_readable(&fds) {
             tracing::error!("control socket poll failed: {e}");
             std::thread::sleep(Duration::from_millis(100));
         }
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let shared = shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("control-conn".into())
-                    .spawn(move || connection(shared, stream));
-                if let Err(e) = spawned {
-                    tracing::error!("cannot start a control connection thread: {e}");
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                // Out of descriptors and the like: wait rather than spin.
-                tracing::warn!("control socket accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        for (listener, socket) in listeners {
+            accept_one(listener, *socket, shared);
         }
     }
 }
 
-fn peer_credentials(stream: &UnixStream) -> io::Result<Peer> {
+/// Accepts a connection waiting on `listener`, if one is.
+fn accept_one(listener: &UnixListener, socket: Socket, shared: &Arc<Shared>) {
+    match listener.accept() {
+        Ok((stream, _)) => {
+            let shared = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("control-conn".into())
+                .spawn(move || connection(shared, stream, socket));
+            if let Err(e) = spawned {
+                tracing::error!("cannot start a control connection thread: {e}");
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+        Err(e) => {
+            // Out of descriptors and the like: wait rather than spin.
+            tracing::warn!("{} accept failed: {e}", named(socket).0);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `SO_PEERGROUPS` (asm-generic; the libc crate does not name it yet).
+const SO_PEERGROUPS: libc::c_int = 59;
+
+/// The peer's supplementary groups; empty when the kernel cannot say (before Linux 4.13).
+fn peer_groups(stream: &UnixStream) -> Vec<u32> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is valid for writes of `len` bytes.
+        let rc = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_PEERGROUPS,
+                groups.as_mut_ptr() as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        let count = len as usize / std::mem::size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(count);
+            return groups;
+        }
+        // ERANGE says how many there are.
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) && count > groups.len() {
+            groups.resize(count, 0);
+            continue;
+        }
+        return Vec::new();
+    }
+}
+
+fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: `cred` and `len` are valid for writes of the sizes given.
@@ -259,7 +323,7 @@ fn peer_credentials(stream: &UnixStream) -> io::Result<Peer> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Peer { pid: cred.pid as u32, uid: cred.uid, gid: cred.gid })
+    Ok(Credentials { pid: cred.pid as u32, uid: cred.uid, gid: cred.gid, groups: peer_groups(stream) })
 }
 
 /// Sends one error line and closes (refused peers, too many connections).
@@ -339,27 +403,28 @@ fn hung_up(fd: RawFd) -> bool {
     n > 0 && pollfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
-fn connection(shared: Arc<Shared>, stream: UnixStream) {
+fn connection(shared: Arc<Shared>, stream: UnixStream, socket: Socket) {
     let counters = &shared.state.counters;
     let _ = stream.set_nonblocking(false);
-    let peer = match peer_credentials(&stream) {
-        Ok(p) => p,
+    let credentials = match peer_credentials(&stream) {
+        Ok(c) => c,
         Err(e) => {
             tracing::warn!("control connection without credentials ({e}); closing it");
             return;
         }
     };
-    let me = nix::unistd::geteuid().as_raw();
-    if peer.uid != 0 && peer.uid != me {
+    let state = &shared.state;
+    if let Some(why) = state.roles.refusal(socket, &credentials, &state.agent_socket) {
         counters.peers_refused.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(pid = peer.pid, uid = peer.uid, "refused a control connection from another user");
-        let who = if me == 0 { "root".to_string() } else { format!("root and uid {me}") };
-        let error = RpcError::new(
-            proto::PEER_REFUSED,
-            format!("permission denied: uid {} may not use this socket (only {who} may)", peer.uid),
+        tracing::warn!(
+            pid = credentials.pid,
+            uid = credentials.uid,
+            "refused a connection to {}: the user has no role there",
+            named(socket).0
         );
-        return refuse(stream, error);
+        return refuse(stream, RpcError::new(proto::PEER_REFUSED, why));
     }
+    let peer = Peer { pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, socket };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     {
         let mut connections = shared.connections.lock();
@@ -431,6 +496,11 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
                 continue;
             }
         };
+        // The agent socket serves the agent's methods only.
+        if let Err(error) = roles::check_method(peer.socket, &method) {
+            writer.send(&proto::response(&id, Err(error)));
+            continue;
+        }
         // A subscription lives as long as the connection and writes on it, so it is the
         // transport's business rather than a method's.
         if method == "interrupts/subscribe" {

@@ -63,6 +63,11 @@ impl Session {
         !waiting.closed
     }
 
+    /// Whether a call of this connection waits on ticket `id`.
+    pub fn waits_on(&self, id: ApprovalId) -> bool {
+        self.waiting.lock().tickets.contains(&id)
+    }
+
     /// The call waiting on `id` has its answer.
     pub fn done_waiting(&self, id: ApprovalId) {
         self.waiting.lock().tickets.retain(|t| *t != id);

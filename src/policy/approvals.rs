@@ -66,6 +66,9 @@ pub struct ToolCall {
     /// rule matched. (The kernel resolves a syscall's links before the daemon sees it, so
     /// only a tool call names a path other than the one judged.)
     pub resolved: Option<VPath>,
+    /// The control socket it came through (`agent` or `control`): with the request's `pid`
+    /// and `uid`, the principal. (A syscall's ticket has none: it came through the mount.)
+    pub socket: &'static str,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -508,6 +511,7 @@ impl Approvals {
         audit.record(AuditEvent {
             time: SystemTime::now(),
             door: request.door,
+            socket: request.tool.as_ref().map(|call| call.socket),
             pid: request.pid,
             uid: request.uid,
             command,
@@ -541,6 +545,7 @@ fn describe(id: ApprovalId, t: &Ticket) -> Value {
     let mut v = json!({
         "id": id,
         "door": r.door,
+        "socket": r.tool.as_ref().map(|call| call.socket),
         "operation": r.operation,
         "class": r.op.as_str(),
         "path": r.path.as_str(),

@@ -18,6 +18,7 @@ fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) ->
             name: "write_file".to_string(),
             arguments: json!({"file_path": path}),
             resolved: None,
+            socket: "agent",
         }),
     }
 }

@@ -1,5 +1,6 @@
-//! The control socket over a real daemon: JSON-RPC framing and errors, concurrency, peer
-//! checks, the socket file's life, the CLI's client commands, and a real MCP client.
+//! The control door over a real daemon: JSON-RPC framing and errors, concurrency, peer
+//! checks, the socket files' life, the CLI's client commands, and a real MCP client. (Roles,
+//! and what each of the two sockets serves: `roles.rs`.)
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
@@ -15,15 +16,41 @@ use crate::harness::{config, is_mounted, scratch, Fixture, Mount, BIN};
 
 const TOOLS: [&str; 7] = ["ls", "read_file", "write_file", "edit_file", "delete", "glob", "grep"];
 
-/// Where the harness puts a fixture's control socket and config file.
+/// What `tests/mcp_client.py` prints for a fixture's daemon (without `execute`).
+pub const MCP_TRANSCRIPT: &str = "server agentvfs protocol 2025-06-18\n\
+     tools capability listChanged=False\n\
+     ping ok\n\
+     tools ls read_file write_file edit_file delete glob grep\n  \
+     ls readOnly=True schema=object\n  \
+     read_file readOnly=True schema=object\n  \
+     write_file readOnly=False schema=object\n  \
+     edit_file readOnly=False schema=object\n  \
+     delete readOnly=False schema=object\n  \
+     glob readOnly=True schema=object\n  \
+     grep readOnly=True schema=object\n\
+     call write_file: CallToolResult isError=False\n\
+     call read_file: CallToolResult isError=False\n\
+     call edit_file: CallToolResult isError=False\n\
+     call ls: CallToolResult isError=False\n\
+     call glob: CallToolResult isError=False\n\
+     call grep: CallToolResult isError=False\n\
+     call delete: CallToolResult isError=False\n\
+     unknown tool: error -32602\n";
+
+/// Where the harness puts a fixture's sockets and config file.
 trait FixturePaths {
     fn socket(&self) -> PathBuf;
+    fn agent_socket(&self) -> PathBuf;
     fn config_path(&self) -> PathBuf;
 }
 
 impl FixturePaths for Fixture {
     fn socket(&self) -> PathBuf {
         self.scratch.path().join("agentvfs.sock")
+    }
+
+    fn agent_socket(&self) -> PathBuf {
+        self.scratch.path().join("agentvfs-agent.sock")
     }
 
     fn config_path(&self) -> PathBuf {
@@ -84,7 +111,11 @@ impl Conn {
 /// Runs the CLI: (exit code, stdout, stderr).
 fn cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(BIN);
-    cmd.args(args).env_remove("AGENTVFS_SOCKET").env("RUST_LOG", "warn").stdin(Stdio::null());
+    cmd.args(args)
+        .env_remove("AGENTVFS_SOCKET")
+        .env_remove("AGENTVFS_CONTROL_SOCKET")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -298,21 +329,21 @@ fn other_users_are_refused() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    // The socket's mode keeps others out first...
+    // The socket's mode keeps others out first (only root may use it)...
     let (code, _, err) = as_nobody(&["status", "--socket", &socket]);
     assert_eq!(code, Some(1));
-    assert_eq!(err, format!("agentvfs: permission denied opening the control socket {socket} (only the daemon's user and root may use it)\n"));
+    assert_eq!(err, format!("agentvfs: permission denied opening the socket {socket} (its file mode or its directory's keeps this user out: the daemon makes a socket 0600 when only root and its own user may use it)\n"));
     // ...and if it were opened up, the peer check still refuses them with one error line.
     std::fs::set_permissions(f.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let (_, out, _) = as_nobody(&["mcp", "--socket", &socket]);
     assert_eq!(
         out,
-        "{\"error\":{\"code\":-32001,\"message\":\"permission denied: uid 65534 may not use this socket (only root may)\"},\"id\":null,\"jsonrpc\":\"2.0\"}\n"
+        "{\"error\":{\"code\":-32001,\"message\":\"permission denied: uid 65534 may not use this socket (the control socket admits only root, as [control] approvers is unset)\"},\"id\":null,\"jsonrpc\":\"2.0\"}\n"
     );
     let (code, _, err) = as_nobody(&["status", "--socket", &socket]);
     assert_eq!(
         (code, err.as_str()),
-        (Some(1), "agentvfs: permission denied: uid 65534 may not use this socket (only root may)\n")
+        (Some(1), "agentvfs: permission denied: uid 65534 may not use this socket (the control socket admits only root, as [control] approvers is unset)\n")
     );
     let status = Conn::open(&f.socket()).result(1, "vfs/status", json!({}));
     assert_eq!(status["counters"]["peers_refused"], json!(2));
@@ -325,21 +356,43 @@ fn start(state: &Path) -> Result<Mount, String> {
 }
 
 #[test]
-fn the_socket_file_is_private_replaced_when_stale_and_removed_at_exit() {
+fn the_socket_files_are_private_replaced_when_stale_and_removed_at_exit() {
     let s = scratch();
     let socket = s.path().join("agentvfs.sock");
-    // A stale socket from a daemon that died is replaced.
+    let agent = s.path().join("agentvfs-agent.sock");
+    // Stale sockets from a daemon that died are replaced.
     drop(UnixListener::bind(&socket).unwrap());
+    drop(UnixListener::bind(&agent).unwrap());
     let m = start(s.path()).unwrap();
-    let meta = std::fs::symlink_metadata(&socket).unwrap();
-    assert!(meta.file_type().is_socket());
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert!(m.log_text().contains(&format!("  control socket {}\n", socket.display())), "{}", m.log_text());
+    for path in [&socket, &agent] {
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        assert!(meta.file_type().is_socket());
+        // Only root may use either (no [control]; the workspace is root's).
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{}", path.display());
+    }
+    let log = m.log_text();
+    assert!(log.contains(&format!("  control socket {} (approvers: root)\n", socket.display())), "{log}");
+    assert!(log.contains(&format!("  agent socket {} (agents: root)\n", agent.display())), "{log}");
     let audit = format!("  audit log {}\n", s.path().join("audit.db").display());
     assert!(m.log_text().contains(&audit), "{}", m.log_text());
     assert_eq!(Conn::open(&socket).result(1, "ping", json!({})), json!({}));
+    assert_eq!(Conn::open(&agent).result(1, "ping", json!({})), json!({}));
     m.stop();
-    assert!(!socket.exists(), "the socket outlived the daemon");
+    assert!(!socket.exists() && !agent.exists(), "a socket outlived the daemon");
+
+    // A live listener on the agent socket is not taken over either.
+    let live = UnixListener::bind(&agent).unwrap();
+    let err = start(s.path()).err().expect("refused");
+    assert!(
+        err.contains(&format!(
+            "another daemon is already listening on the agent socket {} (stop it, or set a different `agent_socket` in the config)",
+            agent.display()
+        )),
+        "{err}"
+    );
+    assert!(!socket.exists(), "the control socket bound first is removed again");
+    drop(live);
+    std::fs::remove_file(&agent).unwrap();
 
     // A live listener is not taken over, and nothing gets mounted.
     let live = UnixListener::bind(&socket).unwrap();
@@ -363,7 +416,7 @@ fn the_socket_file_is_private_replaced_when_stale_and_removed_at_exit() {
     assert_eq!(std::fs::read_to_string(&socket).unwrap(), "data");
     std::fs::remove_file(&socket).unwrap();
 
-    // A missing directory is created, private.
+    // A missing directory is created, private (only root may use the sockets in it).
     let nested = s.path().join("run/agentvfs");
     let cfg = s.path().join("agentvfs.toml");
     let text = std::fs::read_to_string(&cfg)
@@ -373,8 +426,21 @@ fn the_socket_file_is_private_replaced_when_stale_and_removed_at_exit() {
     let m = Mount::start(&cfg, &s.path().join("mnt"));
     assert_eq!(std::fs::metadata(&nested).unwrap().permissions().mode() & 0o777, 0o700);
     assert_eq!(Conn::open(&nested.join("a.sock")).result(1, "ping", json!({})), json!({}));
+    assert_eq!(Conn::open(&nested.join("a-agent.sock")).result(1, "ping", json!({})), json!({}));
     m.stop();
-    assert!(!nested.join("a.sock").exists());
+    assert!(!nested.join("a.sock").exists() && !nested.join("a-agent.sock").exists());
+    // One for other users too is searchable (the peer check decides who gets in).
+    std::fs::remove_dir(&nested).unwrap();
+    let text = std::fs::read_to_string(&cfg).unwrap() + "\n[control]\nagents = [\"nobody\"]\n";
+    std::fs::write(&cfg, &text).unwrap();
+    let m = Mount::start(&cfg, &s.path().join("mnt"));
+    assert_eq!(std::fs::metadata(&nested).unwrap().permissions().mode() & 0o777, 0o755);
+    let modes: Vec<u32> = ["a.sock", "a-agent.sock"]
+        .iter()
+        .map(|n| std::fs::symlink_metadata(nested.join(n)).unwrap().permissions().mode() & 0o777)
+        .collect();
+    assert_eq!(modes, [0o600, 0o666]);
+    m.stop();
 
     // A path the kernel cannot bind is named as such.
     let long = s.path().join("x".repeat(120));
@@ -393,11 +459,12 @@ fn status_paths_and_tools_from_the_cli() {
     let out = cli_ok(&["status", "--socket", &socket]);
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with(&format!("agentvfs {} (pid ", env!("CARGO_PKG_VERSION"))), "{out}");
-    assert_eq!(lines[1], format!("mountpoint  {mount}"));
-    assert_eq!(lines[2], format!("socket      {socket}"));
-    assert_eq!(lines[3], format!("config      {}", f.config_path().display()));
+    assert_eq!(lines[1], format!("mountpoint    {mount}"));
+    assert_eq!(lines[2], format!("socket        {socket} (approvers: root)"));
+    assert_eq!(lines[3], format!("agent socket  {} (agents: root)", f.agent_socket().display()));
+    assert_eq!(lines[4], format!("config        {}", f.config_path().display()));
     assert_eq!(
-        lines[4..8],
+        lines[5..9],
         [
             "routes:".to_string(),
             "  /                    memory  (in memory)".to_string(),
@@ -418,7 +485,7 @@ fn status_paths_and_tools_from_the_cli() {
         _ => "FUSE transport: /dev/fuse".to_string(),
     };
     assert_eq!(
-        lines[8..13],
+        lines[9..14],
         [
             "rules: 1 (observation: strict)",
             &transport,
@@ -427,10 +494,11 @@ fn status_paths_and_tools_from_the_cli() {
             "audit records: 0 (0 dropped)"
         ]
     );
-    assert!(lines[13].starts_with("connections: 1 open, "), "{out}");
+    assert!(lines[14].starts_with("connections: 1 open, "), "{out}");
 
     let status: Value = serde_json::from_str(&cli_ok(&["status", "--socket", &socket, "--json"])).unwrap();
     assert_eq!(status["mountpoint"], json!(mount));
+    assert_eq!((&status["socket"], &status["agent_socket"]), (&json!(socket), &json!(f.agent_socket())));
     // The daemon's config file names the socket too.
     let config = f.config_path().display().to_string();
     let by_config: Value = serde_json::from_str(&cli_ok(&["status", "--config", &config, "--json"])).unwrap();
@@ -566,16 +634,30 @@ fn explain_asks_the_daemon_for_the_rules_in_force() {
 #[test]
 fn explain_without_a_socket_or_config_asks_the_daemon_status_finds_and_says_so() {
     let (f, socket) = fixture();
-    // The socket `status` finds without flags ($AGENTVFS_SOCKET here, the default config's
-    // otherwise) is where explain asks: the daemon's rule, which the embedded default lacks.
-    let env = [("AGENTVFS_SOCKET", socket.as_str())];
+    let agent = f.agent_socket().display().to_string();
+    // The sockets the client commands find without flags ($AGENTVFS_SOCKET for the agent's,
+    // $AGENTVFS_CONTROL_SOCKET for the control socket, the default config's otherwise).
+    // Explain asks on the agent socket: the daemon's rule, which the embedded default lacks.
+    let env = [("AGENTVFS_SOCKET", agent.as_str()), ("AGENTVFS_CONTROL_SOCKET", socket.as_str())];
     let (code, status, _) = cli(&["status"], &env);
-    assert!(code == 0 && status.contains(&format!("socket      {socket}\n")), "{status}");
+    assert!(code == 0 && status.contains(&format!("socket        {socket} (approvers: root)\n")), "{status}");
     let (code, out, err) = cli(&["explain", "read", "/host/secret/key"], &env);
     assert_eq!(
         (code, out.as_str()),
-        (0, format!("(from the daemon at {socket})\nread /host/secret/key: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /host/secret/**\n").as_str()),
+        (0, format!("(from the daemon at {agent})\nread /host/secret/key: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read,write /host/secret/**\n").as_str()),
         "{err}"
+    );
+    // `--config` names both sockets: agent commands take the agent socket from it.
+    let cfg = f.config_path().display().to_string();
+    let aside = f.scratch.path().join("aside.sock");
+    std::fs::rename(f.socket(), &aside).unwrap();
+    let (tools, _, err) = cli(&["tools", "--config", &cfg], &[]);
+    let (status, _, missing) = cli(&["status", "--config", &cfg], &[]);
+    std::fs::rename(&aside, f.socket()).unwrap();
+    assert_eq!(tools, 0, "{err}");
+    assert_eq!(
+        (status, missing),
+        (1, format!("agentvfs: no daemon is listening on {socket} (is `agentvfs mount` running?)\n"))
     );
     // No daemon there: the embedded default, and the first line says so.
     let gone = f.scratch.path().join("nothing.sock").display().to_string();
@@ -668,44 +750,30 @@ fn client_commands_say_clearly_that_no_daemon_runs() {
             let (code, out, err) = cli(&with_flag, &[]);
             assert_eq!((code, out.as_str(), err.as_str()), (1, "", expected.as_str()), "{with_flag:?}");
         }
-        // The environment variable names the socket too.
-        let (code, _, err) = cli(&["status"], &[("AGENTVFS_SOCKET", &shown)]);
+        // The environment variables name the sockets too: the agent's, and the control one.
+        let (code, _, err) = cli(&["tools"], &[("AGENTVFS_SOCKET", &shown)]);
+        assert_eq!((code, err.as_str()), (1, expected.as_str()));
+        let (code, _, err) = cli(&["status"], &[("AGENTVFS_CONTROL_SOCKET", &shown)]);
         assert_eq!((code, err.as_str()), (1, expected.as_str()));
     }
 }
 
 #[test]
 fn a_real_mcp_client_over_the_stdio_bridge() {
-    let (f, socket) = fixture();
+    let (f, _) = fixture();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let have_sdk = Command::new("python3").args(["-c", "import mcp"]).status().map(|s| s.success());
     assert!(matches!(have_sdk, Ok(true)), "the MCP Python SDK is missing: run scripts/setup.sh");
-    let out =
-        Command::new("python3").arg(&script).arg(BIN).arg(&socket).env("RUST_LOG", "warn").output().unwrap();
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(BIN)
+        .arg(f.agent_socket())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert_eq!(
-        stdout,
-        "server agentvfs protocol 2025-06-18\n\
-         tools capability listChanged=False\n\
-         ping ok\n\
-         tools ls read_file write_file edit_file delete glob grep\n  \
-         ls readOnly=True schema=object\n  \
-         read_file readOnly=True schema=object\n  \
-         write_file readOnly=False schema=object\n  \
-         edit_file readOnly=False schema=object\n  \
-         delete readOnly=False schema=object\n  \
-         glob readOnly=True schema=object\n  \
-         grep readOnly=True schema=object\n\
-         call write_file: CallToolResult isError=False\n\
-         call read_file: CallToolResult isError=False\n\
-         call edit_file: CallToolResult isError=False\n\
-         call ls: CallToolResult isError=False\n\
-         call glob: CallToolResult isError=False\n\
-         call grep: CallToolResult isError=False\n\
-         call delete: CallToolResult isError=False\n\
-         unknown tool: error -32602\n"
-    );
+    assert_eq!(stdout, MCP_TRANSCRIPT);
     // The bridge's connection was one session, and it closed when the client did.
     let status = Conn::open(&f.socket()).result(1, "vfs/status", json!({}));
     assert_eq!(status["counters"]["tool_calls"], json!(7));

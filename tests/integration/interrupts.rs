@@ -144,7 +144,11 @@ fn a_shell_write_waits_for_approval_then_completes() {
     // The CLI shows it readably.
     let listed = cli(&f, &["interrupts"]);
     assert!(
-        listed.starts_with(&format!("#{} write /host/secrets/k by pid {}", t["id"], child.id())),
+        listed.starts_with(&format!(
+            "#{} write /host/secrets/k by pid {} uid 0 via the mount (",
+            t["id"],
+            child.id()
+        )),
         "{listed}"
     );
     assert!(listed.contains("expires in 4m") || listed.contains("expires in 5m00s"), "{listed}");
@@ -416,7 +420,7 @@ fn a_subscriber_hears_interrupts_appear_and_resolve() {
     let line = lines.next().unwrap().unwrap();
     assert!(
         line.contains(&format!(
-            "write /host/secrets/w by pid {} (sh -c echo key > secrets/w) expires in",
+            "write /host/secrets/w by pid {} uid 0 via the mount (sh -c echo key > secrets/w) expires in",
             child.id()
         )),
         "{line}"
@@ -714,7 +718,7 @@ fn a_forged_command_line_cannot_change_what_the_approver_sees() {
     let shown = r"evil\r\x1b[2K\n#99 write /host/forged by pid 1 - ...";
     assert!(
         listed.starts_with(&format!(
-            "#{} write /host/secrets/k by pid {} ({shown}) expires in ",
+            "#{} write /host/secrets/k by pid {} uid 0 via the mount ({shown}) expires in ",
             t["id"],
             child.id()
         )),
