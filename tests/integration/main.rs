@@ -18,6 +18,7 @@ mod pauses;
 mod persistence;
 mod races;
 mod requests;
+mod roles;
 mod rules;
 mod security;
 mod stress;
