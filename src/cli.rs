@@ -258,6 +258,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             for (i, rule) in loaded.rules.iter().enumerate() {
                 println!("  #{i} {}", escape(&rule.describe()));
             }
+            let exec = &loaded.exec;
+            let identity = escape(&exec.identity.to_string()).into_owned();
+            match exec.enabled {
+                true => println!("execute: runs as {identity}, in {}", escape(exec.cwd.as_str())),
+                false => println!("execute: off ([exec] enabled = false); would run as {identity}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain { remote, operation, path } => {
@@ -443,6 +449,10 @@ fn status_text(s: &Value) -> String {
         "connections: {} open, {} total, {} refused; requests: {}; tool calls: {}\n",
         c["connections_open"], c["connections_total"], c["peers_refused"], c["requests"], c["tool_calls"]
     );
+    out += &match &s["execute"] {
+        Value::Null => "execute: off\n".to_string(),
+        e => format!("execute: runs as {}, in {}\n", shown(&e["identity"]), shown(&e["cwd"])),
+    };
     out
 }
 

@@ -10,6 +10,7 @@ use toml::Spanned;
 
 use crate::control::roles::Member;
 use crate::control::session::Observation;
+use crate::exec::identity::Identity;
 use crate::policy::rules::{check_pattern, Mode, Op, Rule};
 use crate::vpath::VPath;
 
@@ -148,12 +149,13 @@ pub struct ExecConfig {
     pub network: bool,
     /// The command's working directory, a virtual path.
     pub cwd: VPath,
-    pub uid: u32,
-    pub gid: u32,
+    /// The uid and gid the command runs as, and why (see [`Identity::resolve`]).
+    pub identity: Identity,
 }
 
 impl ExecConfig {
-    /// The defaults; `cwd` is `/workspace` when that route exists, else `/`.
+    /// The defaults; `cwd` is `/workspace` when that route exists, else `/`; the identity is
+    /// the sudo user's, else the first host route's owner's, else nobody's.
     pub fn defaults(routes: &[RouteConfig]) -> ExecConfig {
         let workspace = VPath::parse("/workspace").expect("a valid path");
         let cwd = if routes.iter().any(|r| r.path == workspace) { workspace } else { VPath::root() };
@@ -164,9 +166,7 @@ impl ExecConfig {
             max_output_bytes: 100_000,
             network: false,
             cwd,
-            // `nobody`: a command that escaped its sandbox would own nothing on the host.
-            uid: 65534,
-            gid: 65534,
+            identity: Identity::for_routes(None, None, routes),
         }
     }
 }
@@ -254,8 +254,8 @@ struct RawExec {
     max_output_bytes: Option<usize>,
     network: Option<bool>,
     cwd: Option<Spanned<String>>,
-    uid: Option<u32>,
-    gid: Option<u32>,
+    uid: Option<Spanned<u32>>,
+    gid: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -603,8 +603,22 @@ impl Parser<'_> {
         let raw = raw.get_ref();
         exec.enabled = raw.enabled.unwrap_or(exec.enabled);
         exec.network = raw.network.unwrap_or(exec.network);
-        exec.uid = raw.uid.unwrap_or(exec.uid);
-        exec.gid = raw.gid.unwrap_or(exec.gid);
+        for (key, value) in [("uid", &raw.uid), ("gid", &raw.gid)] {
+            if let Some(v) = value.as_ref().filter(|v| *v.get_ref() == 0) {
+                return Err(self.err(
+                    Some(v.span()),
+                    format!(
+                        "[exec] {key} = 0 would run commands as root, able to write every file of \
+                         every route; name an unprivileged user, or leave {key} unset for the \
+                         workspace's owner"
+                    ),
+                ));
+            }
+        }
+        if raw.uid.is_some() || raw.gid.is_some() {
+            let (uid, gid) = (raw.uid.as_ref().map(|u| *u.get_ref()), raw.gid.as_ref().map(|g| *g.get_ref()));
+            exec.identity = Identity::for_routes(uid, gid, routes);
+        }
         exec.max_output_bytes = raw.max_output_bytes.unwrap_or(exec.max_output_bytes);
         if let Some(t) = raw.timeout_seconds {
             exec.timeout = Duration::from_secs(t);
@@ -755,7 +769,9 @@ mod exec_tests {
         let c = parse("").unwrap().exec;
         assert!(!c.enabled && !c.network);
         assert_eq!((c.timeout.as_secs(), c.max_timeout.as_secs(), c.max_output_bytes), (120, 3600, 100_000));
-        assert_eq!((c.uid, c.gid, c.cwd.as_str()), (65534, 65534, "/"));
+        assert_eq!(c.cwd.as_str(), "/");
+        // No host route: the sudo user's, if the tests run under sudo, else nobody's.
+        assert_eq!(c.identity, Identity::resolve(None, None, crate::exec::identity::sudo_from_env(), None));
         let with_workspace = "[[routes]]\npath = \"/workspace\"\nbackend = \"memory\"\n";
         assert_eq!(parse(with_workspace).unwrap().exec.cwd.as_str(), "/workspace");
         let c = parse("[exec]\nenabled = true\ntimeout_seconds = 5\nmax_timeout_seconds = 10\nmax_output_bytes = 7\nnetwork = true\ncwd = \"/w/x\"\nuid = 1000\ngid = 100\n")
@@ -763,7 +779,29 @@ mod exec_tests {
             .exec;
         assert!(c.enabled && c.network);
         assert_eq!((c.timeout.as_secs(), c.max_timeout.as_secs(), c.max_output_bytes), (5, 10, 7));
-        assert_eq!((c.uid, c.gid, c.cwd.as_str()), (1000, 100, "/w/x"));
+        assert_eq!((c.identity.uid, c.identity.gid, c.cwd.as_str()), (1000, 100, "/w/x"));
+        assert_eq!(c.identity.to_string(), "uid 1000, gid 100 ([exec] uid/gid)");
+    }
+
+    #[test]
+    fn exec_identity_defaults_to_the_workspace_owner_and_is_never_root() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir();
+        let text = format!("[[routes]]\npath = \"/workspace\"\nbackend = \"host\"\nroot = {dir:?}\n");
+        let owner = std::fs::metadata(&dir).unwrap();
+        let want = Identity::resolve(
+            None,
+            None,
+            crate::exec::identity::sudo_from_env(),
+            Some((&VPath::parse("/workspace").unwrap(), owner.uid(), owner.gid())),
+        );
+        assert_eq!(parse(&text).unwrap().exec.identity, want);
+        assert_ne!(want.uid, 0);
+        let e = parse("[exec]\nenabled = true\n\nuid = 0\n").unwrap_err();
+        assert_eq!(e.line, Some(4));
+        assert!(e.message.starts_with("[exec] uid = 0 would run commands as root"), "{e}");
+        let e = parse("[exec]\ngid = 0\n").unwrap_err();
+        assert!(e.message.starts_with("[exec] gid = 0 would run commands as root"), "{e}");
     }
 
     #[test]

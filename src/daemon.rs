@@ -204,9 +204,13 @@ pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
     let rules = RuleSet::new(config.rules.clone()).map_err(|e| anyhow!("{}: {e}", config.source))?;
     let mut routes = Vec::new();
     for route in &config.routes {
+        let backend = open_backend(&route.backend, own_files_under(&route.backend, config), route.read_only)?;
+        if config.exec.enabled {
+            hand_root_to_exec(route, &*backend, config);
+        }
         routes.push(Route {
             prefix: route.path.clone(),
-            backend: open_backend(&route.backend, own_files_under(&route.backend, config), route.read_only)?,
+            backend,
             ttl: route.cache_ttl,
             kind: route.backend.kind(),
             read_only: route.read_only,
@@ -218,6 +222,21 @@ pub fn build_engine(config: &Config) -> Result<Arc<Engine>> {
     engine.gate.approvals.set_timeout(config.interrupt_timeout);
     engine.gate.approvals.start_sweeper();
     Ok(engine)
+}
+
+/// Makes the root of a memory or sqlite route (not served read-only) belong to `execute`'s
+/// user while it is as the daemon made it, so commands can create entries there as they can
+/// in the workspace; host routes keep the owners and modes they have on the host.
+fn hand_root_to_exec(route: &RouteConfig, backend: &dyn Backend, config: &Config) {
+    if route.read_only || matches!(route.backend, BackendConfig::Host { .. }) {
+        return;
+    }
+    let identity = &config.exec.identity;
+    match crate::exec::identity::hand_over_root(backend, identity) {
+        Ok(true) => tracing::info!("the root of {} now belongs to execute's {identity}", route.path),
+        Ok(false) => {}
+        Err(e) => tracing::warn!("cannot give the root of {} to execute's {identity}: {e}", route.path),
+    }
 }
 
 /// The newest mount at `path`, from /proc/self/mountinfo (so nothing asks the mounted
@@ -442,6 +461,9 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         println!("  {prefix} -> {backend}{read_only}");
     }
     println!("  {} rule(s) from {}", engine.gate.rules().len(), config.source);
+    if config.exec.enabled {
+        println!("  execute runs as {}, in {}", config.exec.identity, config.exec.cwd);
+    }
     println!("  control socket {} (approvers: {})", socket.display(), names(&described["approvers"]));
     println!("  agent socket {} (agents: {})", agent_socket.display(), names(&described["agents"]));
     match &config.audit_database {

@@ -96,11 +96,11 @@ impl State {
             .exec
             .enabled
             .then(|| ExecEnv { config: config.exec.clone(), mountpoint: mountpoint.clone() });
-        if config.exec.enabled && !config.allow_other && config.exec.uid != nix::unistd::geteuid().as_raw() {
+        let uid = config.exec.identity.uid;
+        if config.exec.enabled && !config.allow_other && uid != nix::unistd::geteuid().as_raw() {
             // The kernel keeps other users off a mount without allow_other.
             tracing::warn!(
-                "[exec] uid {} cannot use the mount while [fuse] allow_other = false; execute will fail",
-                config.exec.uid
+                "[exec] uid {uid} cannot use the mount while [fuse] allow_other = false; execute will fail"
             );
         }
         State {
@@ -246,6 +246,10 @@ impl State {
                 Observation::Strict => "strict",
                 Observation::Off => "off",
             },
+            "execute": self.config.exec.enabled.then(|| {
+                let id = &self.config.exec.identity;
+                json!({"uid": id.uid, "gid": id.gid, "identity": id.to_string(), "cwd": self.config.exec.cwd.as_str()})
+            }),
             "counters": {
                 "audit_records": self.engine.audit.recorded(),
                 "audit_dropped": self.engine.audit.dropped(),

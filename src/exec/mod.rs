@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::ExecConfig;
 
+pub mod identity;
+
 /// Top-level names that belong to the sandbox's system layout; an entry of the virtual tree
 /// with one of these names is not shown (it would hide the host's programs or the kernel's
 /// views, and `/tmp` is handled on its own).
@@ -201,7 +203,10 @@ impl Plan<'_> {
         // Only what setpriv needs to become the configured user; it drops them again.
         push(&[b"--cap-add", b"CAP_SETUID", b"--cap-add", b"CAP_SETGID", b"--cap-add", b"CAP_SETPCAP"]);
         push(&[b"--", b"setpriv"]);
-        let (uid, gid) = (format!("--reuid={}", self.config.uid), format!("--regid={}", self.config.gid));
+        let (uid, gid) = (
+            format!("--reuid={}", self.config.identity.uid),
+            format!("--regid={}", self.config.identity.gid),
+        );
         push(&[uid.as_bytes(), gid.as_bytes(), b"--clear-groups", b"--inh-caps=-all"]);
         push(&[b"--bounding-set=-all", b"--no-new-privs", b"--", b"/bin/sh", b"-c", command.as_bytes()]);
         a
@@ -319,6 +324,7 @@ mod tests {
     fn the_plan_binds_the_tree_and_only_a_minimal_host() {
         let mut config = ExecConfig::defaults(&[]);
         config.cwd = VPath::parse("/workspace").unwrap();
+        config.identity = identity::Identity::resolve(Some(1000), Some(100), None, None);
         let plan = Plan {
             mountpoint: Path::new("/mnt/agent"),
             config: &config,
@@ -336,7 +342,7 @@ mod tests {
         assert!(text.contains("--unshare-net"), "{text}");
         assert!(text.contains("--perms 1777 --size 1073741824 --tmpfs /tmp"), "{text}");
         assert!(text.contains("--chdir /workspace"), "{text}");
-        assert!(text.contains("--reuid=65534 --regid=65534"), "{text}");
+        assert!(text.contains("--reuid=1000 --regid=100"), "{text}");
         assert!(!text.contains("/root") && !text.contains("/home"), "{text}");
         assert_eq!(&args[args.len() - 3..], ["/bin/sh", "-c", "echo hi"]);
         config.network = true;

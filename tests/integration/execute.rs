@@ -1,7 +1,8 @@
 //! The `execute` tool over a real daemon and socket: the sandbox sees only the gated tree
 //! (hidden files absent to every program, denied writes refused, host paths and the network
-//! gone), timeouts kill the whole process tree, large output is cut and offloaded, and the
-//! tool is listed only when enabled.
+//! gone), timeouts kill the whole process tree, large output is cut and offloaded, the tool
+//! is listed only when enabled, and with the embedded default config commands run as the
+//! workspace's owner (or the sudo user) and can write the workspace and `/memories`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::{sh_ok, Fixture};
+use crate::harness::{scratch, sh_ok, status_at, Fixture, Mount, BIN};
 
 const RULES: &str = r#"
 [[rules]]
@@ -37,7 +38,8 @@ fn fixture() -> Fixture {
     std::fs::write(root.join("sub/.env"), "SECRET=deep\n").unwrap();
     std::fs::write(root.join("sub/a.txt"), "public SECRET-free text\n").unwrap();
     std::fs::create_dir_all(root.join("locked")).unwrap();
-    // The sandbox runs as nobody; the kernel checks modes on the mount (default_permissions).
+    // The host root belongs to root, so the sandbox runs as nobody; the kernel checks modes
+    // on the mount (default_permissions).
     for dir in [root.to_path_buf(), root.join("locked"), root.join("sub")] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
@@ -431,4 +433,173 @@ fn entries_named_like_system_paths_never_break_the_sandbox() {
         );
     }
     sh_ok(&f.mount.dir, "rm -rf tmp bin etc usr proc dev lib64 sys");
+}
+
+/// An existing unprivileged account other than nobody (Debian's `daemon`, 1:1), to own the
+/// workspace in the tests below.
+const OWNER: (u32, u32) = (1, 1);
+
+/// The embedded default config (memory `/`, host `/workspace`, sqlite `/memories`, the secrets
+/// rule) with its files in a scratch directory, `/workspace` rooted at a directory owned by
+/// `owner`, and `[exec] enabled = true` with no uid or gid.
+struct DefaultLike {
+    scratch: tempfile::TempDir,
+    workspace: PathBuf,
+    config: PathBuf,
+}
+
+impl DefaultLike {
+    fn new(owner: (u32, u32)) -> DefaultLike {
+        let scratch = scratch();
+        let workspace = scratch.path().join("project");
+        std::fs::create_dir(&workspace).unwrap();
+        std::os::unix::fs::chown(&workspace, Some(owner.0), Some(owner.1)).unwrap();
+        let embedded = agentvfs::config::EMBEDDED_DEFAULT
+            .replace("@CWD@", &workspace.display().to_string())
+            .replace("@DATA@", &scratch.path().join("data").display().to_string());
+        let text = format!(
+            "socket = \"{}\"\n{embedded}\n[audit]\ndatabase = \"{}\"\n\n[exec]\nenabled = true\ntimeout_seconds = 30\n",
+            scratch.path().join("agentvfs.sock").display(),
+            scratch.path().join("audit.db").display(),
+        );
+        let config = scratch.path().join("agentvfs.toml");
+        std::fs::write(&config, text).unwrap();
+        DefaultLike { scratch, workspace, config }
+    }
+
+    fn start(&self, env: &[(&str, &str)]) -> Mount {
+        let mnt = self.scratch.path().join("mnt");
+        Mount::try_start_with_env(&self.config, &mnt, "warn", env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.scratch.path().join("agentvfs.sock")
+    }
+
+    fn run(&self, command: &str) -> String {
+        execute(&self.socket(), json!({ "command": command })).0
+    }
+}
+
+fn owner_of(path: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    (m.uid(), m.gid())
+}
+
+#[test]
+fn out_of_the_box_commands_write_as_the_workspace_owner() {
+    let d = DefaultLike::new(OWNER);
+    let m = d.start(&[]);
+    let text = d.run(
+        "echo x > /workspace/f && echo m > /memories/note && mkdir /memories/dir && id -u && id -g \
+         && stat -c %u:%g /workspace/f /memories/note && echo t > /tmp/t && echo h > \"$HOME/h\" && cat /tmp/t ~/h",
+    );
+    assert_eq!(text, "1\n1\n1:1\n1:1\nt\nh\n\n[Command succeeded with exit code 0]");
+    let why = "uid 1, gid 1 (owner of /workspace's root)";
+    assert!(m.log_text().contains(&format!("execute runs as {why}, in /workspace")), "{}", m.log_text());
+    assert_eq!(
+        status_at(&d.socket())["execute"],
+        json!({"uid": 1, "gid": 1, "identity": why, "cwd": "/workspace"})
+    );
+    // On the host, the new file belongs to the workspace's owner.
+    assert_eq!(std::fs::read_to_string(d.workspace.join("f")).unwrap(), "x\n");
+    assert_eq!(owner_of(&d.workspace.join("f")), OWNER);
+    // The roots of the memory and sqlite routes were handed to that user; the host root kept
+    // its owner and mode.
+    assert_eq!(owner_of(&m.dir), OWNER);
+    assert_eq!(owner_of(&m.path("/memories")), OWNER);
+    assert_eq!(owner_of(&d.workspace), OWNER);
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&d.workspace).unwrap().mode() & 0o7777, 0o755);
+    }
+    // The scratch area: the owner's own shell can create top-level entries in it, and the
+    // command writes those (it cannot create entries at the top itself: its `/` is read-only).
+    let mnt = m.dir.display().to_string();
+    sh_ok(
+        Path::new("/"),
+        &format!("setpriv --reuid=1 --regid=1 --clear-groups sh -c 'echo s > {mnt}/scratch.txt && mkdir {mnt}/shared'"),
+    );
+    assert_eq!(
+        d.run("echo s2 >> /scratch.txt && echo in > /shared/in && cat /scratch.txt /shared/in"),
+        "s\ns2\nin\n\n[Command succeeded with exit code 0]"
+    );
+    assert_eq!(std::fs::read_to_string(m.path("/shared/in")).unwrap(), "in\n");
+    m.stop();
+    // The note is in the sqlite store: there after a restart, with its owner.
+    let m = d.start(&[]);
+    assert_eq!(std::fs::read_to_string(m.path("/memories/note")).unwrap(), "m\n");
+    assert_eq!(owner_of(&m.path("/memories/note")), OWNER);
+    assert_eq!(
+        d.run("echo more >> /memories/note && cat /memories/note"),
+        "m\nmore\n\n[Command succeeded with exit code 0]"
+    );
+    m.stop();
+}
+
+#[test]
+fn the_sudo_user_in_the_daemons_environment_wins() {
+    let d = DefaultLike::new(OWNER);
+    let m = d.start(&[("SUDO_UID", "65534"), ("SUDO_GID", "65534")]);
+    assert_eq!(
+        d.run("id -u && id -g && echo m > /memories/note && stat -c %u:%g /memories/note"),
+        "65534\n65534\n65534:65534\n\n[Command succeeded with exit code 0]"
+    );
+    let why = "uid 65534, gid 65534 (from SUDO_UID/SUDO_GID)";
+    assert_eq!(status_at(&d.socket())["execute"]["identity"], json!(why));
+    let status =
+        std::process::Command::new(BIN).args(["status", "--socket"]).arg(d.socket()).output().unwrap();
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(status.contains(&format!("execute: runs as {why}, in /workspace\n")), "{status}");
+    assert_eq!(owner_of(&m.path("/memories")), (65534, 65534));
+    // The workspace's permissions are the host's: not loosened for the sudo user.
+    assert_eq!(
+        d.run("echo x > /workspace/f"),
+        "[stderr] /bin/sh: 1: cannot create /workspace/f: Permission denied\n\nExit code: 2\n[Command failed with exit code 2]"
+    );
+    m.stop();
+}
+
+#[test]
+fn check_says_who_execute_runs_as_and_refuses_root() {
+    let d = DefaultLike::new(OWNER);
+    let check = |env: &[(&str, &str)]| {
+        let out = std::process::Command::new(BIN)
+            .args(["check", "--config"])
+            .arg(&d.config)
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = check(&[]);
+    assert!(
+        ok && out.contains("execute: runs as uid 1, gid 1 (owner of /workspace's root), in /workspace\n"),
+        "{out}"
+    );
+    let (_, out) = check(&[("SUDO_UID", "1000"), ("SUDO_GID", "1000")]);
+    assert!(out.contains("execute: runs as uid 1000, gid 1000 (from SUDO_UID/SUDO_GID)"), "{out}");
+    // sudo from a root shell names root, which is never taken: the workspace's owner is.
+    let (_, out) = check(&[("SUDO_UID", "0"), ("SUDO_GID", "0")]);
+    assert!(out.contains("execute: runs as uid 1, gid 1 (owner of /workspace's root)"), "{out}");
+    std::os::unix::fs::chown(&d.workspace, Some(0), Some(0)).unwrap();
+    let (_, out) = check(&[]);
+    assert!(
+        out.contains("execute: runs as uid 65534, gid 65534 (nobody: no sudo user and /workspace's root belongs to root)"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    std::fs::write(&d.config, format!("{text}uid = 1000\n")).unwrap();
+    let (_, out) = check(&[("SUDO_UID", "5"), ("SUDO_GID", "6")]);
+    assert!(out.contains("execute: runs as uid 1000 ([exec] uid), gid 6 (from SUDO_GID)"), "{out}");
+    std::fs::write(&d.config, format!("{text}uid = 0\n")).unwrap();
+    let (ok, out) = check(&[]);
+    let line = text.lines().count() + 1;
+    assert!(!ok && out.contains(&format!(":{line}: [exec] uid = 0 would run commands as root")), "{out}");
 }

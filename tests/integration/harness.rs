@@ -58,6 +58,17 @@ impl Mount {
 
     /// Like [`Mount::try_start`], with the daemon's log filtered by `filter` (`RUST_LOG`).
     pub fn try_start_logging(config: &Path, dir: &Path, filter: &str) -> Result<Mount, String> {
+        Self::try_start_with_env(config, dir, filter, &[])
+    }
+
+    /// Like [`Mount::try_start_logging`], with `env` added to the daemon's environment. The
+    /// daemon never inherits the test's `SUDO_UID`/`SUDO_GID` (they choose `execute`'s user).
+    pub fn try_start_with_env(
+        config: &Path,
+        dir: &Path,
+        filter: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Mount, String> {
         // A stale mount left by a killed daemon answers ENOTCONN here; the daemon clears it.
         let _ = std::fs::create_dir_all(dir);
         let parent = dir.parent().expect("a mountpoint has a parent").canonicalize().unwrap();
@@ -69,6 +80,9 @@ impl Mount {
             .arg(config)
             .arg(&dir)
             .env("RUST_LOG", filter)
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
