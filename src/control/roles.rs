@@ -12,12 +12,11 @@
 //! time: SO_PEERCRED's uid and gid, and SO_PEERGROUPS' supplementary groups.
 
 use std::fmt;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::config::{BackendConfig, ControlConfig, RouteConfig};
+use crate::config::{ControlConfig, RouteConfig};
 use crate::control::proto::{self, RpcError};
 pub use crate::engine::Socket;
 
@@ -113,17 +112,11 @@ pub struct Roles {
     daemon_uid: u32,
 }
 
-/// The default user: `SUDO_UID`, else the owner of the first host route's root (in config
-/// order, `/` first), else the daemon's own user. A source that names root is passed over (sudo
-/// from a root shell, a root-owned workspace): root holds both roles anyway.
-pub fn default_user(sudo_uid: Option<&str>, routes: &[RouteConfig], daemon_uid: u32) -> u32 {
-    let sudo = sudo_uid.and_then(|s| s.trim().parse::<u32>().ok());
-    let host_root = routes.iter().find_map(|r| match &r.backend {
-        BackendConfig::Host { root } => Some(root),
-        _ => None,
-    });
-    let owner = || host_root.and_then(|root| std::fs::metadata(root).ok()).map(|m| m.uid());
-    sudo.filter(|uid| *uid != 0).or_else(|| owner().filter(|uid| *uid != 0)).unwrap_or(daemon_uid)
+/// The default user: the one who owns the work, as `execute` finds it
+/// ([`crate::exec::identity::Identity`]: `SUDO_UID`, else the owner of the first host route's
+/// root, never root), else the daemon's own user. Root holds both roles anyway.
+pub fn default_user(sudo: Option<(u32, u32)>, routes: &[RouteConfig], daemon_uid: u32) -> u32 {
+    crate::exec::identity::Identity::with_sudo(None, None, sudo, routes).work_owner().unwrap_or(daemon_uid)
 }
 
 impl Roles {
@@ -131,8 +124,8 @@ impl Roles {
     /// environment (`SUDO_UID`) and with its user.
     pub fn new(control: &ControlConfig, routes: &[RouteConfig]) -> Roles {
         let me = nix::unistd::geteuid().as_raw();
-        let sudo = std::env::var("SUDO_UID").ok();
-        Roles::with(control, &Member::user(default_user(sudo.as_deref(), routes, me)), me)
+        let sudo = crate::exec::identity::sudo_from_env();
+        Roles::with(control, &Member::user(default_user(sudo, routes, me)), me)
     }
 
     pub fn with(control: &ControlConfig, default: &Member, daemon_uid: u32) -> Roles {

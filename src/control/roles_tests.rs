@@ -1,6 +1,7 @@
 //! Unit tests of the roles: names looked up, the default user, who each socket admits and
 //! what it says to the others, socket modes, and which methods the agent socket serves.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde_json::json;
@@ -50,11 +51,10 @@ fn the_default_user_is_the_sudo_user_else_the_workspace_owner_else_the_daemon() 
     );
     let routes = Config::parse_str(&text, "t.toml", Path::new("/")).unwrap().routes;
     let owner = std::fs::metadata(dir.path()).map(|m| m.uid()).unwrap();
-    assert_eq!(default_user(Some("1000"), &routes, 7), 1000);
+    assert_eq!(default_user(Some((1000, 1000)), &routes, 7), 1000);
     // sudo from a root shell, and a root-owned workspace, say nothing: root has both roles.
     let after_sudo = if owner == 0 { 7 } else { owner };
-    assert_eq!(default_user(Some("0"), &routes, 7), after_sudo);
-    assert_eq!(default_user(Some("x"), &routes, 7), after_sudo);
+    assert_eq!(default_user(Some((0, 0)), &routes, 7), after_sudo);
     assert_eq!(default_user(None, &[], 7), 7);
     if nix::unistd::chown(dir.path(), Some(65534.into()), None).is_ok() {
         assert_eq!(default_user(None, &routes, 7), 65534);

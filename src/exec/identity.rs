@@ -117,9 +117,25 @@ impl Identity {
         explicit_gid: Option<u32>,
         routes: &[RouteConfig],
     ) -> Identity {
+        Identity::with_sudo(explicit_uid, explicit_gid, sudo_from_env(), routes)
+    }
+
+    /// [`Identity::resolve`] with `sudo` and the routes' host roots.
+    pub fn with_sudo(
+        explicit_uid: Option<u32>,
+        explicit_gid: Option<u32>,
+        sudo: Option<(u32, u32)>,
+        routes: &[RouteConfig],
+    ) -> Identity {
         let owner = first_host_owner(routes);
         let host = owner.as_ref().map(|(route, uid, gid)| (route, *uid, *gid));
-        Identity::resolve(explicit_uid, explicit_gid, sudo_from_env(), host)
+        Identity::resolve(explicit_uid, explicit_gid, sudo, host)
+    }
+
+    /// The user who owns the work (the sudo user, else the first host root's owner), when
+    /// one is found: the default agent and approver too ([`crate::control::roles`]).
+    pub fn work_owner(&self) -> Option<u32> {
+        matches!(self.uid_from, Origin::Sudo | Origin::HostRoot(_)).then_some(self.uid)
     }
 }
 
