@@ -274,13 +274,22 @@ fn with_rings_deleting_files_does_not_wake_the_dev_fuse_reader_for_each() {
         std::fs::write(dir.join(i.to_string()), "x").unwrap();
     }
     let before: u64 = dev_fuse_reader_switches(pid).iter().sum();
+    let started = std::time::Instant::now();
     // Every unlink makes the kernel forget an inode: a reader waiting on the device would be
-    // woken for each (about one switch per file), a paced one reads them in batches.
+    // woken for each (about one switch per file), a paced one reads them in batches, waking
+    // at most once every 2 ms however many forgets came meanwhile.
     for i in 0..FILES {
         std::fs::remove_file(dir.join(i.to_string())).unwrap();
     }
     let woken = dev_fuse_reader_switches(pid).iter().sum::<u64>() - before;
-    assert!(woken < FILES / 5, "the reader was woken {woken} times for {FILES} deletions");
+    // On a loaded machine the deletions take long enough for the paced reader to wake often
+    // too: then the bound is its pace.
+    let paced = started.elapsed().as_millis() as u64 / 2 + 20;
+    assert!(
+        woken < (FILES / 5).max(paced),
+        "the reader was woken {woken} times for {FILES} deletions in {:?}",
+        started.elapsed()
+    );
     std::fs::remove_dir(&dir).unwrap();
     file_work(&fx, None);
 }
