@@ -5,8 +5,9 @@
 set -euo pipefail
 
 need_apt=()
-# bwrap: the execute tool's sandbox (with setpriv to drop to its uid).
-for tool in setfattr:attr git:git unshare:util-linux setpriv:util-linux tar:tar bwrap:bubblewrap; do
+# bwrap: the execute tool's sandbox (with setpriv to drop to its uid); tmux: a real terminal
+# for the `agentvfs run` tests.
+for tool in setfattr:attr git:git unshare:util-linux setpriv:util-linux tar:tar bwrap:bubblewrap tmux:tmux; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 # The race tests run Python as an unprivileged user: the system's interpreter, not one in root's home.

@@ -1,8 +1,9 @@
 //! The command line: `agentvfs mount | check | explain` work from a config file; the other
-//! commands talk to a running daemon: `tools`, `call`, `mcp`, `paths` and `explain` over the
-//! agent socket, `status`, `reload`, `interrupts`, `approve` and `reject` over the control
-//! socket.
+//! commands talk to a running daemon: `tools`, `call`, `mcp`, `paths`, `explain` and `run`
+//! over the agent socket, `status`, `reload`, `interrupts`, `approve` and `reject` over the
+//! control socket.
 
+use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -131,6 +132,29 @@ enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Start COMMAND on this terminal in a sandbox whose whole file system is the gated tree
+    /// (as execute's), as the invoking user (the sudo user under sudo; never root), and exit
+    /// with its status.
+    Run {
+        /// The agent socket [default: the one --config names, else $AGENTVFS_SOCKET, else the
+        /// default config's].
+        #[arg(long, value_name = "S")]
+        socket: Option<PathBuf>,
+        /// The daemon's config file: its agent socket, `[run]` (home, env, network) and
+        /// `[exec] cwd` [default: `[run]`'s defaults].
+        #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+        config: Option<PathBuf>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
+    },
+    /// Inside `agentvfs run`'s sandbox: starts the program with SIGINT and SIGQUIT at their
+    /// defaults.
+    #[command(name = "run-program", hide = true)]
+    RunProgram {
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
     /// Bridge MCP over stdio to the daemon's agent socket (for MCP clients that launch
     /// servers); only the agent's methods are forwarded.
     Mcp {
@@ -216,8 +240,19 @@ impl Remote {
     }
 
     fn call(&self, method: &str, params: Option<Value>) -> Result<Value> {
-        let mut client = Client::connect(&self.path(socket_for(method))?)?;
+        let mut client = connect(&self.path(socket_for(method))?, method)?;
         Ok(client.call(method, params)?)
+    }
+}
+
+/// Connects to the socket that serves `method`; inside `agentvfs run`'s sandbox, where no
+/// control socket exists, a failure for an approver's or operator's method says so.
+fn connect(path: &Path, method: &str) -> Result<Client> {
+    match Client::connect(path) {
+        Err(_) if socket_for(method) == Socket::Control && crate::run::inside() => {
+            bail!("{}", crate::run::no_control_socket(method))
+        }
+        connected => Ok(connected?),
     }
 }
 
@@ -339,7 +374,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Interrupts { remote, watch } => {
-            interrupts::show(&mut Client::connect(&remote.path(Socket::Control)?)?, watch, remote.json)
+            let method = if watch { "interrupts/subscribe" } else { "interrupts/list" };
+            interrupts::show(&mut connect(&remote.path(Socket::Control)?, method)?, watch, remote.json)
         }
         Command::Approve { remote, id, scope } => {
             let params = json!({"id": id, "decision": "approve", "scope": scope});
@@ -349,6 +385,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let params = json!({"id": id, "decision": "reject", "message": reason});
             interrupts::resolved(&remote.call("interrupts/resolve", Some(params))?, remote.json)
         }
+        Command::Run { socket, config, command } => {
+            let loaded = config.as_deref().map(Config::load).transpose()?;
+            let socket = match &loaded {
+                Some(c) => c.agent_socket.clone(),
+                None => socket_path(socket.as_ref(), None, Socket::Agent)?,
+            };
+            let request = crate::run::Request { socket: &socket, config: loaded.as_ref(), argv: &command };
+            crate::run::run(&request)
+        }
+        Command::RunProgram { command } => Ok(crate::run::exec_program(&command)),
         Command::Mcp { socket, config } => {
             mcp_bridge(&socket_path(socket.as_ref(), config.as_ref(), Socket::Agent)?)
         }

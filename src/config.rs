@@ -14,6 +14,10 @@ use crate::exec::identity::Identity;
 use crate::policy::rules::{check_pattern, Mode, Op, Rule};
 use crate::vpath::VPath;
 
+#[path = "config_run.rs"]
+mod run_table;
+pub use run_table::{RunConfig, DEFAULT_RUN_ENV};
+
 /// A configuration error: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -123,6 +127,8 @@ pub struct Config {
     pub observation: Observation,
     /// `[exec]`: the `execute` tool and its sandbox.
     pub exec: ExecConfig,
+    /// `[run]`: `agentvfs run`, a program in the same sandbox on the caller's terminal.
+    pub run: RunConfig,
 }
 
 /// `[control]`: the users and groups of each role, as the file lists them (`None`: the key
@@ -184,6 +190,7 @@ struct RawConfig {
     rules: Vec<Spanned<RawRule>>,
     interrupts: Option<RawInterrupts>,
     exec: Option<Spanned<RawExec>>,
+    run: Option<run_table::RawRun>,
     tools: Option<RawTools>,
     fuse: Option<RawFuse>,
     audit: Option<RawAudit>,
@@ -565,6 +572,7 @@ impl Parser<'_> {
         let control = self.control(raw.control.as_ref())?;
         let threads = raw.fuse.as_ref().and_then(|f| f.threads).unwrap_or(0);
         let exec = self.exec(raw.exec.as_ref(), &routes)?;
+        let run = self.run(raw.run.as_ref())?;
         Ok(Config {
             source: self.file.to_string(),
             file: None,
@@ -588,6 +596,7 @@ impl Parser<'_> {
             io_uring_idle_class: raw.fuse.as_ref().and_then(|f| f.io_uring_idle_class).unwrap_or(true),
             observation,
             exec,
+            run,
         })
     }
 

@@ -19,4 +19,5 @@ pub mod host_changes;
 pub mod log_limit;
 pub mod policy;
 pub mod route;
+pub mod run;
 pub mod vpath;

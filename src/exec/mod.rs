@@ -60,8 +60,8 @@ const ETC_FILES: [&str; 17] = [
 /// The size cap of the private `/tmp` (a tmpfs lives in memory).
 const TMP_BYTES: &str = "1073741824";
 
-/// `PATH` inside the sandbox (the environment is otherwise empty apart from `HOME` and `LANG`).
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// `PATH` inside the sandbox unless the caller gives its own.
+pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// One entry at the top of the virtual tree, as the sandbox shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,102 +114,177 @@ pub struct Outcome {
 #[derive(Debug)]
 pub struct Unavailable(pub String);
 
-/// Finds `program` in the daemon's `PATH`.
-fn which(program: &str) -> Option<PathBuf> {
+/// Who the sandboxed program runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunAs {
+    /// bubblewrap runs as root (the daemon) and keeps only what `setpriv` needs to switch to
+    /// this uid and gid, clear the groups and empty every capability set (`execute`).
+    Switch { uid: u32, gid: u32 },
+    /// bubblewrap runs as the caller, an unprivileged user, and drops every capability
+    /// (`--cap-drop ALL`); it makes a user namespace when it is not setuid (`agentvfs run`).
+    Caller,
+}
+
+/// What differs between the sandboxes of `execute` and `agentvfs run`; the rest (the tree,
+/// the read-only system paths, the minimal `/etc`, `/proc`, `/dev`, `/tmp`) is the same.
+pub struct Options<'a> {
+    /// Share the host's network; otherwise an empty network namespace.
+    pub network: bool,
+    /// `--new-session`: no terminal (`execute`: no TIOCSTI into the daemon's). Without it
+    /// the program keeps the caller's terminal and job control (`agentvfs run`).
+    pub new_session: bool,
+    /// The working directory, a virtual path.
+    pub cwd: &'a str,
+    /// The environment besides `PATH` (which is always [`PATH`] unless given here).
+    pub env: &'a [(&'a str, OsString)],
+    pub run_as: RunAs,
+    /// More files bound read-only from descriptors (in bubblewrap's process): (fd, where).
+    /// Their parents are made on the sandbox's own root, which must not be a tree entry.
+    pub ro_binds: &'a [(RawFd, &'a str)],
+    /// The program and its arguments.
+    pub argv: &'a [OsString],
+}
+
+/// Finds `program` in this process's `PATH`.
+pub fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
     std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
 }
 
-impl Plan<'_> {
-    /// Opens the mount's entry for each [`TopEntry::Bind`] (`O_PATH | O_NOFOLLOW`); entries
-    /// that vanished or turned into symlinks since the listing are left out.
-    fn open_sources(&self) -> HashMap<String, OwnedFd> {
-        let mut fds = HashMap::new();
-        for entry in &self.entries {
-            let TopEntry::Bind(name) = entry else { continue };
-            let opened = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
-                .open(self.mountpoint.join(name));
-            let Ok(file) = opened else { continue };
-            match file.metadata() {
-                Ok(m) if !m.file_type().is_symlink() => {
-                    fds.insert(name.clone(), OwnedFd::from(file));
-                }
-                _ => {}
+/// Opens the mount's entry for each [`TopEntry::Bind`] (`O_PATH | O_NOFOLLOW`); entries
+/// that vanished or turned into symlinks since the listing are left out.
+pub fn open_sources(mountpoint: &Path, entries: &[TopEntry]) -> HashMap<String, OwnedFd> {
+    let mut fds = HashMap::new();
+    for entry in entries {
+        let TopEntry::Bind(name) = entry else { continue };
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+            .open(mountpoint.join(name));
+        let Ok(file) = opened else { continue };
+        match file.metadata() {
+            Ok(m) if !m.file_type().is_symlink() => {
+                fds.insert(name.clone(), OwnedFd::from(file));
             }
+            _ => {}
         }
-        fds
+    }
+    fds
+}
+
+/// The bubblewrap arguments, up to and including the program, for a sandbox whose file
+/// system is the tree's `entries` (bound from `sources`, descriptors in bubblewrap's
+/// process) and the host's read-only system paths.
+pub fn bwrap_args(
+    entries: &[TopEntry],
+    sources: &HashMap<String, RawFd>,
+    options: &Options,
+) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&[u8]]| {
+        for item in items {
+            a.push(OsString::from(std::ffi::OsStr::from_bytes(item)));
+        }
+    };
+    push(&[b"--die-with-parent"]);
+    if options.new_session {
+        push(&[b"--new-session"]);
+    }
+    push(&[b"--unshare-pid", b"--unshare-ipc"]);
+    push(&[b"--unshare-uts", b"--hostname", b"agentvfs", b"--unshare-cgroup-try"]);
+    if !options.network {
+        push(&[b"--unshare-net"]);
+    }
+    // An empty root; it is made read-only once everything is in place, so the only
+    // writable places are the mount's entries and /tmp.
+    push(&[b"--tmpfs", b"/", b"--ro-bind", b"/usr", b"/usr"]);
+    for dir in SYSTEM_DIRS {
+        let host = Path::new("/").join(dir);
+        let dest = format!("/{dir}");
+        match std::fs::symlink_metadata(&host) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(&host) {
+                    push(&[b"--symlink", target.as_os_str().as_bytes(), dest.as_bytes()]);
+                }
+            }
+            Ok(m) if m.is_dir() => push(&[b"--ro-bind", dest.as_bytes(), dest.as_bytes()]),
+            _ => {}
+        }
+    }
+    push(&[b"--dir", b"/etc"]);
+    for name in ETC_FILES {
+        let path = format!("/etc/{name}");
+        push(&[b"--ro-bind-try", path.as_bytes(), path.as_bytes()]);
+    }
+    push(&[b"--proc", b"/proc", b"--dev", b"/dev"]);
+    let mut has_tmp = false;
+    for entry in entries {
+        let dest = format!("/{}", entry.name());
+        match entry {
+            TopEntry::Bind(name) => {
+                let Some(fd) = sources.get(name) else { continue };
+                // bubblewrap closes the descriptor once bound: the command must not get it,
+                // since `..` from a descriptor of the host's mount leads out of the sandbox.
+                push(&[b"--bind-fd", fd.to_string().as_bytes(), dest.as_bytes()]);
+                has_tmp |= name == "tmp";
+            }
+            TopEntry::Symlink { target, .. } => push(&[b"--symlink", target, dest.as_bytes()]),
+        }
+    }
+    if !has_tmp {
+        // No /tmp in the tree: a private, world-writable tmpfs that lives as long as the
+        // command (the host's /tmp is never shown), capped so it cannot eat the memory.
+        push(&[b"--perms", b"1777", b"--size", TMP_BYTES.as_bytes(), b"--tmpfs", b"/tmp"]);
+    }
+    for (fd, dest) in options.ro_binds {
+        push(&[b"--ro-bind-fd", fd.to_string().as_bytes(), dest.as_bytes()]);
+    }
+    push(&[b"--remount-ro", b"/", b"--chdir", options.cwd.as_bytes()]);
+    push(&[b"--clearenv"]);
+    if !options.env.iter().any(|(name, _)| *name == "PATH") {
+        push(&[b"--setenv", b"PATH", PATH.as_bytes()]);
+    }
+    for (name, value) in options.env {
+        push(&[b"--setenv", name.as_bytes(), value.as_bytes()]);
+    }
+    match options.run_as {
+        RunAs::Switch { uid, gid } => {
+            // Only what setpriv needs to become the configured user; it drops them again.
+            push(&[b"--cap-add", b"CAP_SETUID", b"--cap-add", b"CAP_SETGID", b"--cap-add", b"CAP_SETPCAP"]);
+            push(&[b"--", b"setpriv"]);
+            let (uid, gid) = (format!("--reuid={uid}"), format!("--regid={gid}"));
+            push(&[uid.as_bytes(), gid.as_bytes(), b"--clear-groups", b"--inh-caps=-all"]);
+            push(&[b"--bounding-set=-all", b"--no-new-privs", b"--"]);
+        }
+        RunAs::Caller => push(&[b"--cap-drop", b"ALL", b"--"]),
+    }
+    for arg in options.argv {
+        push(&[arg.as_bytes()]);
+    }
+    a
+}
+
+impl Plan<'_> {
+    fn open_sources(&self) -> HashMap<String, OwnedFd> {
+        open_sources(self.mountpoint, &self.entries)
     }
 
     /// The bubblewrap arguments, up to and including the command; `sources` are the
     /// descriptors (in bubblewrap's process) of the entries to bind.
     pub fn bwrap_args(&self, command: &str, sources: &HashMap<String, RawFd>) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::new();
-        let mut push = |items: &[&[u8]]| {
-            for item in items {
-                a.push(OsString::from(std::ffi::OsStr::from_bytes(item)));
-            }
+        let env = [("HOME", OsString::from("/tmp")), ("LANG", OsString::from("C.UTF-8"))];
+        let argv = [OsString::from("/bin/sh"), OsString::from("-c"), OsString::from(command)];
+        let identity = &self.config.identity;
+        let options = Options {
+            network: self.config.network,
+            new_session: true,
+            cwd: self.config.cwd.as_str(),
+            env: &env,
+            run_as: RunAs::Switch { uid: identity.uid, gid: identity.gid },
+            ro_binds: &[],
+            argv: &argv,
         };
-        push(&[b"--die-with-parent", b"--new-session", b"--unshare-pid", b"--unshare-ipc"]);
-        push(&[b"--unshare-uts", b"--hostname", b"agentvfs", b"--unshare-cgroup-try"]);
-        if !self.config.network {
-            push(&[b"--unshare-net"]);
-        }
-        // An empty root; it is made read-only once everything is in place, so the only
-        // writable places are the mount's entries and /tmp.
-        push(&[b"--tmpfs", b"/", b"--ro-bind", b"/usr", b"/usr"]);
-        for dir in SYSTEM_DIRS {
-            let host = Path::new("/").join(dir);
-            let dest = format!("/{dir}");
-            match std::fs::symlink_metadata(&host) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    if let Ok(target) = std::fs::read_link(&host) {
-                        push(&[b"--symlink", target.as_os_str().as_bytes(), dest.as_bytes()]);
-                    }
-                }
-                Ok(m) if m.is_dir() => push(&[b"--ro-bind", dest.as_bytes(), dest.as_bytes()]),
-                _ => {}
-            }
-        }
-        push(&[b"--dir", b"/etc"]);
-        for name in ETC_FILES {
-            let path = format!("/etc/{name}");
-            push(&[b"--ro-bind-try", path.as_bytes(), path.as_bytes()]);
-        }
-        push(&[b"--proc", b"/proc", b"--dev", b"/dev"]);
-        let mut has_tmp = false;
-        for entry in &self.entries {
-            let dest = format!("/{}", entry.name());
-            match entry {
-                TopEntry::Bind(name) => {
-                    let Some(fd) = sources.get(name) else { continue };
-                    // bubblewrap closes the descriptor once bound: the command must not get it,
-                    // since `..` from a descriptor of the host's mount leads out of the sandbox.
-                    push(&[b"--bind-fd", fd.to_string().as_bytes(), dest.as_bytes()]);
-                    has_tmp |= name == "tmp";
-                }
-                TopEntry::Symlink { target, .. } => push(&[b"--symlink", target, dest.as_bytes()]),
-            }
-        }
-        if !has_tmp {
-            // No /tmp in the tree: a private, world-writable tmpfs that lives as long as the
-            // command (the host's /tmp is never shown), capped so it cannot eat the memory.
-            push(&[b"--perms", b"1777", b"--size", TMP_BYTES.as_bytes(), b"--tmpfs", b"/tmp"]);
-        }
-        push(&[b"--remount-ro", b"/", b"--chdir", self.config.cwd.as_str().as_bytes()]);
-        push(&[b"--clearenv", b"--setenv", b"PATH", PATH.as_bytes()]);
-        push(&[b"--setenv", b"HOME", b"/tmp", b"--setenv", b"LANG", b"C.UTF-8"]);
-        // Only what setpriv needs to become the configured user; it drops them again.
-        push(&[b"--cap-add", b"CAP_SETUID", b"--cap-add", b"CAP_SETGID", b"--cap-add", b"CAP_SETPCAP"]);
-        push(&[b"--", b"setpriv"]);
-        let (uid, gid) = (
-            format!("--reuid={}", self.config.identity.uid),
-            format!("--regid={}", self.config.identity.gid),
-        );
-        push(&[uid.as_bytes(), gid.as_bytes(), b"--clear-groups", b"--inh-caps=-all"]);
-        push(&[b"--bounding-set=-all", b"--no-new-privs", b"--", b"/bin/sh", b"-c", command.as_bytes()]);
-        a
+        bwrap_args(&self.entries, sources, &options)
     }
 
     /// Runs `command`, keeping at most `capture` bytes of each stream, and kills the whole

@@ -20,6 +20,7 @@ mod races;
 mod requests;
 mod roles;
 mod rules;
+mod run;
 mod security;
 mod stress;
 mod trailing_slash;

@@ -1,0 +1,473 @@
+//! `agentvfs run -- COMMAND`: starts a program on the caller's terminal in the `execute`
+//! sandbox (the gated tree as its whole file system, the host's system paths read-only), as
+//! the invoking user with no capabilities, and returns its exit status. See `doc/run.md`.
+//!
+//! This process asks the daemon (agent socket, `vfs/paths`) where the tree is mounted, makes
+//! the agent's home through the mount, drops to the invoking user when started through sudo,
+//! and then becomes bubblewrap (`exec`, so the caller's signals, job control and terminal
+//! reach the program directly; `--die-with-parent` and a PID namespace make sure nothing the
+//! program started outlives it).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::control::client::Client;
+use crate::exec::{self, Options, RunAs, TopEntry, RESERVED};
+use crate::vpath::VPath;
+
+/// Where the agent socket is inside the sandbox (`AGENTVFS_SOCKET` names it there).
+pub const SANDBOX_SOCKET: &str = "/run/agentvfs/agent.sock";
+
+/// Where the running agentvfs binary is bound inside the sandbox (first in `PATH`).
+const SANDBOX_BIN: &str = "/run/agentvfs/bin/agentvfs";
+
+/// The hidden subcommand that starts the program inside ([`exec_program`]).
+pub const SHIM: &str = "run-program";
+
+/// A tree entry at the top named so is not shown: the sandbox's `/run` holds the socket and
+/// the binary.
+const RUN_DIR: &str = "run";
+
+/// Whether this process runs inside `agentvfs run`'s sandbox, as far as its environment says
+/// (only for messages: the sandbox has no control socket whatever the environment says).
+pub fn inside() -> bool {
+    std::env::var_os("AGENTVFS_SOCKET").is_some_and(|s| s == SANDBOX_SOCKET)
+        && Path::new(SANDBOX_SOCKET).exists()
+}
+
+/// The user the program runs as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+    /// The login name, when the user database has one.
+    pub name: Option<String>,
+}
+
+/// Who invoked `agentvfs run`: the real user; as root, the sudo user (`SUDO_UID`/`SUDO_GID`);
+/// root itself never (an agent must not be root).
+pub fn invoking_user(euid: u32, uid: u32, gid: u32, sudo: Option<(u32, u32)>) -> Result<(u32, u32), String> {
+    if euid != 0 {
+        return Ok((uid, gid));
+    }
+    match sudo {
+        Some((u, g)) if u != 0 => Ok((u, g)),
+        _ => Err("agentvfs run refuses to run a program as root: an agent must not be root. Run it as the \
+                  agent's user (an unprivileged user in [control] agents), or through sudo from that user's \
+                  shell (it then runs as SUDO_UID/SUDO_GID)"
+            .to_string()),
+    }
+}
+
+/// The working directory inside: the caller's `cwd` when it is under the mountpoint (the same
+/// virtual path) or under a host route's root (the route's path and the rest); else `None`.
+/// `hosts` are (virtual path, root on the host); the longest root that holds `cwd` wins.
+pub fn virtual_cwd(cwd: &Path, mountpoint: &Path, hosts: &[(VPath, PathBuf)]) -> Option<VPath> {
+    let under = |rest: &Path, base: &VPath| -> Option<VPath> {
+        let rest = rest.to_str()?;
+        let joined =
+            if rest.is_empty() { base.clone() } else { VPath::parse(&format!("{base}/{rest}")).ok()? };
+        Some(joined)
+    };
+    if let Ok(rest) = cwd.strip_prefix(mountpoint) {
+        return under(rest, &VPath::root());
+    }
+    hosts
+        .iter()
+        .filter_map(|(route, root)| Some((root.components().count(), route, cwd.strip_prefix(root).ok()?)))
+        .max_by_key(|(depth, _, _)| *depth)
+        .and_then(|(_, route, rest)| under(rest, route))
+}
+
+/// The tree's top-level entries as the sandbox shows them: what the mount lists (the gate has
+/// left hidden entries out), minus the names of the system layout and `run`.
+fn top_entries(mountpoint: &Path) -> Result<Vec<TopEntry>> {
+    let mut out = Vec::new();
+    let listing =
+        std::fs::read_dir(mountpoint).with_context(|| format!("listing {}", mountpoint.display()))?;
+    for entry in listing {
+        let entry = entry?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+        let kind = entry.file_type()?;
+        if name == RUN_DIR || (RESERVED.contains(&name.as_str()) && name != "tmp") {
+            continue;
+        }
+        // As for execute: only a directory can stand in for /tmp.
+        if name == "tmp" && !kind.is_dir() {
+            continue;
+        }
+        if kind.is_symlink() {
+            if let Ok(target) = std::fs::read_link(entry.path()) {
+                out.push(TopEntry::Symlink { name, target: target.into_os_string().into_vec() });
+            }
+        } else {
+            out.push(TopEntry::Bind(name));
+        }
+    }
+    Ok(out)
+}
+
+/// Opens `path` as an `O_PATH` descriptor (following links when `follow`).
+fn open_path(path: &Path, follow: bool) -> std::io::Result<OwnedFd> {
+    let flags = if follow { libc::O_PATH } else { libc::O_PATH | libc::O_NOFOLLOW };
+    Ok(OwnedFd::from(std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path)?))
+}
+
+/// The mount's path for a virtual path.
+fn in_mount(mountpoint: &Path, path: &VPath) -> PathBuf {
+    mountpoint.join(path.as_str().trim_start_matches('/'))
+}
+
+/// Makes `home` (and missing parents) through the mount. Run as root (through sudo), the
+/// directories it makes are given to `user`, the home itself mode 0700; as the user, they are
+/// the user's already. An existing home is left as it is.
+fn ensure_home(mountpoint: &Path, home: &VPath, user: &User, as_root: bool) -> Result<()> {
+    let mut at = VPath::root();
+    for part in home.as_str().trim_start_matches('/').split('/') {
+        at = at.join(part);
+        let path = in_mount(mountpoint, &at);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(_) => bail!(
+                "HOME {home}: {at} exists in the tree and is not a directory; set [run] home to another path"
+            ),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                bail!("HOME {home}: cannot look at {at}: {e}")
+            }
+            Err(_) => {}
+        }
+        let mode = if at == *home { 0o700 } else { 0o755 };
+        if let Err(e) = std::fs::DirBuilder::new().mode(mode).create(&path) {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                continue;
+            }
+            bail!(
+                "cannot create HOME {home} in the tree: mkdir {at}: {e}. Create it once as root (`sudo agentvfs \
+                 run ...` from this user's shell does, and gives it to the user), or set [run] home to a \
+                 directory this user may create (e.g. under a host route the user owns)"
+            );
+        }
+        if as_root && at == *home {
+            std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid))
+                .with_context(|| format!("giving HOME {home} to uid {}", user.uid))?;
+        }
+    }
+    Ok(())
+}
+
+/// Becomes `user` (its groups from the user database, then gid, then uid) for good.
+fn drop_to(user: &User) -> Result<()> {
+    use nix::unistd::{Gid, Uid};
+    let gid = Gid::from_raw(user.gid);
+    match user.name.as_deref().and_then(|n| std::ffi::CString::new(n).ok()) {
+        Some(name) => nix::unistd::initgroups(&name, gid).context("initgroups")?,
+        None => nix::unistd::setgroups(&[gid]).context("setgroups")?,
+    }
+    nix::unistd::setresgid(gid, gid, gid).context("setresgid")?;
+    let uid = Uid::from_raw(user.uid);
+    nix::unistd::setresuid(uid, uid, uid).context("setresuid")?;
+    if nix::unistd::geteuid().is_root() || nix::unistd::getuid().is_root() {
+        bail!("could not drop root privileges");
+    }
+    Ok(())
+}
+
+/// What `agentvfs run` was asked.
+pub struct Request<'a> {
+    /// The agent socket.
+    pub socket: &'a Path,
+    /// The config `--config` named (`[run]`, `[exec] cwd`), if any.
+    pub config: Option<&'a Config>,
+    pub argv: &'a [OsString],
+}
+
+/// Runs the request: the program's exit status, or why it could not be started.
+pub fn run(request: &Request) -> Result<ExitCode> {
+    let argv = request.argv;
+    if argv.is_empty() {
+        bail!("no command: agentvfs run [--config FILE] -- COMMAND [ARGS...]");
+    }
+    let (euid, uid, gid) =
+        (nix::unistd::geteuid().as_raw(), nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+    let (uid, gid) =
+        invoking_user(euid, uid, gid, exec::identity::sudo_from_env()).map_err(|e| anyhow!(e))?;
+    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map(|u| u.name);
+    let user = User { uid, gid, name };
+    let bwrap = exec::which("bwrap")
+        .ok_or_else(|| anyhow!("bubblewrap (bwrap) is not installed; install the `bubblewrap` package"))?;
+
+    let paths = Client::connect(request.socket)?.call("vfs/paths", None)?;
+    let mountpoint = paths["mountpoint"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow!("the daemon's vfs/paths answer names no mountpoint"))?;
+    let run_config = request.config.map(|c| c.run.clone()).unwrap_or_default();
+    let component = user.name.clone().filter(|n| !n.is_empty() && !n.contains('/') && n != "." && n != "..");
+    let home = match &run_config.home {
+        Some(home) => home.clone(),
+        None => VPath::root().join("home").join(&component.unwrap_or_else(|| user.uid.to_string())),
+    };
+    let top = home.as_str().trim_start_matches('/').split('/').next().unwrap_or("");
+    if top == RUN_DIR || RESERVED.contains(&top) {
+        bail!("HOME {home} would be under /{top}, which the sandbox does not take from the tree; set [run] home elsewhere");
+    }
+    ensure_home(&mountpoint, &home, &user, euid == 0)?;
+    if euid == 0 {
+        drop_to(&user)?;
+    }
+
+    // Everything from here on is done as the user: the tree is what the gate shows them.
+    let entries = top_entries(&mountpoint)?;
+    let routes: Vec<&Value> = paths["routes"].as_array().into_iter().flatten().collect();
+    let hosts: Vec<(VPath, PathBuf)> = routes
+        .iter()
+        .filter(|r| r["backend"] == "host")
+        .filter_map(|r| {
+            let route = VPath::parse(r["virtual"].as_str()?).ok()?;
+            let root = PathBuf::from(r["location"].as_str()?);
+            Some((route, root.canonicalize().unwrap_or(root)))
+        })
+        .collect();
+    let default_cwd = match request.config {
+        Some(c) => c.exec.cwd.clone(),
+        None => {
+            paths["execute"]["cwd"].as_str().and_then(|c| VPath::parse(c).ok()).unwrap_or_else(
+                || match routes.iter().any(|r| r["virtual"] == "/workspace/") {
+                    true => VPath::parse("/workspace").expect("a valid path"),
+                    false => VPath::root(),
+                },
+            )
+        }
+    };
+    let shown = |p: &VPath| {
+        let top = p.as_str().trim_start_matches('/').split('/').next().unwrap_or("");
+        p.is_root() || entries.iter().any(|e| e.name() == top)
+    };
+    let usable =
+        |p: &VPath| shown(p) && std::fs::metadata(in_mount(&mountpoint, p)).is_ok_and(|m| m.is_dir());
+    let mount_real = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.clone());
+    let caller_cwd = std::env::current_dir().ok();
+    let mapped = caller_cwd.as_deref().and_then(|c| virtual_cwd(c, &mount_real, &hosts));
+    let cwd = match mapped {
+        Some(c) if usable(&c) => c,
+        found => {
+            let fallback = if usable(&default_cwd) { default_cwd } else { VPath::root() };
+            if let Some(c) = found {
+                eprintln!(
+                    "agentvfs run: {} is not a directory this user sees in the tree; starting in {fallback}",
+                    crate::display::escape(c.as_str())
+                );
+            }
+            fallback
+        }
+    };
+
+    // The user must be an agent: what the program inside will talk to.
+    Client::connect(request.socket).and_then(|mut c| c.call("ping", None)).with_context(|| {
+        format!("uid {} cannot use the agent socket {}", user.uid, request.socket.display())
+    })?;
+
+    let sources = exec::open_sources(&mountpoint, &entries);
+    let socket_fd = open_path(request.socket, true)
+        .with_context(|| format!("opening the agent socket {}", request.socket.display()))?;
+    let binary_fd = open_path(Path::new("/proc/self/exe"), true).context("opening this program's binary")?;
+    let raw: HashMap<String, RawFd> = sources.iter().map(|(n, fd)| (n.clone(), fd.as_raw_fd())).collect();
+    let ro_binds = [(socket_fd.as_raw_fd(), SANDBOX_SOCKET), (binary_fd.as_raw_fd(), SANDBOX_BIN)];
+
+    let mut env: Vec<(&str, OsString)> = Vec::new();
+    for name in &run_config.env {
+        if ["HOME", "PATH", "AGENTVFS_SOCKET"].contains(&name.as_str()) {
+            continue;
+        }
+        if let Some(value) = std::env::var_os(name) {
+            env.push((name, value));
+        }
+    }
+    let bin_dir = Path::new(SANDBOX_BIN).parent().expect("a directory").as_os_str();
+    let mut path = bin_dir.to_os_string();
+    path.push(":");
+    path.push(exec::PATH);
+    env.push(("HOME", OsString::from(home.as_str())));
+    env.push(("PATH", path));
+    env.push(("AGENTVFS_SOCKET", OsString::from(SANDBOX_SOCKET)));
+    let mut program = vec![OsString::from(SANDBOX_BIN), OsString::from(SHIM), OsString::from("--")];
+    program.extend(argv.iter().cloned());
+    let options = Options {
+        network: run_config.network,
+        new_session: false,
+        cwd: cwd.as_str(),
+        env: &env,
+        run_as: RunAs::Caller,
+        ro_binds: &ro_binds,
+        argv: &program,
+    };
+    let (info_read, info_write) = nix::unistd::pipe().context("pipe")?;
+    let mut args = vec![OsString::from("--info-fd"), OsString::from(info_write.as_raw_fd().to_string())];
+    args.extend(exec::bwrap_args(&entries, &raw, &options));
+    let mut passed: Vec<RawFd> = raw.values().copied().chain(ro_binds.iter().map(|(fd, _)| *fd)).collect();
+    passed.push(info_write.as_raw_fd());
+    supervise(&bwrap, &args, &passed, info_read, info_write)
+}
+
+/// The signals this process takes on the program's behalf.
+const FORWARDED: [nix::sys::signal::Signal; 4] = {
+    use nix::sys::signal::Signal::*;
+    [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+};
+
+/// Starts bubblewrap and stays its parent until it ends; returns its exit status (128 + the
+/// signal when one killed it, as shells report).
+///
+/// The program, bubblewrap and this process share the caller's process group, so what the
+/// terminal sends (Ctrl-C, Ctrl-\\, Ctrl-Z, window changes) reaches the program itself, and
+/// Ctrl-Z stops the whole job for the caller's shell. bubblewrap ignores SIGINT and SIGQUIT
+/// (the program gets them back at its default, see [`exec_program`]), so a program that
+/// handles Ctrl-C itself is not torn down by it. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+/// this process by `kill` are passed on to the program; the terminal's own (sent to the whole
+/// group) are not, as the program already has them.
+fn supervise(
+    bwrap: &Path,
+    args: &[OsString],
+    passed: &[RawFd],
+    info: OwnedFd,
+    info_write: OwnedFd,
+) -> Result<ExitCode> {
+    use nix::sys::signal::{SigSet, SigmaskHow};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut mask = SigSet::empty();
+    for signal in FORWARDED {
+        mask.add(signal);
+    }
+    mask.add(nix::sys::signal::Signal::SIGCHLD);
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("sigprocmask")?;
+    let passed = passed.to_vec();
+    let mut command = std::process::Command::new(bwrap);
+    command.args(args).env_clear();
+    // SAFETY: between fork and exec only async-signal-safe calls on this (child) process.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            // Only the descriptors bubblewrap binds (it closes them once bound) cross the exec.
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for &fd in &passed {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let spawned = command.spawn();
+    drop(info_write);
+    let mut child = spawned.with_context(|| format!("cannot start bubblewrap ({})", bwrap.display()))?;
+    // bubblewrap writes {"child-pid": N} (its init, in our PID namespace) once the sandbox is
+    // up; the program is that init's child.
+    let mut text = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(info), &mut text);
+    let init: Option<i32> =
+        serde_json::from_str::<Value>(&text).ok().and_then(|v| v["child-pid"].as_i64()).map(|p| p as i32);
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            use std::os::unix::process::ExitStatusExt;
+            let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+        }
+        let Some(info) = signals.read_signal().context("reading signals")? else { continue };
+        let signo = info.ssi_signo as i32;
+        // The terminal's signals (sent by the kernel to the whole process group) reached the
+        // program already; only those sent to this process are passed on.
+        if signo == libc::SIGCHLD || info.ssi_code == libc::SI_KERNEL {
+            continue;
+        }
+        let program = init.and_then(first_child).or(init);
+        if let Some(pid) = program {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(pid, signo) };
+        }
+    }
+}
+
+/// The first child of process `pid` (bubblewrap's init has one: the program).
+fn first_child(pid: i32) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+/// Inside the sandbox, before the program: puts back the default actions of SIGINT and
+/// SIGQUIT (bubblewrap ignores them, and an ignored signal stays ignored across `exec`), then
+/// becomes the program. Returns only on failure.
+pub fn exec_program(argv: &[OsString]) -> ExitCode {
+    let Some((program, args)) = argv.split_first() else { return ExitCode::from(2) };
+    // SAFETY: resetting dispositions to their default touches no memory.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+    }
+    let error = std::process::Command::new(program).args(args).exec();
+    eprintln!("agentvfs run: {}: {error}", crate::display::escape(&program.to_string_lossy()));
+    ExitCode::from(if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+}
+
+/// How the approver's and operator's commands (`approve`, `reject`, `interrupts`, `status`,
+/// `reload`) fail inside the sandbox, where no control socket exists.
+pub fn no_control_socket(method: &str) -> String {
+    let role = crate::control::roles::role_of(method).unwrap_or(crate::control::roles::Role::Approver);
+    let here = format!(
+        "inside `agentvfs run` there is no control socket, only the agent socket {SANDBOX_SOCKET}: \
+         approvers answer from outside the sandbox"
+    );
+    crate::control::roles::needs(method, role, &here).message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_refused_and_sudo_names_the_user() {
+        assert_eq!(invoking_user(1000, 1000, 100, None), Ok((1000, 100)));
+        assert_eq!(invoking_user(1000, 1000, 100, Some((5, 5))), Ok((1000, 100)));
+        assert_eq!(invoking_user(0, 0, 0, Some((1000, 100))), Ok((1000, 100)));
+        let refused = invoking_user(0, 0, 0, None).unwrap_err();
+        assert!(refused.contains("an agent must not be root"), "{refused}");
+        assert!(invoking_user(0, 0, 0, Some((0, 0))).is_err());
+    }
+
+    #[test]
+    fn the_working_directory_maps_into_the_tree() {
+        let v = |s: &str| VPath::parse(s).unwrap();
+        let hosts = vec![
+            (v("/workspace"), PathBuf::from("/home/me/p")),
+            (v("/deep"), PathBuf::from("/home/me/p/sub")),
+        ];
+        let m = Path::new("/mnt/agent");
+        let at = |cwd: &str| virtual_cwd(Path::new(cwd), m, &hosts).map(|p| p.as_str().to_string());
+        assert_eq!(at("/mnt/agent").as_deref(), Some("/"));
+        assert_eq!(at("/mnt/agent/memories/x").as_deref(), Some("/memories/x"));
+        assert_eq!(at("/home/me/p").as_deref(), Some("/workspace"));
+        assert_eq!(at("/home/me/p/src/a").as_deref(), Some("/workspace/src/a"));
+        assert_eq!(at("/home/me/p/sub/b").as_deref(), Some("/deep/b"));
+        assert_eq!(at("/home/me/px"), None);
+        assert_eq!(at("/etc"), None);
+    }
+}

@@ -1,0 +1,342 @@
+//! `agentvfs run` on a real terminal (tmux) as an agent user (nobody, in `[control] agents`):
+//! the gated tree is its whole file system, its writes are the user's, Ctrl-C and the exit
+//! status come back, and an interrupt pauses it until an approver answers from outside.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::{Fixture, BIN};
+
+/// `.env` is denied; writes under `/host/guarded` wait for an approver.
+const RULES: &str = r#"
+[[rules]]
+operations = ["read", "write"]
+paths = ["/**/.env"]
+mode = "deny"
+
+[[rules]]
+operations = ["write"]
+paths = ["/host/guarded/**"]
+mode = "interrupt"
+
+[control]
+agents = ["nobody"]
+
+[exec]
+cwd = "/host"
+"#;
+
+/// `setpriv` in front of a command: nobody (65534:65534), no other groups.
+const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+
+/// A tmux server of one test (its own socket), killed with every session when dropped.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn new(dir: &Path) -> Tmux {
+        Tmux { socket: dir.join("tmux.sock") }
+    }
+
+    fn tmux(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux").arg("-S").arg(&self.socket).args(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// Starts session `name` running `sh -c script` on a 120x40 terminal.
+    fn start(&self, name: &str, script: &str) {
+        let out = self.tmux(&["new-session", "-d", "-s", name, "-x", "120", "-y", "40", script]);
+        assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn keys(&self, name: &str, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", name];
+        args.extend_from_slice(keys);
+        assert!(self.tmux(&args).status.success());
+    }
+
+    /// Types `line` and Enter.
+    fn line(&self, name: &str, line: &str) {
+        self.keys(name, &["-l", line]);
+        self.keys(name, &["Enter"]);
+    }
+
+    fn screen(&self, name: &str) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", name]).stdout)
+            .into_owned()
+    }
+
+    /// Waits (up to 20 s) until the screen of `name` shows `text`; returns the screen.
+    fn wait_for(&self, name: &str, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen(name);
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(Instant::now() < deadline, "{text:?} not on the screen of {name}:\n{screen}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+/// The test's daemon, a copy of the binary nobody may run, and the script prefix that runs
+/// `agentvfs run` as nobody with the daemon's config.
+struct Setup {
+    f: Fixture,
+    config: PathBuf,
+    bin: PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let f = Fixture::new(RULES);
+        let scratch = f.scratch.path().to_path_buf();
+        let bin = scratch.join("agentvfs");
+        assert!(Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::create_dir(f.host_root.join("guarded")).unwrap();
+        std::fs::write(f.host_root.join(".env"), "SECRET=1\n").unwrap();
+        for path in [f.host_root.clone(), f.host_root.join("guarded"), f.host_root.join(".env")] {
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        }
+        let config = scratch.join("agentvfs.toml");
+        Setup { f, config, bin }
+    }
+
+    /// `agentvfs run --config … -- ARGS` as nobody, for a shell script.
+    fn run_as_nobody(&self, args: &str) -> String {
+        format!("{AS_NOBODY} {} run --config {} -- {args}", self.bin.display(), self.config.display())
+    }
+
+    /// A tmux script that runs `command` with SIGINT reaching it (the outer shell only
+    /// catches it) and writes its exit status to `status`.
+    fn script(&self, command: &str, status: &Path) -> String {
+        format!("trap : INT; {command}; echo $? > {}; sleep 600", status.display())
+    }
+
+    fn control_socket(&self) -> PathBuf {
+        self.f.scratch.path().join("agentvfs.sock")
+    }
+}
+
+/// Waits (up to 20 s) for the file `status` and returns the number in it.
+fn exit_status(status: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(status) {
+            if text.ends_with('\n') {
+                return text.trim().parse().unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "no exit status in {}", status.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The CLI as root (outside every sandbox): (exit code, stdout, stderr).
+fn cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .env_remove("AGENTVFS_SOCKET")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// Processes of nobody whose command line starts with `argv`.
+fn pids(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == 65534))
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.starts_with(&want)))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// How many processes of nobody run exactly `argv`.
+fn processes(argv: &[&str]) -> usize {
+    let exact: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    pids(argv)
+        .into_iter()
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == exact))
+        .count()
+}
+
+#[test]
+fn a_program_runs_on_a_terminal_as_the_agent_user_inside_the_gated_tree() {
+    let s = Setup::new();
+    let config = s.config.to_str().unwrap();
+    // As root without sudo: refused. Through sudo: the sudo user, whose home is made.
+    let (code, _, err) = cli(&["run", "--config", config, "--", "true"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("refuses to run a program as root: an agent must not be root"), "{err}");
+    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let (code, out, err) =
+        cli(&["run", "--config", config, "--", "sh", "-c", "id -u; id -g; echo $HOME; pwd"], &sudo);
+    assert_eq!((code, out.as_str()), (0, "65534\n65534\n/home/nobody\n/host\n"), "{err}");
+    let home = std::fs::metadata(s.f.p("/home/nobody")).unwrap();
+    assert_eq!((home.uid(), home.gid(), home.mode() & 0o7777), (65534, 65534, 0o700));
+
+    let tmux = Tmux::new(s.f.scratch.path());
+    let status = s.f.scratch.path().join("shell.status");
+    tmux.start("shell", &s.script(&s.run_as_nobody("bash --norc --noprofile"), &status));
+    tmux.wait_for("shell", "$ ");
+    tmux.line("shell", "id -u; pwd; echo \"home=$HOME socket=$AGENTVFS_SOCKET\"");
+    tmux.wait_for("shell", "home=/home/nobody socket=/run/agentvfs/agent.sock");
+    tmux.line("shell", "cat .env; echo \"[cat $?]\"");
+    let screen = tmux.wait_for("shell", "[cat 1]");
+    assert!(screen.contains("cat: .env: No such file or directory"), "{screen}");
+    assert!(screen.contains("65534\n/host\n"), "{screen}");
+    // Neither root's home nor the host's /home: only what the tree has.
+    tmux.line("shell", "ls -d /root; ls /home; echo \"[ls $?]\"");
+    let screen = tmux.wait_for("shell", "[ls 0]");
+    assert!(
+        screen.contains("ls: cannot access '/root': No such file or directory\nnobody\n[ls 0]"),
+        "{screen}"
+    );
+    tmux.line("shell", "grep -E 'NoNewPrivs|CapEff' /proc/self/status | tr -s '\\t' ' '; echo \"[caps $?]\"");
+    let screen = tmux.wait_for("shell", "[caps 0]");
+    assert!(screen.contains("CapEff: 0000000000000000\nNoNewPrivs: 1\n[caps 0]"), "{screen}");
+    tmux.line("shell", "echo made > /host/made.txt; echo \"[w $?]\"");
+    tmux.wait_for("shell", "[w 0]");
+    let made = std::fs::metadata(s.f.host_root.join("made.txt")).unwrap();
+    assert_eq!((made.uid(), made.gid()), (65534, 65534));
+    assert_eq!(std::fs::read_to_string(s.f.host_root.join("made.txt")).unwrap(), "made\n");
+
+    // The agent's CLI works with no flags; the approver's has no socket here and says so.
+    tmux.line("shell", "agentvfs tools; echo \"[tools $?]\"");
+    let screen = tmux.wait_for("shell", "[tools 0]");
+    assert!(screen.contains("read_file    read-only") && screen.contains("write_file"), "{screen}");
+    tmux.line("shell", "agentvfs call ls '{\"path\": \"/host\"}'; echo \"[call $?]\"");
+    let screen = tmux.wait_for("shell", "[call 0]");
+    assert!(screen.contains("/host/made.txt") && !screen.contains("/host/.env"), "{screen}");
+    let ping = r#"{"jsonrpc":"2.0","id":41,"method":"ping"}"#;
+    tmux.line("shell", &format!("echo '{ping}' | agentvfs mcp; echo \"[mcp $?]\""));
+    let screen = tmux.wait_for("shell", "[mcp 0]");
+    assert!(screen.contains(r#"{"id":41,"jsonrpc":"2.0","result":{}}"#), "{screen}");
+    tmux.line("shell", "agentvfs approve 1; echo \"[approve $?]\"");
+    let screen = tmux.wait_for("shell", "[approve 1]");
+    assert!(
+        screen.contains("agentvfs: permission denied: interrupts/resolve needs the approver role (the control socket); inside `agentvfs run` there is no control socket"),
+        "{screen}"
+    );
+
+    // An interrupt-guarded write waits for the approver outside, then lands.
+    tmux.line("shell", "echo key > /host/guarded/k; echo \"[guarded $?]\"");
+    let socket = s.control_socket();
+    let socket = socket.to_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        let (_, out, _) = cli(&["interrupts", "--json", "--socket", socket], &[]);
+        let list: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        if let Some(t) = list["interrupts"].as_array().and_then(|a| a.first()) {
+            assert_eq!(t["uid"], 65534, "{t}");
+            break t["id"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no pending interrupt: {out}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let screen = tmux.screen("shell");
+    assert!(
+        !screen.contains("[guarded 0]") && !screen.contains("[guarded 1]"),
+        "the write did not wait:\n{screen}"
+    );
+    assert!(!s.f.host_root.join("guarded/k").exists());
+    let (code, _, err) = cli(&["approve", &id.to_string(), "--socket", socket], &[]);
+    assert_eq!(code, 0, "{err}");
+    tmux.wait_for("shell", "[guarded 0]");
+    assert_eq!(std::fs::read_to_string(s.f.host_root.join("guarded/k")).unwrap(), "key\n");
+    assert_eq!(std::fs::metadata(s.f.host_root.join("guarded/k")).unwrap().uid(), 65534);
+
+    tmux.line("shell", "exit 7");
+    assert_eq!(exit_status(&status), 7, "{}", tmux.screen("shell"));
+}
+
+#[test]
+fn ctrl_c_and_signals_reach_the_program_everything_it_started_ends_with_it_and_its_status_comes_back() {
+    let s = Setup::new();
+    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    // The home is made once through sudo; nobody finds it afterwards.
+    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 0, "{err}");
+    let tmux = Tmux::new(s.f.scratch.path());
+    let three = s.f.scratch.path().join("three.status");
+    tmux.start("three", &s.script(&s.run_as_nobody("sh -c 'exit 3'"), &three));
+    assert_eq!(exit_status(&three), 3);
+
+    let sleep = s.f.scratch.path().join("sleep.status");
+    tmux.start("sleep", &s.script(&s.run_as_nobody("sh -c 'sleep 200 & exec sleep 100'"), &sleep));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while processes(&["sleep", "100"]) == 0 || processes(&["sleep", "200"]) == 0 {
+        assert!(Instant::now() < deadline, "the sleeps did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    tmux.keys("sleep", &["C-c"]);
+    assert_eq!(exit_status(&sleep), 130);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The background job went with it: the PID namespace is gone.
+    crate::harness::soon("no sleep left", || {
+        processes(&["sleep", "200"]) + processes(&["sleep", "100"]) == 0
+    });
+
+    // A program that handles Ctrl-C itself gets it and goes on (the sandbox is not torn down).
+    let caught = s.f.scratch.path().join("caught.status");
+    let program = "sh -c 'trap \"echo caught\" INT; sleep 101; echo \"[after $?]\"; exit 4'";
+    tmux.start("caught", &s.script(&s.run_as_nobody(program), &caught));
+    crate::harness::within("sleep 101", Duration::from_secs(20), || processes(&["sleep", "101"]) == 1);
+    tmux.keys("caught", &["C-c"]);
+    assert_eq!(exit_status(&caught), 4, "{}", tmux.screen("caught"));
+    assert!(tmux.screen("caught").contains("caught\n[after 130]"), "{}", tmux.screen("caught"));
+
+    // SIGTERM sent to `agentvfs run` reaches the program.
+    let term = s.f.scratch.path().join("term.status");
+    let program = "sh -c 'trap \"exit 5\" TERM; sleep 102 & wait'";
+    tmux.start("term", &s.script(&s.run_as_nobody(program), &term));
+    crate::harness::within("sleep 102", Duration::from_secs(20), || processes(&["sleep", "102"]) == 1);
+    let bin = s.bin.to_str().unwrap();
+    let run = pids(&[bin, "run"]);
+    assert_eq!(run.len(), 1, "{run:?}");
+    unsafe { libc::kill(run[0], libc::SIGTERM) };
+    assert_eq!(exit_status(&term), 5, "{}", tmux.screen("term"));
+    crate::harness::soon("no sleep left", || processes(&["sleep", "102"]) == 0);
+}
+
+#[test]
+fn without_a_home_it_may_create_the_user_is_told_how_to_get_one() {
+    let s = Setup::new();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(s.run_as_nobody("true"))
+        .env_remove("SUDO_UID")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot create HOME /home/nobody in the tree: mkdir /home: Permission denied"),
+        "{err}"
+    );
+    assert!(err.contains("sudo agentvfs run"), "{err}");
+}
