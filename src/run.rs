@@ -414,7 +414,8 @@ fn first_child(pid: i32) -> Option<i32> {
 }
 
 /// Inside the sandbox, before the program: puts back the default actions of SIGINT and
-/// SIGQUIT (bubblewrap ignores them, and an ignored signal stays ignored across `exec`), then
+/// SIGQUIT (bubblewrap ignores them, and an ignored signal stays ignored across `exec`),
+/// refuses `TIOCSTI` to it and everything it starts ([`crate::exec::no_tiocsti`]), then
 /// becomes the program. Returns only on failure.
 pub fn exec_program(argv: &[OsString]) -> ExitCode {
     let Some((program, args)) = argv.split_first() else { return ExitCode::from(2) };
@@ -422,6 +423,11 @@ pub fn exec_program(argv: &[OsString]) -> ExitCode {
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
         libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+    }
+    // The program shares the caller's terminal: it must not type into it.
+    if let Err(e) = crate::exec::no_tiocsti::install() {
+        eprintln!("agentvfs run: cannot keep the program from typing into your terminal: {e}");
+        return ExitCode::from(126);
     }
     let error = std::process::Command::new(program).args(args).exec();
     eprintln!("agentvfs run: {}: {error}", crate::display::escape(&program.to_string_lossy()));

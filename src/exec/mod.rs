@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::config::ExecConfig;
 
 pub mod identity;
+pub mod no_tiocsti;
 
 /// Top-level names that belong to the sandbox's system layout; an entry of the virtual tree
 /// with one of these names is not shown (it would hide the host's programs or the kernel's

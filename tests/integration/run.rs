@@ -216,6 +216,12 @@ fn a_program_runs_on_a_terminal_as_the_agent_user_inside_the_gated_tree() {
     tmux.line("shell", "grep -E 'NoNewPrivs|CapEff' /proc/self/status | tr -s '\\t' ' '; echo \"[caps $?]\"");
     let screen = tmux.wait_for("shell", "[caps 0]");
     assert!(screen.contains("CapEff: 0000000000000000\nNoNewPrivs: 1\n[caps 0]"), "{screen}");
+    // The program cannot type into the terminal it shares with the caller (TIOCSTI would leave
+    // a command in the caller's shell, to run outside the sandbox).
+    let sti = "import fcntl, sys, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('typed')\nexcept OSError as e:\n    print('refused', e.errno)";
+    tmux.line("shell", &format!("python3 -c \"{sti}\"; echo \"[sti $?]\""));
+    let screen = tmux.wait_for("shell", "[sti 0]");
+    assert!(screen.contains(&format!("refused {}\n[sti 0]", libc::EPERM)), "{screen}");
     tmux.line("shell", "echo made > /host/made.txt; echo \"[w $?]\"");
     tmux.wait_for("shell", "[w 0]");
     let made = std::fs::metadata(s.f.host_root.join("made.txt")).unwrap();
