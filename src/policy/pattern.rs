@@ -158,6 +158,11 @@ impl Branch {
             || (is_dir && !path.is_root() && self.covers_dir() && self.matcher.is_match(format!("{path}/")))
     }
 
+    /// Whether the branch begins with `**`, so that it may match beneath any directory.
+    pub fn starts_anywhere(&self) -> bool {
+        matches!(self.segments.first(), Some(Segment::AnyDepth))
+    }
+
     /// Whether the branch matches `dir` itself, spelled `dir` or `dir/`.
     pub fn touches(&self, dir: &VPath) -> bool {
         self.matcher.is_match(dir.as_str()) || self.matcher.is_match(format!("{dir}/"))

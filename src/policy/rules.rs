@@ -99,6 +99,10 @@ pub struct RuleSet {
     /// names a directory itself when it matches `dir/` ([`Branch::covers_dir`]).
     branch_pattern: Vec<(usize, bool)>,
     has_rules_for: [bool; 2],
+    /// The patterns (indexes in `patterns`) of hiding rules (deny read, `hide = true`), and
+    /// whether one of them starts with `**` and so may hide something anywhere.
+    hiding: Vec<usize>,
+    hides_anywhere: bool,
 }
 
 /// The outcome of matching one (operation, path).
@@ -136,7 +140,11 @@ impl RuleSet {
             }
         }
         let set = builder.build().map_err(|e| e.to_string())?;
-        Ok(RuleSet { rules, set, patterns, branch_pattern, has_rules_for })
+        let hides = |rule: &Rule| rule.mode == Mode::Deny && rule.hide && rule.applies_to(Op::Read);
+        let hiding: Vec<usize> = (0..patterns.len()).filter(|&p| hides(&rules[patterns[p].0])).collect();
+        let hides_anywhere =
+            hiding.iter().any(|&p| patterns[p].1.branches().iter().any(Branch::starts_anywhere));
+        Ok(RuleSet { rules, set, patterns, branch_pattern, has_rules_for, hiding, hides_anywhere })
     }
 
     pub fn empty() -> RuleSet {
@@ -236,15 +244,10 @@ impl RuleSet {
     }
 
     /// Whether a hiding rule (deny read, `hide = true`) could match something beneath `dir`.
+    /// Asked at every directory's `stat`, so the usual case (a `/**/NAME` rule, which may
+    /// hide something anywhere) costs nothing.
     pub fn may_hide_beneath(&self, dir: &VPath) -> bool {
-        self.has_rules_for[Op::Read as usize]
-            && self.patterns.iter().any(|(rule, pattern)| {
-                let rule = &self.rules[*rule];
-                rule.mode == Mode::Deny
-                    && rule.hide
-                    && rule.applies_to(Op::Read)
-                    && pattern.reaches_subtree(dir)
-            })
+        self.hides_anywhere || self.hiding.iter().any(|&p| self.patterns[p].1.reaches_subtree(dir))
     }
 
     /// The patterns of rule `index` that match `path` itself (as a file).
@@ -345,6 +348,26 @@ mod tests {
         ])
         .unwrap();
         assert!(allow_first.rename_may_change_verdicts(&p("/a/d"), &p("/b/d")));
+    }
+
+    #[test]
+    fn hiding_rules_reach_the_directories_they_may_hide_beneath() {
+        let anchored = RuleSet::new(vec![
+            rule(&[Op::Read], &["/w/secret*/**"], Mode::Deny),
+            rule(&[Op::Write], &["/**/.env"], Mode::Deny),
+        ])
+        .unwrap();
+        assert!(anchored.may_hide_beneath(&p("/w")));
+        assert!(anchored.may_hide_beneath(&p("/")));
+        assert!(!anchored.may_hide_beneath(&p("/w/public")), "no hiding rule reaches below it");
+        assert!(!anchored.may_hide_beneath(&p("/x")), "a write denial hides nothing");
+        let anywhere = RuleSet::new(vec![rule(&[Op::Read], &["/**/.env"], Mode::Deny)]).unwrap();
+        assert!(anywhere.may_hide_beneath(&p("/any/where")));
+        let visible = Rule { hide: false, ..rule(&[Op::Read], &["/**/.env"], Mode::Deny) };
+        assert!(
+            !RuleSet::new(vec![visible]).unwrap().may_hide_beneath(&p("/any")),
+            "hide = false hides nothing"
+        );
     }
 
     #[test]
