@@ -349,7 +349,7 @@ impl Engine {
     ///
     /// Through the mount, a listing that would show entries under an interrupt-read rule
     /// asks once for the whole directory (not once per entry). The tool door asks per call
-    /// instead, before the tool runs (TOOLS §2.8).
+    /// instead, before the tool runs (doc/tools.md).
     pub fn readdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<DirEntry>> {
         let permit = self.check(ctx, "readdir", Op::Read, path, true)?;
         let mut entries = self.router.readdir(&permit)?;

@@ -1,5 +1,5 @@
 //! Interrupts at the tool door: Deep Agents' predicates deciding which tool calls wait for a
-//! human (TOOLS §2.8), the wait itself, what each decision makes of the call, and the
+//! human (doc/tools.md), the wait itself, what each decision makes of the call, and the
 //! `interrupts/list` and `interrupts/resolve` methods.
 //!
 //! A waiting call holds only its own request thread (the server runs one per request), so

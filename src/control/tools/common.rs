@@ -219,7 +219,7 @@ pub fn base64(data: &[u8]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Error texts (TOOLS §2.4) and their codes.
+// Error texts (doc/tools.md) and their codes.
 
 pub fn permission_denied(op: Op, path: &VPath) -> ToolOutput {
     ToolOutput::error(
@@ -257,7 +257,7 @@ pub fn fs_failure(op: Op, path: &VPath, err: &FsError, text: impl FnOnce() -> St
 }
 
 // ---------------------------------------------------------------------------------------------
-// The path pipeline (TOOLS §1.0).
+// The path pipeline (doc/tools.md).
 
 /// Step 1: Deep Agents' path validation (which also says whether the path was written as a
 /// directory, with a trailing `/`).
@@ -266,7 +266,7 @@ pub fn validate(raw: &str) -> Result<ToolPath, ToolOutput> {
 }
 
 /// Step 2: the gate's verdict on the path as given. Interrupt verdicts pass: tools never
-/// pause themselves (TOOLS §2.8); approval happens around the call, and the engine still
+/// pause themselves (doc/tools.md); approval happens around the call, and the engine still
 /// refuses an unapproved operation.
 pub fn precheck(env: &ToolEnv, op: Op, path: &VPath, as_dir: bool) -> Result<(), ToolOutput> {
     let verdict = env.fs.decide(op, path, as_dir);

@@ -1,5 +1,5 @@
 //! `delete`: removes a file, a symlink (never its target) or a whole directory tree
-//! (TOOLS §1.5), judged first by Deep Agents' delete rules (§2.7): a plain file by the
+//! (doc/tools.md), judged first by Deep Agents' delete rules: a plain file by the
 //! first matching write rule, anything that may have descendants by every deny-write
 //! pattern that could reach into its subtree. Each removal then passes the gate again.
 
@@ -86,7 +86,7 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
     }
 }
 
-/// The delete permission check (TOOLS §2.7). Only a confirmed non-directory is a leaf; a
+/// The delete permission check (doc/tools.md). Only a confirmed non-directory is a leaf; a
 /// directory (even an empty one) or a missing path may have descendants.
 fn check(env: &ToolEnv, loc: &Located) -> Result<(), ToolOutput> {
     let has_descendants = loc.attr.is_none() || loc.is_dir();

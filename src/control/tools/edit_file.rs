@@ -1,4 +1,4 @@
-//! `edit_file`: exact-substring replacement with uniqueness (TOOLS §1.4), as Deep Agents'
+//! `edit_file`: exact-substring replacement with uniqueness (doc/tools.md), as Deep Agents'
 //! FilesystemBackend does it (universal newlines on both the file and the strings), written
 //! back atomically. Requires that this session read the current version (deviation 4) and
 //! refuses a no-op edit (deviation 5).

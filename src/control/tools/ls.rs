@@ -1,4 +1,4 @@
-//! `ls`: the direct children of a directory, as Deep Agents renders them (TOOLS §1.1): the
+//! `ls`: the direct children of a directory, as Deep Agents renders them (doc/tools.md): the
 //! Python repr of the sorted paths, directories ending in `/`.
 
 use serde_json::{json, Value};

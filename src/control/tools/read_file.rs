@@ -1,5 +1,5 @@
 //! `read_file`: a window of a text file under an `@@ lines A-B of T | next offset N @@`
-//! header (Deep Agents 0.7.32 format, TOOLS §1.2), or an image/media file as base64.
+//! header (Deep Agents 0.7.32 format, doc/tools.md), or an image/media file as base64.
 //! A successful read records the file's version in the session (read-before-write).
 
 use serde_json::{json, Value};

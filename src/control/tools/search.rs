@@ -33,7 +33,7 @@ pub enum Root {
     File(VPath),
 }
 
-/// The pre-check of `glob`/`grep` on their search root (TOOLS §1.0 steps 1-3 with `path` judged
+/// The pre-check of `glob`/`grep` on their search root (doc/tools.md steps 1-3 with `path` judged
 /// as a directory, deviation 11), then where it leads through symlinks (deviation 7). `hint` is
 /// appended to a plain denial (glob's note for a pathless call). A root written as a directory
 /// (`f.txt/`) that is not one is an error, as it is for `ls`.
@@ -88,7 +88,7 @@ struct Queue {
 
 /// Every regular file beneath `root` (symlinks to regular files included, judged on both
 /// paths) that `glob` accepts, in parallel, stopping at `stop_at`. Directories no pattern can
-/// reach are not read. Files the rules deny are left out (result filtering, TOOLS §2.6).
+/// reach are not read. Files the rules deny are left out (result filtering, doc/tools.md).
 pub fn walk(fs: &ToolFs, root: &VPath, glob: Option<&IncludeGlob>, stop_at: Instant) -> Walked {
     let accept_all = super::pattern::compile("**").expect("`**` compiles");
     let glob = glob.unwrap_or(&accept_all);

@@ -811,7 +811,7 @@ fn delete_leaf_and_subtree_rules() {
 
 #[test]
 fn delete_subtree_worked_examples() {
-    // TOOLS §2.7's table, each pattern a deny-write rule and each target a directory.
+    // The delete table of doc/tools.md, each pattern a deny-write rule and each target a directory.
     let table = [
         ("/other/**", "/work", false),
         ("/workshop/**", "/work", false),

@@ -1,4 +1,4 @@
-//! `write_file`: creates a file or replaces it whole (TOOLS §1.3), atomically (temp file,
+//! `write_file`: creates a file or replaces it whole (doc/tools.md), atomically (temp file,
 //! fsync, rename), creating missing parent directories.
 //!
 //! Read-before-write: overwriting a file this session read at another version is refused
