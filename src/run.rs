@@ -365,15 +365,7 @@ fn supervise(
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             libc::signal(libc::SIGQUIT, libc::SIG_IGN);
             // Only the descriptors bubblewrap binds (it closes them once bound) cross the exec.
-            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            for &fd in &passed {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
+            exec::pass_only(&passed)
         });
     }
     let spawned = command.spawn();

@@ -146,6 +146,24 @@ pub struct Options<'a> {
     pub argv: &'a [OsString],
 }
 
+/// In a child between `fork` and `exec` (async-signal-safe): every descriptor above stderr
+/// is closed at the `exec` except `fds` (bubblewrap's bind sources, which it closes once
+/// bound), so nothing else its parent holds reaches the sandbox.
+pub fn pass_only(fds: &[RawFd]) -> std::io::Result<()> {
+    // SAFETY: system calls on descriptors only.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        for &fd in fds {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Finds `program` in this process's `PATH`.
 pub fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
@@ -319,15 +337,7 @@ impl Plan<'_> {
                 }
                 // Nothing the daemon holds reaches the sandbox (a descriptor of a host
                 // directory would be a way out of it), except the bind sources.
-                if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                for &fd in &inherit {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
+                pass_only(&inherit)
             });
         }
         let spawned = cmd.spawn();

@@ -122,6 +122,13 @@ fn finish(mut child: Child, within: Duration) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The audit log's decisions about `path`, oldest first.
+fn audit_decisions(f: &Fixture, path: &str) -> Vec<String> {
+    let db = rusqlite::Connection::open(f.scratch.path().join("audit.db")).unwrap();
+    let mut query = db.prepare("SELECT decision FROM audit WHERE path = ?1 ORDER BY id").unwrap();
+    query.query_map([path], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+}
+
 fn cli(f: &Fixture, args: &[&str]) -> String {
     let out =
         Command::new(BIN).args(args).arg("--socket").arg(socket(f)).env("RUST_LOG", "warn").output().unwrap();
@@ -187,14 +194,7 @@ fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
     assert!(!f.host_root.join("secrets/k").exists());
     // The audit log has the interrupt and who resolved it.
     std::thread::sleep(Duration::from_millis(300));
-    let db = rusqlite::Connection::open(f.scratch.path().join("audit.db")).unwrap();
-    let decisions: Vec<String> = db
-        .prepare("SELECT decision FROM audit WHERE path = '/host/secrets/k' ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let decisions = audit_decisions(&f, "/host/secrets/k");
     assert_eq!(decisions.len(), 2, "{decisions:?}");
     assert_eq!(decisions[0], "interrupt");
     assert!(decisions[1].starts_with("reject by uid 0 (pid "), "{decisions:?}");
@@ -509,14 +509,7 @@ fn a_tool_call_whose_client_disconnects_loses_its_ticket() {
     assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/kept")).unwrap(), "original");
     // The audit log records the withdrawal.
     std::thread::sleep(Duration::from_millis(300));
-    let db = rusqlite::Connection::open(f.scratch.path().join("audit.db")).unwrap();
-    let decisions: Vec<String> = db
-        .prepare("SELECT decision FROM audit WHERE path = '/host/secrets/a' ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let decisions = audit_decisions(&f, "/host/secrets/a");
     assert_eq!(decisions, ["interrupt", "caller-gone by agentvfs"]);
 }
 
