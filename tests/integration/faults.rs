@@ -59,7 +59,10 @@ fn a_store_the_daemon_cannot_write_is_refused_at_start_or_served_read_only_on_pu
     // Asked for on purpose, the same store is served read-only: changes answer EROFS at once.
     let cfg = sqlite_config(work.path(), &database, "read_only = true");
     let mount = Mount::start(&cfg, &work.path().join("mnt"));
-    assert!(mount.log_text().contains("(read-only: every change answers EROFS)"), "{}", mount.log_text());
+    // The route lines follow the "mounted at" line the harness waits for.
+    crate::harness::soon("the start says the route is read-only", || {
+        mount.log_text().contains("(read-only: every change answers EROFS)")
+    });
     assert_eq!(fs::read_to_string(mount.path("/db/kept")).unwrap(), "stored\n");
     for (what, result) in [
         ("append", fs::OpenOptions::new().append(true).open(mount.path("/db/kept")).map(|_| ())),
