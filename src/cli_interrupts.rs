@@ -79,8 +79,14 @@ pub fn line(v: &Value) -> String {
         ),
         None => format!("by {principal} ({})", elide(v["command"].as_str().unwrap_or(""), COMMAND_WIDTH)),
     };
+    // A change of names was refused at once (nobody waits); approving lets it be retried.
+    let retry = if v["retry"] == Value::Bool(true) {
+        format!(" [refused for now; approving lets the next {} through]", field(&v["operation"]))
+    } else {
+        String::new()
+    };
     format!(
-        "#{} {} {}{} {who} expires in {}",
+        "#{} {} {}{} {who}{retry} expires in {}",
         field(&v["id"]),
         field(&v["class"]),
         field(&v["path"]),
@@ -162,6 +168,17 @@ mod tests {
         assert_eq!(
             line(&v),
             "#12 write /workspace/secrets/k by pid 4242 uid 1000 via the mount (bash -c echo key > /workspace/secrets/k; echo do ...) expires in 4m58s"
+        );
+    }
+
+    #[test]
+    fn a_refused_change_of_names_says_that_approving_lets_it_retry() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        let v = json!({"id": 3, "door": "fuse", "socket": null, "operation": "mkdir", "class": "write", "path": "/w/new",
+            "pid": 7, "uid": 1000, "command": "mkdir new", "expires": now + 58.4, "retry": true});
+        assert_eq!(
+            line(&v),
+            "#3 write /w/new by pid 7 uid 1000 via the mount (mkdir new) [refused for now; approving lets the next mkdir through] expires in 58s"
         );
     }
 

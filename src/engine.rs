@@ -79,6 +79,13 @@ impl Ctx {
     pub fn new(door: Door, caller: Caller) -> Ctx {
         Ctx { door, caller, principal: None, approval: None, request: 0 }
     }
+
+    /// Who may use an approved retry: a request at the mount (a tool call waits for its
+    /// approval instead, so it never needs one).
+    fn retry(&self) -> Option<crate::policy::approvals::retry::Retry> {
+        (self.door == Door::Fuse && self.request != 0)
+            .then_some(crate::policy::approvals::retry::Retry { request: self.request, uid: self.caller.uid })
+    }
 }
 
 /// An open file together with the path it was opened by.
@@ -277,7 +284,9 @@ impl Engine {
         if op == Op::Write && !denied && self.router.route_of(path).read_only {
             return Err(FsError::new(Errno::EROFS, format!("{path} is on a read-only route")));
         }
-        decided.or_else(|r| self.gate.approve(r, ctx.approval)).map_err(|r| self.refuse(ctx, operation, r))
+        decided
+            .or_else(|r| self.gate.approve(r, ctx.approval, ctx.retry()))
+            .map_err(|r| self.refuse(ctx, operation, r))
     }
 
     /// A new name may not be created where a hidden entry lives: answering EEXIST would
@@ -361,7 +370,9 @@ impl Engine {
                 .find(|v| v.mode == Mode::Interrupt);
             if let Some(verdict) = ask {
                 let refusal = Refusal { op: Op::Read, path: path.clone(), verdict };
-                self.gate.approve(refusal, ctx.approval).map_err(|r| self.refuse(ctx, "readdir", r))?;
+                self.gate
+                    .approve(refusal, ctx.approval, ctx.retry())
+                    .map_err(|r| self.refuse(ctx, "readdir", r))?;
             }
         }
         Ok(entries)

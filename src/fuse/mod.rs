@@ -295,7 +295,7 @@ impl Filesystem for FuseDoor {
             let p = d.child(parent, &name)?;
             Ok((d.engine.mknod(c, &p, mode, rdev)?, p))
         };
-        self.serve(ctx(req), reply, work, reply_entry)
+        self.serve_naming(ctx(req), reply, work, reply_entry)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
@@ -304,7 +304,7 @@ impl Filesystem for FuseDoor {
             let p = d.child(parent, &name)?;
             Ok((d.engine.mkdir(c, &p, mode)?, p))
         };
-        self.serve(ctx(req), reply, work, reply_entry)
+        self.serve_naming(ctx(req), reply, work, reply_entry)
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -313,7 +313,7 @@ impl Filesystem for FuseDoor {
             let p = d.child(parent, &name)?;
             d.engine.unlink(c, &p).map(|_| p)
         };
-        self.serve(ctx(req), reply, work, |d, result, reply: ReplyEmpty| match result {
+        self.serve_naming(ctx(req), reply, work, |d, result, reply: ReplyEmpty| match result {
             Ok(path) => {
                 let ino = d.inodes.ino_of(&path);
                 d.inodes.removed(&path);
@@ -333,7 +333,7 @@ impl Filesystem for FuseDoor {
             let p = d.child(parent, &name)?;
             d.engine.rmdir(c, &p).map(|_| p)
         };
-        self.serve(ctx(req), reply, work, |d, result, reply: ReplyEmpty| match result {
+        self.serve_naming(ctx(req), reply, work, |d, result, reply: ReplyEmpty| match result {
             Ok(path) => {
                 d.inodes.removed(&path);
                 reply.ok()
@@ -348,7 +348,7 @@ impl Filesystem for FuseDoor {
             let p = d.child(parent, &name)?;
             Ok((d.engine.symlink(c, &p, &target)?, p))
         };
-        self.serve(ctx(req), reply, work, reply_entry)
+        self.serve_naming(ctx(req), reply, work, reply_entry)
     }
 
     fn rename(
@@ -371,7 +371,7 @@ impl Filesystem for FuseDoor {
             d.engine.rename(c, &from, &to, flags).inspect_err(|_| d.release_replaced(held))?;
             Ok((from, to))
         };
-        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyEmpty| match result {
+        self.serve_naming(ctx(req), reply, work, move |d, result, reply: ReplyEmpty| match result {
             Ok((from, to)) => {
                 if flags & crate::backend::RENAME_EXCHANGE != 0 {
                     d.inodes.exchanged(&from, &to);
@@ -391,7 +391,7 @@ impl Filesystem for FuseDoor {
             let new_path = d.child(newparent, &newname)?;
             Ok((d.engine.link(c, &existing, &new_path)?, new_path))
         };
-        self.serve(ctx(req), reply, work, reply_entry)
+        self.serve_naming(ctx(req), reply, work, reply_entry)
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -671,7 +671,7 @@ impl Filesystem for FuseDoor {
             let p = d.child(parent, &name)?;
             Ok((d.engine.create(c, &p, mode, flags)?, p))
         };
-        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyCreate| match result {
+        self.serve_naming(ctx(req), reply, work, move |d, result, reply: ReplyCreate| match result {
             Ok(((attr, handle), path)) => {
                 let ino = d.remember(&path, &attr);
                 let (ttl, attr) = (d.engine.ttl(&path), fuse_attr(ino, &attr));

@@ -1,13 +1,20 @@
-//! Interrupts at the FUSE door: an operation the gate wants a human to approve is parked,
-//! reply object and all, in a pending ticket, and the worker thread returns at once.
+//! Interrupts at the FUSE door. An operation the gate wants a human to approve either
+//! *pauses* or is *refused until approved*, depending on what the kernel holds meanwhile.
 //!
-//! The ticket's waiter runs on the thread that resolves it (a control request, or the
-//! expiry sweeper): on approval it re-runs the operation under the approval and sends the
-//! reply; otherwise it replies EACCES. So a hundred paused writes hold no FUSE thread.
+//! - A change of names (create, mknod, mkdir, symlink, link, unlink, rmdir, rename) runs with
+//!   its parent directory locked by the kernel, so it never waits: it answers EACCES at once
+//!   and leaves a ticket; approving the ticket lets the caller's next attempt through
+//!   ([`crate::policy::approvals::retry`]).
+//! - Everything else (an open, a listing, a truncate, an attribute change) holds no
+//!   directory lock and pauses: the request is parked, reply object and all, in a pending
+//!   ticket, and the worker thread returns at once. The ticket's waiter runs on the thread that
+//!   resolves it (a control request, or the expiry sweeper): on approval it re-runs the
+//!   operation under the approval and sends the reply; otherwise it replies EACCES. So a
+//!   hundred paused writes hold no FUSE thread.
 //!
-//! A signal to the waiting process (Ctrl-C in its shell) makes the kernel send
-//! `FUSE_INTERRUPT` for the request: its ticket is withdrawn and the request answers EINTR,
-//! so the caller stops waiting and nothing is changed.
+//! A signal to a paused process (Ctrl-C in its shell) makes the kernel send `FUSE_INTERRUPT`
+//! for the request: its ticket is withdrawn and the request answers EINTR, so the caller stops
+//! waiting and nothing is changed.
 
 use crate::audit::command_line;
 use crate::engine::Ctx;
@@ -42,10 +49,63 @@ impl FuseDoor {
     {
         match work(self, &ctx) {
             Err(FsError { interrupt: Some(interrupted), .. }) => {
+                self.engine.gate.approvals.spend(ctx.request);
                 self.park(ctx, *interrupted, reply, work, send)
             }
-            result => send(self, result, reply),
+            result => {
+                self.engine.gate.approvals.spend(ctx.request);
+                send(self, result, reply)
+            }
         }
+    }
+
+    /// Runs a change of names and answers at once: an interrupt is refused with EACCES and
+    /// leaves a ticket whose approval lets the next attempt through (see the module doc).
+    pub(super) fn serve_naming<T, R, W, S>(&self, ctx: Ctx, reply: R, work: W, send: S)
+    where
+        W: FnOnce(&FuseDoor, &Ctx) -> FsResult<T>,
+        S: FnOnce(&FuseDoor, FsResult<T>, R),
+    {
+        let result = match work(self, &ctx) {
+            Err(FsError { interrupt: Some(interrupted), .. }) => {
+                Err(self.refuse_until_approved(&ctx, *interrupted))
+            }
+            result => result,
+        };
+        self.engine.gate.approvals.spend(ctx.request);
+        send(self, result, reply)
+    }
+
+    fn refuse_until_approved(&self, ctx: &Ctx, interrupted: Interrupted) -> FsError {
+        let Interrupted { operation, refusal } = interrupted;
+        let request = Request {
+            door: "fuse",
+            operation,
+            op: refusal.op,
+            path: refusal.path.clone(),
+            rule: refusal.verdict.rule,
+            pid: ctx.caller.pid,
+            uid: ctx.caller.uid,
+            command: command_line(ctx.caller.pid),
+            tool: None,
+        };
+        let what = format!("{} {} {}", request.operation, request.op.as_str(), request.path);
+        let message = match self.engine.gate.approvals.submit_retry(request, ctx.request) {
+            Some(id) => {
+                static REFUSED: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
+                if let Some(held) = REFUSED.admit() {
+                    tracing::info!(
+                        "{} by uid {} waits for approval #{id}: refused for now (EACCES); approving it lets the next attempt through{held}",
+                        crate::display::Escaped(&what),
+                        ctx.caller.uid
+                    );
+                }
+                format!("{what}: refused until approval #{id} is given; then retry")
+            }
+            None => format!("{what}: refused, too many approvals are pending"),
+        };
+        let rule = refusal.verdict.rule.unwrap_or(usize::MAX);
+        FsError::denied(Errno::EACCES, rule, message)
     }
 
     fn park<T, R, W, S>(&self, ctx: Ctx, interrupted: Interrupted, reply: R, work: W, send: S)

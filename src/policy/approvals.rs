@@ -126,6 +126,10 @@ struct Ticket {
     /// Pairs an earlier approval of the same operation already covered (a rename whose two
     /// paths both interrupt asks twice, and the second run needs both).
     inherited: Vec<(Op, VPath)>,
+    /// Refused at once rather than paused (a change of names: the kernel holds the
+    /// directory's lock for as long as its request waits); approving it lets the caller's
+    /// next attempt through ([`retry`]). Nobody waits, so the caller's exit does not end it.
+    retry: bool,
     waiter: Waiter,
 }
 
@@ -151,6 +155,8 @@ struct Inner {
     pending: BTreeMap<ApprovalId, Ticket>,
     covers: HashMap<ApprovalId, Cover>,
     grants: Vec<Grant>,
+    /// Approved refusals waiting for their caller's next attempt.
+    retries: Vec<retry::RetryGrant>,
     subscribers: Vec<(u64, Arc<Subscriber>)>,
     /// How recently ended tickets ended (the newest [`ENDED_KEPT`]), for `resolve`'s error.
     ended: BTreeMap<ApprovalId, String>,
@@ -167,6 +173,9 @@ impl Inner {
 
 pub struct Approvals {
     inner: Mutex<Inner>,
+    /// How many retry grants an operation in flight has claimed and not yet spent: the
+    /// common case (none) costs one atomic load per change of names.
+    claimed: std::sync::atomic::AtomicUsize,
     next_id: AtomicU64,
     next_subscriber: AtomicU64,
     timeout_ms: AtomicU64,
@@ -227,6 +236,7 @@ impl Approvals {
     pub fn new(timeout: Duration, max_pending: usize) -> Approvals {
         Approvals {
             inner: Mutex::new(Inner::default()),
+            claimed: std::sync::atomic::AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             next_subscriber: AtomicU64::new(1),
             timeout_ms: AtomicU64::new(timeout.as_millis() as u64),
@@ -262,7 +272,24 @@ impl Approvals {
         inherit: Option<ApprovalId>,
         waiter: Waiter,
     ) -> Option<ApprovalId> {
-        let mut inner = self.inner.lock();
+        let inner = self.inner.lock();
+        let inherited = match inherit.and_then(|i| inner.covers.get(&i)) {
+            Some(Cover::Pairs(pairs)) => pairs.clone(),
+            _ => Vec::new(),
+        };
+        self.open(inner, request, inherited, false, waiter)
+    }
+
+    /// Opens a ticket under the lock `inner` (released here), records it and tells the
+    /// subscribers; past the bound, refuses it and tells the waiter so.
+    fn open(
+        &self,
+        mut inner: parking_lot::MutexGuard<'_, Inner>,
+        request: Request,
+        inherited: Vec<(Op, VPath)>,
+        retry: bool,
+        waiter: Waiter,
+    ) -> Option<ApprovalId> {
         if inner.pending.len() >= self.max_pending {
             drop(inner);
             static OVERLOADED: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
@@ -280,10 +307,6 @@ impl Approvals {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let inherited = match inherit.and_then(|i| inner.covers.get(&i)) {
-            Some(Cover::Pairs(pairs)) => pairs.clone(),
-            _ => Vec::new(),
-        };
         let created = SystemTime::now();
         let timeout = self.timeout();
         let ticket = Ticket {
@@ -292,10 +315,11 @@ impl Approvals {
             expires: created + timeout,
             deadline: Instant::now() + timeout,
             inherited,
+            retry,
             waiter,
         };
         let view = describe(id, &ticket);
-        self.record(&ticket.request, "interrupt", "");
+        self.record(&ticket.request, if retry { "interrupt-retry" } else { "interrupt" }, "");
         inner.pending.insert(id, ticket);
         let subscribers = inner.subscribers.clone();
         drop(inner);
@@ -332,7 +356,11 @@ impl Approvals {
                 pairs.push((ticket.request.op, ticket.request.path.clone()));
                 Cover::Pairs(pairs)
             };
-            inner.covers.insert(id, cover);
+            if ticket.retry {
+                self.grant_retry(&mut inner, &ticket);
+            } else {
+                inner.covers.insert(id, cover);
+            }
         }
         if decision == Decision::Approve(Scope::Session) {
             if let Some(root) = grant_root(&ticket.request.path, is_dir_operation(&ticket.request.operation))
@@ -375,9 +403,11 @@ impl Approvals {
         self.inner.lock().grants.clone()
     }
 
-    /// Session grants last until the rules change.
+    /// Session grants (and approved retries not yet made) last until the rules change.
     pub fn clear_grants(&self) {
-        self.inner.lock().grants.clear();
+        let mut inner = self.inner.lock();
+        inner.grants.clear();
+        inner.retries.retain(|r| r.claimed_by.is_some());
     }
 
     /// Calls `send` with every notification until it returns false (the peer went away) or
@@ -414,14 +444,17 @@ impl Approvals {
 
     fn sweep_with(&self, cancel: bool) {
         let now = Instant::now();
-        let inner = self.inner.lock();
+        let mut inner = self.inner.lock();
+        if !cancel {
+            inner.retries.retain(|r| r.claimed_by.is_some() || r.deadline > now);
+        }
         let mut done = Vec::new();
         for (id, t) in &inner.pending {
             if cancel {
                 done.push((*id, Outcome::Cancelled));
             } else if t.deadline <= now {
                 done.push((*id, Outcome::TimedOut));
-            } else if t.request.door == "fuse" && !process_alive(t.request.pid) {
+            } else if t.request.door == "fuse" && !t.retry && !process_alive(t.request.pid) {
                 done.push((*id, Outcome::CallerGone));
             }
         }
@@ -556,6 +589,7 @@ fn describe(id: ApprovalId, t: &Ticket) -> Value {
         "created": unix_seconds(t.created),
         "expires": unix_seconds(t.expires),
         "expires_in_seconds": t.deadline.saturating_duration_since(Instant::now()).as_secs_f64(),
+        "retry": t.retry,
     });
     if let Some(call) = &r.tool {
         v["tool"] = json!({"name": call.name, "arguments": call.arguments});
@@ -565,6 +599,9 @@ fn describe(id: ApprovalId, t: &Ticket) -> Value {
     }
     v
 }
+
+#[path = "approvals_retry.rs"]
+pub mod retry;
 
 #[cfg(test)]
 #[path = "approvals_tests.rs"]

@@ -83,14 +83,17 @@ impl Gate {
     }
 
     /// Lets an interrupt verdict pass when a human approved it: under `approval` (the
-    /// operation re-running after its ticket was approved) or under a session grant.
+    /// operation re-running after its ticket was approved), under a session grant, or as the
+    /// approved retry of a change refused earlier (`retry`: who asks, at the mount).
     pub fn approve(
         &self,
         refusal: Refusal,
         approval: Option<approvals::ApprovalId>,
+        retry: Option<approvals::retry::Retry>,
     ) -> Result<Permit, Refusal> {
         if refusal.verdict.mode == Mode::Interrupt
-            && self.approvals.covers(approval, refusal.op, &refusal.path)
+            && (self.approvals.covers(approval, refusal.op, &refusal.path)
+                || retry.is_some_and(|r| self.approvals.covers_retry(r, refusal.op, &refusal.path)))
         {
             return Ok(Permit { path: refusal.path, op: refusal.op });
         }

@@ -1,4 +1,5 @@
-//! Interrupts on a real mount and socket: shells paused until a human answers, tool calls
+//! Interrupts on a real mount and socket: shells paused until a human answers (changes to
+//! existing files), changes of names refused until approved and then retried, tool calls
 //! waiting while their connection keeps working, every decision, scopes, and subscribers.
 
 use std::io::{BufRead, BufReader, Write};
@@ -29,6 +30,15 @@ fn fixture(timeout_seconds: u64) -> Fixture {
     std::fs::create_dir_all(f.host_root.join("secrets")).unwrap();
     std::fs::create_dir_all(f.host_root.join("private")).unwrap();
     f
+}
+
+/// An existing file under `/host`, whose change (not a new name) pauses for approval.
+fn existing(f: &Fixture, rel: &str, content: &str) {
+    std::fs::write(f.host_root.join(rel), content).unwrap();
+}
+
+fn host_text(f: &Fixture, rel: &str) -> String {
+    std::fs::read_to_string(f.host_root.join(rel)).unwrap()
 }
 
 fn socket(f: &Fixture) -> PathBuf {
@@ -139,12 +149,13 @@ fn cli(f: &Fixture, args: &[&str]) -> String {
 #[test]
 fn a_shell_write_waits_for_approval_then_completes() {
     let f = fixture(300);
+    existing(&f, "secrets/k", "old\n");
     let child = shell(&f.p("/host"), "echo key > secrets/k");
     let list = pending(&f, 1);
     let t = &list[0];
-    assert_eq!((t["door"].as_str(), t["operation"].as_str()), (Some("fuse"), Some("create")), "{t}");
+    assert_eq!((t["door"].as_str(), t["operation"].as_str()), (Some("fuse"), Some("open")), "{t}");
     assert_eq!((t["class"].as_str(), t["path"].as_str()), (Some("write"), Some("/host/secrets/k")));
-    assert_eq!(t["pid"], json!(child.id()), "{t}");
+    assert_eq!((&t["pid"], &t["retry"]), (&json!(child.id()), &json!(false)), "{t}");
     assert!(t["command"].as_str().unwrap().contains("echo key > secrets/k"), "{t}");
     assert!(t["expires_in_seconds"].as_f64().unwrap() > 250.0, "{t}");
     assert_eq!(t["uid"], json!(0));
@@ -159,31 +170,78 @@ fn a_shell_write_waits_for_approval_then_completes() {
         "{listed}"
     );
     assert!(listed.contains("expires in 4m") || listed.contains("expires in 5m00s"), "{listed}");
-    assert!(!f.host_root.join("secrets/k").exists(), "nothing happens before the approval");
+    assert_eq!(host_text(&f, "secrets/k"), "old\n", "nothing happens before the approval");
     let status = Conn::open(&socket(&f)).result(2, "vfs/status", json!({}));
     assert_eq!(status["pending_interrupts"], json!(1));
 
+    // The truncating open asks once, and the write through the approved handle does not ask
+    // again.
     let out = cli(&f, &["approve", &t["id"].to_string()]);
     assert!(out.contains("approve by uid 0"), "{out}");
     let (code, err) = finish(child, Duration::from_secs(10));
     assert_eq!(code, 0, "{err}");
-    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/k")).unwrap(), "key\n");
-
-    // Truncating an existing file asks once (the open), and the write through the approved
-    // handle does not ask again.
-    let child = shell(&f.p("/host"), "echo more > secrets/k");
-    let t = pending(&f, 1).remove(0);
-    assert_eq!(t["operation"], "open", "{t}");
-    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
-    let (code, err) = finish(child, Duration::from_secs(10));
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(std::fs::read_to_string(f.host_root.join("secrets/k")).unwrap(), "more\n");
+    assert_eq!(host_text(&f, "secrets/k"), "key\n");
     pending(&f, 0);
+}
+
+#[test]
+fn a_new_name_is_refused_at_once_and_its_approved_retry_lands_once() {
+    let f = fixture(300);
+    let started = Instant::now();
+    let (code, err) = finish(shell(&f.p("/host"), "echo key > secrets/k"), Duration::from_secs(10));
+    assert!(started.elapsed() < Duration::from_secs(2), "it did not wait: {:?}", started.elapsed());
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    assert!(!f.host_root.join("secrets/k").exists());
+    // The ticket outlives the process that met the rule.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(
+        (t["operation"].as_str(), t["path"].as_str()),
+        (Some("create"), Some("/host/secrets/k")),
+        "{t}"
+    );
+    assert_eq!(t["retry"], json!(true), "{t}");
+    let listed = cli(&f, &["interrupts"]);
+    assert!(
+        listed.contains("[refused for now; approving lets the next create through] expires in"),
+        "{listed}"
+    );
+    // Trying again before anyone answers opens no second ticket.
+    let (code, _) = finish(shell(&f.p("/host"), "echo key > secrets/k"), Duration::from_secs(10));
+    assert_ne!(code, 0);
+    assert_eq!(pending(&f, 1)[0]["id"], t["id"]);
+
+    cli(&f, &["approve", &t["id"].to_string()]);
+    pending(&f, 0);
+    let (code, err) = finish(shell(&f.p("/host"), "echo key > secrets/k"), Duration::from_secs(10));
+    assert_eq!(code, 0, "the retry passes: {err}");
+    assert_eq!(host_text(&f, "secrets/k"), "key\n");
+    // Once: another change of names asks again.
+    let (code, _) = finish(shell(&f.p("/host"), "mkdir secrets/d"), Duration::from_secs(10));
+    assert_ne!(code, 0);
+    let t2 = pending(&f, 1).remove(0);
+    assert_eq!((t2["operation"].as_str(), t2["path"].as_str()), (Some("mkdir"), Some("/host/secrets/d")));
+    // A rejection leaves nothing behind: the next attempt is refused again, with a new ticket.
+    resolve(&f, json!({"id": t2["id"], "decision": "reject"}));
+    let (code, _) = finish(shell(&f.p("/host"), "mkdir secrets/d"), Duration::from_secs(10));
+    assert_ne!(code, 0);
+    let t3 = pending(&f, 1).remove(0);
+    assert_ne!(t3["id"], t2["id"]);
+    assert!(!f.host_root.join("secrets/d").exists());
+    // The audit log tells the story of the file.
+    std::thread::sleep(Duration::from_millis(300));
+    let decisions = audit_decisions(&f, "/host/secrets/k");
+    assert_eq!(decisions.len(), 4, "{decisions:?}");
+    assert_eq!(decisions[0], "interrupt-retry");
+    assert_eq!(decisions[1], format!("interrupt-retry (#{} pending)", t["id"]));
+    assert!(decisions[2].starts_with("approve by uid 0 (pid "), "{decisions:?}");
+    assert_eq!(decisions[3], "retried");
 }
 
 #[test]
 fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
     let f = fixture(300);
+    existing(&f, "secrets/k", "old\n");
     let child = shell(&f.p("/host"), "echo key > secrets/k");
     let t = pending(&f, 1).remove(0);
     let out = cli(&f, &["reject", &t["id"].to_string(), "--reason", "not today"]);
@@ -191,7 +249,7 @@ fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
     let (code, err) = finish(child, Duration::from_secs(10));
     assert_ne!(code, 0);
     assert!(err.contains("Permission denied"), "{err}");
-    assert!(!f.host_root.join("secrets/k").exists());
+    assert_eq!(host_text(&f, "secrets/k"), "old\n");
     // The audit log has the interrupt and who resolved it.
     std::thread::sleep(Duration::from_millis(300));
     let decisions = audit_decisions(&f, "/host/secrets/k");
@@ -203,13 +261,14 @@ fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
 #[test]
 fn an_unanswered_interrupt_times_out() {
     let f = fixture(1);
+    existing(&f, "secrets/k", "old\n");
     let started = Instant::now();
     let child = shell(&f.p("/host"), "echo key > secrets/k");
     let (code, err) = finish(child, Duration::from_secs(10));
     assert_ne!(code, 0);
     assert!(err.contains("Permission denied"), "{err}");
     assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
-    assert!(!f.host_root.join("secrets/k").exists());
+    assert_eq!(host_text(&f, "secrets/k"), "old\n");
     // A tool call times out with its own code.
     let mut c = Conn::open(&socket(&f));
     let r = c.result(
@@ -270,11 +329,13 @@ fn a_session_approval_covers_a_recursive_copy() {
         let dir = if i % 2 == 0 { src.clone() } else { src.join("sub") };
         std::fs::write(dir.join(format!("file{i}")), format!("content {i}\n")).unwrap();
     }
-    let child = shell(&f.p("/host"), &format!("cp -r {} secrets/dst", src.display()));
+    let copy = format!("cp -r {} secrets/dst", src.display());
+    let (code, _) = finish(shell(&f.p("/host"), &copy), Duration::from_secs(10));
+    assert_ne!(code, 0, "the first mkdir is refused until approved");
     let t = pending(&f, 1).remove(0);
     assert_eq!((t["operation"].as_str(), t["path"].as_str()), (Some("mkdir"), Some("/host/secrets/dst")));
     cli(&f, &["approve", &t["id"].to_string(), "--scope", "session"]);
-    let (code, err) = finish(child, Duration::from_secs(20));
+    let (code, err) = finish(shell(&f.p("/host"), &copy), Duration::from_secs(20));
     assert_eq!(code, 0, "{err}");
     for i in 0..50 {
         let rel =
@@ -283,15 +344,15 @@ fn a_session_approval_covers_a_recursive_copy() {
     }
     pending(&f, 0);
     // Outside the granted directory a write still asks; a reload ends the grant.
-    let child = shell(&f.p("/host"), "echo x > secrets/elsewhere");
+    assert_ne!(finish(shell(&f.p("/host"), "echo x > secrets/elsewhere"), Duration::from_secs(10)).0, 0);
     let t = pending(&f, 1).remove(0);
+    assert_eq!(t["path"], "/host/secrets/elsewhere");
     resolve(&f, json!({"id": t["id"], "decision": "reject"}));
-    finish(child, Duration::from_secs(10));
     Conn::open(&socket(&f)).result(3, "vfs/reload", json!({}));
-    let child = shell(&f.p("/host"), "echo x > secrets/dst/again");
+    assert_ne!(finish(shell(&f.p("/host"), "echo x > secrets/dst/again"), Duration::from_secs(10)).0, 0);
     let t = pending(&f, 1).remove(0);
+    assert_eq!(t["path"], "/host/secrets/dst/again");
     resolve(&f, json!({"id": t["id"], "decision": "reject"}));
-    finish(child, Duration::from_secs(10));
 }
 
 /// Starts `write_file` on `conn` (request id 1) and returns the ticket once it is pending;
@@ -390,6 +451,8 @@ fn a_subscriber_hears_interrupts_appear_and_resolve() {
     let mut s = Conn::open(&socket(&f));
     let first = s.result(1, "interrupts/subscribe", json!({}));
     assert_eq!(first["interrupts"], json!([]));
+    existing(&f, "secrets/k", "");
+    existing(&f, "secrets/w", "");
     let child = shell(&f.p("/host"), "echo key > secrets/k");
     let created = s.recv();
     assert_eq!(created["method"], "notifications/interrupt", "{created}");
@@ -441,6 +504,7 @@ fn a_subscriber_hears_interrupts_appear_and_resolve() {
 #[test]
 fn a_caller_that_dies_while_waiting_leaves_no_ticket() {
     let f = fixture(300);
+    existing(&f, "secrets/k", "old\n");
     let mut child = shell(&f.p("/host"), "echo key > secrets/k");
     pending(&f, 1);
     // The kernel keeps a killed caller until its request is answered; the sweeper sees the
@@ -448,7 +512,7 @@ fn a_caller_that_dies_while_waiting_leaves_no_ticket() {
     child.kill().unwrap();
     pending(&f, 0);
     finish(child, Duration::from_secs(10));
-    assert!(!f.host_root.join("secrets/k").exists());
+    assert_eq!(host_text(&f, "secrets/k"), "old\n");
 }
 
 /// The pending approvals now.
@@ -639,6 +703,7 @@ fn listing_a_directory_under_an_interrupt_read_rule_asks_once() {
 #[test]
 fn stopping_the_daemon_answers_paused_callers() {
     let mut f = fixture(300);
+    existing(&f, "secrets/k", "");
     let child = shell(&f.p("/host"), "echo key > secrets/k");
     pending(&f, 1);
     let status = f.mount.stop_with(libc::SIGTERM);
@@ -656,8 +721,9 @@ fn a_command_run_by_execute_pauses_on_the_same_rules() {
     let secrets = f.host_root.join("secrets");
     std::fs::create_dir_all(&secrets).unwrap();
     // The sandbox runs as nobody; the kernel checks modes on the mount.
-    for dir in [f.host_root.clone(), secrets] {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(secrets.join("k"), "").unwrap();
+    for (path, mode) in [(f.host_root.clone(), 0o777), (secrets.join("k"), 0o666), (secrets, 0o777)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     let mut c = Conn::open(&socket(&f));
     c.send(
@@ -689,6 +755,7 @@ fn a_forged_command_line_cannot_change_what_the_approver_sees() {
         .unwrap_or_else(|e| panic!("{e}"));
     let f = Fixture { mount, scratch: u.scratch, host_root: u.host_root };
     std::fs::create_dir_all(f.host_root.join("secrets")).unwrap();
+    existing(&f, "secrets/k", "");
     // argv[0] moves the cursor home, erases the line and starts a forged ticket of its own.
     let forged = "evil\r\x1b[2K\n#99 write /host/forged by pid 1";
     let child = Command::new("sh")

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::harness::{Fixture, BIN};
 
@@ -246,16 +246,37 @@ fn a_program_runs_on_a_terminal_as_the_agent_user_inside_the_gated_tree() {
         "{screen}"
     );
 
-    // An interrupt-guarded write waits for the approver outside, then lands.
+    // A new name under an interrupt rule is refused at once (the kernel would hold the
+    // directory while a human decides); the approver outside approves, and the retry lands.
     tmux.line("shell", "echo key > /host/guarded/k; echo \"[guarded $?]\"");
+    tmux.wait_for("shell", "[guarded 1]");
     let socket = s.control_socket();
     let socket = socket.to_str().unwrap();
+    let (_, out, _) = cli(&["interrupts", "--json", "--socket", socket], &[]);
+    let list: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    let t =
+        list["interrupts"].as_array().and_then(|a| a.first()).unwrap_or_else(|| panic!("no ticket: {out}"));
+    assert_eq!(
+        (&t["uid"], &t["operation"], &t["retry"]),
+        (&json!(65534), &json!("create"), &json!(true)),
+        "{t}"
+    );
+    assert!(!s.f.host_root.join("guarded/k").exists());
+    let (code, _, err) = cli(&["approve", &t["id"].to_string(), "--socket", socket], &[]);
+    assert_eq!(code, 0, "{err}");
+    tmux.line("shell", "echo key > /host/guarded/k; echo \"[again $?]\"");
+    tmux.wait_for("shell", "[again 0]");
+    assert_eq!(std::fs::read_to_string(s.f.host_root.join("guarded/k")).unwrap(), "key\n");
+    assert_eq!(std::fs::metadata(s.f.host_root.join("guarded/k")).unwrap().uid(), 65534);
+
+    // A change to the existing file waits for the approver outside, then lands.
+    tmux.line("shell", "echo more > /host/guarded/k; echo \"[paused $?]\"");
     let deadline = Instant::now() + Duration::from_secs(20);
     let id = loop {
         let (_, out, _) = cli(&["interrupts", "--json", "--socket", socket], &[]);
         let list: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
         if let Some(t) = list["interrupts"].as_array().and_then(|a| a.first()) {
-            assert_eq!(t["uid"], 65534, "{t}");
+            assert_eq!((&t["uid"], &t["operation"]), (&json!(65534), &json!("open")), "{t}");
             break t["id"].as_u64().unwrap();
         }
         assert!(Instant::now() < deadline, "no pending interrupt: {out}");
@@ -264,15 +285,14 @@ fn a_program_runs_on_a_terminal_as_the_agent_user_inside_the_gated_tree() {
     std::thread::sleep(Duration::from_millis(300));
     let screen = tmux.screen("shell");
     assert!(
-        !screen.contains("[guarded 0]") && !screen.contains("[guarded 1]"),
+        !screen.contains("[paused 0]") && !screen.contains("[paused 1]"),
         "the write did not wait:\n{screen}"
     );
-    assert!(!s.f.host_root.join("guarded/k").exists());
+    assert_eq!(std::fs::read_to_string(s.f.host_root.join("guarded/k")).unwrap(), "key\n");
     let (code, _, err) = cli(&["approve", &id.to_string(), "--socket", socket], &[]);
     assert_eq!(code, 0, "{err}");
-    tmux.wait_for("shell", "[guarded 0]");
-    assert_eq!(std::fs::read_to_string(s.f.host_root.join("guarded/k")).unwrap(), "key\n");
-    assert_eq!(std::fs::metadata(s.f.host_root.join("guarded/k")).unwrap().uid(), 65534);
+    tmux.wait_for("shell", "[paused 0]");
+    assert_eq!(std::fs::read_to_string(s.f.host_root.join("guarded/k")).unwrap(), "more\n");
 
     tmux.line("shell", "exit 7");
     assert_eq!(exit_status(&status), 7, "{}", tmux.screen("shell"));
