@@ -198,6 +198,7 @@ fn pending_approvals_freeze_nothing_in_their_directory() {
         let script = script.replace("{n}", "1");
         let (took, code) = timed(&dir, &script);
         assert_eq!(code, 0, "`{script}`");
+        eprintln!("{script:40} {before:>12.1?} with none pending, {took:>12.1?} with ten");
         assert!(took < Duration::from_secs(1), "`{script}` took {took:?} (before: {before:?})");
     }
     // Nothing changed yet.
