@@ -183,9 +183,12 @@ w_gitchange() {
   done
 }
 w_gitadd() { cd g && git add -A; }
+# What an agent runs most: `git status` right after committing in the same tree.
+w_gitcommit() { cd g && git -c user.name=bench -c user.email=bench@localhost commit -qm change; }
+w_gitafter() { cd g && git status >/dev/null; }
 w_gitclean() { rm -rf g; }
 export -f w_create w_stat w_lslr w_delete w_untar w_grep w_rmtree w_seqwrite w_seqread w_cleanup \
-  w_gitsetup w_gitstatus w_gitchange w_gitadd w_gitclean w_seqreadwarm w_randwrite w_cargosetup w_cargo \
+  w_gitsetup w_gitstatus w_gitchange w_gitadd w_gitcommit w_gitafter w_gitclean w_seqreadwarm w_randwrite w_cargosetup w_cargo \
   w_cargoclean
 export W
 
@@ -224,7 +227,7 @@ dir_of() {
   esac
 }
 
-ROWS=(create stat lslr delete untar grep rmtree seqwrite seqread seqreadwarm randwrite gitstatus gitadd cargo)
+ROWS=(create stat lslr delete untar grep rmtree seqwrite seqread seqreadwarm randwrite gitstatus gitadd gitafter cargo)
 part main || TARGETS=()
 for target in "${TARGETS[@]}"; do
   for row in "${ROWS[@]}"; do : > "$W/times.$target.$row"; done
@@ -248,10 +251,13 @@ for _ in $(seq "$RUNS"); do
     run "$target" "$dir" cargo
     run "$target" "$dir" -cargoclean
     run "$target" "$dir" -gitsetup # also warms the cache and refreshes the index
-    [[ -n ${FAILED[$target.gitsetup]:-} ]] && FAILED[$target.gitstatus]=1 && FAILED[$target.gitadd]=1
+    [[ -n ${FAILED[$target.gitsetup]:-} ]] && FAILED[$target.gitstatus]=1 && FAILED[$target.gitadd]=1 &&
+      FAILED[$target.gitafter]=1
     run "$target" "$dir" gitstatus
     run "$target" "$dir" -gitchange
     run "$target" "$dir" gitadd
+    run "$target" "$dir" -gitcommit
+    run "$target" "$dir" gitafter
     run "$target" "$dir" -gitclean
   done
 done
@@ -277,6 +283,7 @@ label() {
     randwrite) echo "4 KiB random writes, 256 MiB" ;; cargo) echo "cargo build, 20-module crate" ;;
     gitstatus) echo "git status, 10k-file repo, warm" ;;
     gitadd) echo "git add -A, 1k changed + 1k new" ;;
+    gitafter) echo "git status after add -A + commit" ;;
   esac
 }
 for row in "${ROWS[@]}"; do
