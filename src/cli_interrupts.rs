@@ -96,10 +96,18 @@ pub fn line(v: &Value) -> String {
 }
 
 /// A resolution on one line: `#12 write /workspace/secrets/k: approve by uid 0 (pid 99)`.
+/// An approved change of names that was refused at once adds what happens next:
+/// `...: approve by uid 0 (pid 99); the next mkdir by uid 1000 passes`.
 pub fn resolution(v: &Value) -> String {
     let by = v["resolved_by"].as_str().map(|b| format!(" by {}", escape(b))).unwrap_or_default();
+    let approved = matches!(v["decision"].as_str(), Some("approve" | "approve-session"));
+    let next = if approved && v["retry"] == Value::Bool(true) {
+        format!("; the next {} by uid {} passes", field(&v["operation"]), field(&v["uid"]))
+    } else {
+        String::new()
+    };
     format!(
-        "#{} {} {}: {}{by}",
+        "#{} {} {}: {}{by}{next}",
         field(&v["id"]),
         field(&v["class"]),
         field(&v["path"]),
@@ -209,6 +217,12 @@ mod tests {
         assert!(line(&v).contains(&format!("({} ...)", "x".repeat(46))), "{}", line(&v));
         let v = json!({"id": 5, "class": "write", "path": "/p\n#6", "decision": "reject", "resolved_by": "uid 0\r"});
         assert_eq!(resolution(&v), "#5 write /p\\n#6: reject by uid 0\\r");
+        let v = json!({"id": 7, "class": "write", "path": "/w/d", "decision": "approve", "resolved_by": "uid 0 (pid 9)",
+            "retry": true, "operation": "mkdir", "uid": 1000});
+        assert_eq!(
+            resolution(&v),
+            "#7 write /w/d: approve by uid 0 (pid 9); the next mkdir by uid 1000 passes"
+        );
     }
 
     #[test]

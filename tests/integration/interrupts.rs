@@ -211,7 +211,8 @@ fn a_new_name_is_refused_at_once_and_its_approved_retry_lands_once() {
     assert_ne!(code, 0);
     assert_eq!(pending(&f, 1)[0]["id"], t["id"]);
 
-    cli(&f, &["approve", &t["id"].to_string()]);
+    let out = cli(&f, &["approve", &t["id"].to_string()]);
+    assert!(out.trim_end().ends_with("; the next create by uid 0 passes"), "{out}");
     pending(&f, 0);
     let (code, err) = finish(shell(&f.p("/host"), "echo key > secrets/k"), Duration::from_secs(10));
     assert_eq!(code, 0, "the retry passes: {err}");
