@@ -3,19 +3,21 @@
 //! `interrupts/list` and `interrupts/resolve` methods.
 //!
 //! A waiting call holds only its own request thread (the server runs one per request), so
-//! the connection keeps answering meanwhile.
+//! the connection keeps answering meanwhile. A call may also ask not to wait (`wait: false`)
+//! and finish later under its ticket (`control::deferred`).
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use crate::control::deferred::{AttachError, Deferred};
 use crate::control::methods::Peer;
 use crate::control::proto::{self, RpcError};
 use crate::control::session::Session;
 use crate::control::tools::{self, Block, ErrorCode, ToolEnv, ToolOutput};
 use crate::control::vfs::{validate_path, ToolFs};
-use crate::policy::approvals::{Approvals, Decision, Outcome, Request, Scope, ToolCall};
+use crate::policy::approvals::{ApprovalId, Approvals, Decision, Outcome, Request, Scope, ToolCall};
 use crate::policy::overlap::{glob_anchor, paths_overlap};
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
@@ -119,29 +121,103 @@ fn py_json(value: &Value) -> String {
     }
 }
 
-/// Runs a tool call, first asking a human when an interrupt rule says so.
-pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<ToolOutput> {
-    let Some(ask) = asks(&env.fs, name, args) else {
-        return tools::call(env, name, args);
-    };
+/// What a tool call that needs a human does (`tools/call`'s `wait` and `ticket`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Wait for the answer on this connection (the default).
+    Block,
+    /// Answer "interrupted, approval #N" at once; the ticket stays pending (`wait: false`).
+    Defer,
+    /// Finish the call that deferred approval #N, once it is answered (`ticket: N`).
+    Ticket(ApprovalId),
+}
+
+/// Runs a tool call, first asking a human when an interrupt rule says so. `Ok(None)` when
+/// there is no such tool.
+pub fn call(
+    env: &mut ToolEnv,
+    peer: &Peer,
+    name: &str,
+    args: &Value,
+    wait: Wait,
+    deferred: &Arc<Deferred>,
+) -> Result<Option<ToolOutput>, RpcError> {
     let approvals = env.fs.engine.gate.approvals.clone();
-    let (tx, rx) = mpsc::channel();
-    let request = Request {
-        door: "tool",
-        operation: name.to_string(),
-        op: ask.op,
-        rule: ask.rule,
-        path: ask.path,
-        pid: peer.pid,
-        uid: peer.uid,
-        command: String::new(),
-        tool: Some(ToolCall {
-            name: name.to_string(),
-            arguments: args.clone(),
-            resolved: ask.resolved,
-            socket: peer.socket.as_str(),
-        }),
+    let (id, outcome) = match wait {
+        Wait::Ticket(id) => {
+            if !tools::registry(&env.listed()).iter().any(|spec| spec.name == name) {
+                return Ok(None);
+            }
+            // Withdrawn, like a waiting call's, if this client goes away before the answer.
+            let waiting = env.session.wait_on(id);
+            let attached = deferred.attach(id, name, args, peer.uid, approvals.timeout() + Duration::from_secs(5));
+            env.session.done_waiting(id);
+            let outcome = match attached {
+                Ok(outcome) => outcome.unwrap_or(Outcome::TimedOut),
+                Err(e @ AttachError::OtherCall) => return Err(RpcError::invalid_params(e.message(id))),
+                Err(e) => return Err(RpcError::new(proto::OPERATION_FAILED, e.message(id))),
+            };
+            if !waiting {
+                return Ok(Some(ToolOutput::error(ErrorCode::InterruptRejected, format!("Error: the client that made the tool call for `{name}` disconnected. The tool was not executed."))));
+            }
+            (id, outcome)
+        }
+        Wait::Block | Wait::Defer => {
+            let Some(ask) = asks(&env.fs, name, args) else {
+                return Ok(tools::call(env, name, args));
+            };
+            let request = Request {
+                door: "tool",
+                operation: name.to_string(),
+                op: ask.op,
+                rule: ask.rule,
+                path: ask.path,
+                pid: peer.pid,
+                uid: peer.uid,
+                command: String::new(),
+                tool: Some(ToolCall {
+                    name: name.to_string(),
+                    arguments: args.clone(),
+                    resolved: ask.resolved,
+                    socket: peer.socket.as_str(),
+                }),
+            };
+            if wait == Wait::Defer {
+                // A re-run of a call whose ticket is still pending gets that ticket again.
+                if let Some(id) = deferred.pending_for(name, args, peer.uid) {
+                    return Ok(Some(interrupted(&approvals, id, name)));
+                }
+                let d = deferred.clone();
+                match approvals.submit(request, None, Box::new(move |id, outcome| d.deliver(id, outcome))) {
+                    Some(id) => {
+                        deferred.open(id, name, args, peer.uid, approvals.timeout());
+                        return Ok(Some(interrupted(&approvals, id, name)));
+                    }
+                    None => (0, Outcome::Overloaded),
+                }
+            } else {
+                block(env, &approvals, request)
+            }
+        }
     };
+    Ok(Some(conclude(env, &approvals, id, outcome, name, args)))
+}
+
+/// The answer to a deferred call: its ticket, pending.
+fn interrupted(approvals: &Approvals, id: ApprovalId, name: &str) -> ToolOutput {
+    let ticket = approvals.list().into_iter().find(|t| t["id"] == json!(id)).unwrap_or(Value::Null);
+    let path = ticket["path"].as_str().unwrap_or("").to_string();
+    ToolOutput::text(format!(
+        "Interrupted: the tool call for `{name}` on {path} needs a human's approval (approval #{id}). It has not run; once an approver has answered on the control socket, call it again with `ticket: {id}` to finish it."
+    ))
+    .with("interrupted", json!(true))
+    .with("interrupt_id", json!(id))
+    .with("interrupt", ticket)
+}
+
+/// Opens the ticket for `request` and waits on this connection for its answer.
+fn block(env: &mut ToolEnv, approvals: &Arc<Approvals>, request: Request) -> (ApprovalId, Outcome) {
+    let (tx, rx) = mpsc::channel();
     let submitted =
         approvals.submit(request, None, Box::new(move |id, outcome| drop(tx.send((id, outcome)))));
     // The connection withdraws the ticket if its client goes away; if it already went, the
@@ -157,13 +233,25 @@ pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<
     if let Some(id) = submitted {
         env.session.done_waiting(id);
     }
-    Some(match outcome {
-        Outcome::Decided(Decision::Approve(_)) => run_approved(env, &approvals, id, name, args),
+    (id, outcome)
+}
+
+/// What a decision (or its absence) makes of the call.
+fn conclude(
+    env: &mut ToolEnv,
+    approvals: &Approvals,
+    id: ApprovalId,
+    outcome: Outcome,
+    name: &str,
+    args: &Value,
+) -> ToolOutput {
+    let output = match outcome {
+        Outcome::Decided(Decision::Approve(_)) => run_approved(env, approvals, id, name, args),
         Outcome::Decided(Decision::Edit(edited)) => {
-            let output = run_approved(env, &approvals, id, name, &edited);
-            reviewer_note(name, &edited, output)
+            let output = run_approved(env, approvals, id, name, &edited);
+            reviewer_note(name, &edited, output).with("edited_arguments", edited)
         }
-        Outcome::Decided(Decision::Respond(message)) => ToolOutput::text(message),
+        Outcome::Decided(Decision::Respond(message)) => ToolOutput::text(message).with("responded", json!(true)),
         Outcome::Decided(Decision::Reject(Some(message))) => ToolOutput::error(
             ErrorCode::InterruptRejected,
             format!("User rejected the tool call for `{name}` with reason: {message}"),
@@ -192,8 +280,8 @@ pub fn call(env: &mut ToolEnv, peer: &Peer, name: &str, args: &Value) -> Option<
             ErrorCode::InterruptRejected,
             format!("Error: the tool call for `{name}` needs approval, but too many approvals are pending. The tool was not executed."),
         ),
-    })
-    .map(|o| o.with("interrupt_id", json!(id)))
+    };
+    output.with("interrupt_id", json!(id))
 }
 
 /// Runs the call under approval `id`: its interrupt verdicts pass, deny rules still refuse

@@ -10,7 +10,9 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::config::{BackendConfig, Config};
+use crate::control::deferred::Deferred;
 use crate::control::interrupts;
+use crate::control::transfer;
 use crate::control::proto::{self, RpcError};
 use crate::control::roles::{Roles, Socket};
 use crate::control::session::{Observation, Session};
@@ -66,6 +68,8 @@ pub struct State {
     pub counters: Counters,
     /// The `execute` sandbox's settings, when `[exec] enabled`.
     pub exec: Option<ExecEnv>,
+    /// Approvals of tool calls that did not wait (`tools/call` with `wait: false`).
+    pub deferred: Arc<Deferred>,
 }
 
 /// Who is on the other end of a connection (from SO_PEERCRED), and on which socket.
@@ -114,6 +118,7 @@ impl State {
             reload,
             started: Instant::now(),
             counters: Counters::default(),
+            deferred: Arc::default(),
         }
     }
 
@@ -140,6 +145,16 @@ impl State {
                 Ok(tools_list(&self.listed()))
             }
             "tools/call" => self.tools_call(session, peer, id, &proto::params_object(params)?),
+            "vfs/upload" => {
+                let params = proto::params_object(params)?;
+                let env = self.tool_env(session, peer, "vfs/upload", &Value::Object(params.clone()), None);
+                transfer::upload(&env, &session.staging, &params)
+            }
+            "vfs/download" => {
+                let params = proto::params_object(params)?;
+                let env = self.tool_env(session, peer, "vfs/download", &Value::Object(params.clone()), None);
+                transfer::download(&env, &params)
+            }
             "vfs/status" => Ok(self.status()),
             "vfs/paths" => Ok(paths(&self.config, &self.mountpoint)),
             "vfs/explain" => {
@@ -181,13 +196,6 @@ impl State {
                 return Err(RpcError::invalid_params(format!("`arguments` must be an object, got {other}")))
             }
         };
-        let mut fs = ToolFs::new(&self.engine);
-        // Files are still created as the daemon; the peer is the principal that audit records
-        // name.
-        fs.ctx.caller.pid = peer.pid;
-        fs.ctx.principal = Some(peer.principal());
-        fs.tool = name.to_string();
-        fs.arguments = arguments.to_string();
         // A string request id plays Deep Agents' tool_call_id: it names an offloaded result. A
         // number is a connection's request counter (every client starts at 1), so two clients'
         // results would overwrite each other: such a result gets a generated name instead.
@@ -195,8 +203,29 @@ impl State {
             Value::String(s) => Some(s.clone()),
             _ => None,
         };
-        let mut env = ToolEnv { fs, session, exec: self.exec.as_ref(), call_id };
-        match interrupts::call(&mut env, peer, name, &arguments) {
+        let structured = match params.get("structured") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!("`structured` must be a boolean, got {other}")))
+            }
+        };
+        let wait = match (params.get("wait"), params.get("ticket")) {
+            (_, Some(t)) if !t.is_null() => match t.as_u64() {
+                Some(id) => interrupts::Wait::Ticket(id),
+                None => {
+                    return Err(RpcError::invalid_params(format!("`ticket` must be an approval's number, got {t}")))
+                }
+            },
+            (None | Some(Value::Null) | Some(Value::Bool(true)), _) => interrupts::Wait::Block,
+            (Some(Value::Bool(false)), _) => interrupts::Wait::Defer,
+            (Some(other), _) => {
+                return Err(RpcError::invalid_params(format!("`wait` must be a boolean, got {other}")))
+            }
+        };
+        let mut env = self.tool_env(session, peer, name, &arguments, call_id);
+        env.structured = structured;
+        match interrupts::call(&mut env, peer, name, &arguments, wait, &self.deferred)? {
             Some(output) => {
                 self.counters.tool_calls.fetch_add(1, Ordering::Relaxed);
                 Ok(output.to_mcp())
@@ -209,6 +238,26 @@ impl State {
                 )))
             }
         }
+    }
+
+    /// The tool door's view for one call of `peer` (`name` and `arguments` are what the
+    /// audit log records).
+    fn tool_env<'s>(
+        &'s self,
+        session: &'s Session,
+        peer: &Peer,
+        name: &str,
+        arguments: &Value,
+        call_id: Option<String>,
+    ) -> ToolEnv<'s> {
+        let mut fs = ToolFs::new(&self.engine);
+        // Files are still created as the daemon; the peer is the principal that audit records
+        // name.
+        fs.ctx.caller.pid = peer.pid;
+        fs.ctx.principal = Some(peer.principal());
+        fs.tool = name.to_string();
+        fs.arguments = arguments.to_string();
+        ToolEnv { fs, session, exec: self.exec.as_ref(), call_id, structured: false }
     }
 
     fn status(&self) -> Value {

@@ -4,6 +4,7 @@
 //! only through the engine.
 
 pub mod client;
+pub mod deferred;
 pub mod interrupts;
 pub mod methods;
 pub mod proto;
@@ -11,4 +12,5 @@ pub mod roles;
 pub mod server;
 pub mod session;
 pub mod tools;
+pub mod transfer;
 pub mod vfs;

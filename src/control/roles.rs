@@ -253,9 +253,8 @@ impl Role {
 /// The role a method needs; `None` for a method the daemon does not have.
 pub fn role_of(method: &str) -> Option<Role> {
     match method {
-        "initialize" | "ping" | "tools/list" | "tools/call" | "vfs/paths" | "vfs/explain" => {
-            Some(Role::Agent)
-        }
+        "initialize" | "ping" | "tools/list" | "tools/call" | "vfs/paths" | "vfs/explain" | "vfs/upload"
+        | "vfs/download" => Some(Role::Agent),
         "interrupts/list" | "interrupts/resolve" | "interrupts/subscribe" => Some(Role::Approver),
         "vfs/status" | "vfs/reload" => Some(Role::Operator),
         _ => None,

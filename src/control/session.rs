@@ -1,5 +1,6 @@
-//! One control connection's memory: what it has read (for read-before-write), settings, and
-//! the approvals its tool calls wait on (withdrawn when the client goes away).
+//! One control connection's memory: what it has read (for read-before-write), settings, the
+//! approvals its tool calls wait on (withdrawn when the client goes away), and the upload
+//! pieces it has sent so far.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -37,6 +38,8 @@ pub enum Observation {
 
 pub struct Session {
     pub observation: Observation,
+    /// `vfs/upload` pieces received so far.
+    pub staging: crate::control::transfer::Staging,
     observed: Mutex<HashMap<VPath, Version>>,
     waiting: Mutex<Waiting>,
 }
@@ -50,7 +53,12 @@ struct Waiting {
 
 impl Session {
     pub fn new(observation: Observation) -> Session {
-        Session { observation, observed: Mutex::new(HashMap::new()), waiting: Mutex::default() }
+        Session {
+            observation,
+            staging: Default::default(),
+            observed: Mutex::new(HashMap::new()),
+            waiting: Mutex::default(),
+        }
     }
 
     /// Records that a call of this connection waits on ticket `id`. False when the client is

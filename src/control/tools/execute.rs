@@ -104,7 +104,9 @@ pub fn tool_text(output: &str, exit_code: i32, truncated: bool) -> String {
 
 /// A finished backend result as the tool returns it.
 fn result(output: &str, exit_code: i32, truncated: bool) -> ToolOutput {
+    // `output` is the command's output before the trailer, for clients that render it.
     ToolOutput::text(tool_text(output, exit_code, truncated))
+        .with("output", json!(output))
         .with("exit_code", json!(exit_code))
         .with("truncated", json!(truncated))
 }

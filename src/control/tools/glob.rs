@@ -123,6 +123,9 @@ pub fn run(env: &ToolEnv, args: &Value, slots: &Slots, limits: Limits) -> ToolOu
     // for the structured result rather than copying a huge list.
     let mut head: Vec<String> = paths.iter().take(common::MAX_CHARS / 6).cloned().collect();
     let total = paths.len();
+    // A structured caller gets every match: it renders (and truncates) the list itself.
+    let all: Option<Vec<Value>> =
+        env.structured.then(|| paths.iter().map(|p| json!({"path": p, "is_dir": false})).collect());
     let (mut text, kept) = common::format_file_paths(paths);
     head.truncate(kept.unwrap_or(total));
     let cut = kept.is_some();
@@ -137,7 +140,11 @@ pub fn run(env: &ToolEnv, args: &Value, slots: &Slots, limits: Limits) -> ToolOu
         text.push_str("\n\n");
         text.push_str(if reason == "unreadable" { UNREADABLE_NOTE } else { TRUNCATION_NOTE });
     }
-    ToolOutput::text(text)
+    let output = match all {
+        Some(all) => ToolOutput::text(text).with("matches", Value::Array(all)),
+        None => ToolOutput::text(text),
+    };
+    output
         .with("paths", json!(head))
         .with("truncated", json!(reason.is_some() || cut))
         .with("truncation_reason", json!(reason.or(cut.then_some("size"))))

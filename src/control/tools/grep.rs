@@ -140,7 +140,7 @@ pub fn run(env: &ToolEnv, args: &Value, time_limit: Duration) -> ToolOutput {
         }
     };
     let searcher = Searcher::new(&pattern, mode == OutputMode::Content, max_count);
-    let outcome = search_files(&env.fs, &files, &searcher, mode, max_count, stop_at);
+    let outcome = search_files(&env.fs, &files, &searcher, mode, max_count, stop_at, env.structured);
     let truncated = outcome.truncated || walk_cut;
     let mut text = if outcome.taken == 0 { NO_MATCHES.to_string() } else { outcome.body.finish() };
     if truncated {
@@ -361,6 +361,8 @@ struct Ordered<'a> {
     settled: bool,
     body: Body,
     summary: Vec<Value>,
+    /// Each file's summary carries its matching lines' text too (a structured call).
+    with_text: bool,
 }
 
 impl Ordered<'_> {
@@ -405,6 +407,11 @@ impl Ordered<'_> {
         let mut entry = json!({"path": path.as_str(), "count": take});
         if self.mode == OutputMode::Content {
             entry["lines"] = json!(lines.iter().take(take).map(|(n, _)| n).collect::<Vec<_>>());
+            if self.with_text {
+                let matches: Vec<Value> =
+                    lines.iter().take(take).map(|(n, text)| json!({"line": n, "text": text})).collect();
+                entry["matches"] = Value::Array(matches);
+            }
         }
         self.summary.push(entry);
     }
@@ -425,6 +432,7 @@ fn search_files(
     mode: OutputMode,
     max_count: usize,
     stop_at: Instant,
+    with_text: bool,
 ) -> Outcome {
     let ordered = Mutex::new(Ordered {
         files,
@@ -437,6 +445,7 @@ fn search_files(
         settled: false,
         body: Body::new(),
         summary: Vec::new(),
+        with_text,
     });
     let next_index = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);

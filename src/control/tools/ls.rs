@@ -76,7 +76,8 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
     };
     let paths: Vec<String> = entries.iter().map(|e| e.path.clone()).collect();
     let (text, kept) = format_file_paths(paths);
-    let shown = kept.unwrap_or(entries.len());
+    // A structured caller gets every entry: it renders (and truncates) the listing itself.
+    let shown = if env.structured { entries.len() } else { kept.unwrap_or(entries.len()) };
     let structured: Vec<Value> = entries[..shown]
         .iter()
         .map(|e| json!({"path": e.path, "is_dir": e.is_dir, "size": e.size, "modified_at": iso8601(e.attr.mtime)}))

@@ -163,6 +163,11 @@ pub struct ToolEnv<'e> {
     pub exec: Option<&'e execute::ExecEnv>,
     /// The caller's id for this call (the JSON-RPC request id), naming offloaded results.
     pub call_id: Option<String>,
+    /// The caller asked for structured results (`tools/call` with `structured: true`): the
+    /// tool also puts the data its text is rendered from into `structuredContent`, whole
+    /// (file windows, every entry and match, raw command output), for clients that render
+    /// it themselves (the Deep Agents backend), and nothing is offloaded.
+    pub structured: bool,
 }
 
 impl ToolEnv<'_> {
@@ -261,5 +266,9 @@ pub fn registry(listed: &Listed) -> Vec<&'static ToolSpec> {
 pub fn call(env: &ToolEnv, name: &str, arguments: &Value) -> Option<ToolOutput> {
     let spec = registry(&env.listed()).into_iter().find(|spec| spec.name == name)?;
     let output = (spec.call)(env, arguments);
+    // A structured caller renders (and offloads) the result itself.
+    if env.structured {
+        return Some(output);
+    }
     Some(offload::apply(env, name, output))
 }

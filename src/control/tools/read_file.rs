@@ -148,7 +148,7 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
             })
         }
     };
-    let (output, inspected) = if data.is_empty() {
+    let (mut output, inspected) = if data.is_empty() {
         let output = ToolOutput::text(EMPTY_CONTENT_WARNING)
             .with("total_lines", json!(0))
             .with("truncated", json!(false));
@@ -161,12 +161,17 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         }
         .with("mime_type", json!(mime_type))
         .with("size", json!(data.len()));
+        let output = if env.structured {
+            output.with("content", json!(common::base64(&data))).with("encoding", json!("base64"))
+        } else {
+            output
+        };
         (output, true)
     } else {
         match std::str::from_utf8(&data) {
             // A window of no lines did not inspect a file that has some.
             Ok(text) => {
-                let output = render_text(text, path.as_str(), offset, limit);
+                let output = render_text(text, path.as_str(), offset, limit, env.structured);
                 let inspected = !output.is_error && (limit > 0 || is_blank(text));
                 (output, inspected)
             }
@@ -183,26 +188,41 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
     if inspected {
         env.session.observe(&loc.real, Version::of(&attr));
     }
+    if env.structured && data.is_empty() {
+        output = output.with("content", json!("")).with("encoding", json!("utf-8"));
+    }
     output
 }
 
 /// The window of a (non-empty) text file Deep Agents would return for `offset`/`limit`,
-/// rendered, with the window numbers as structured fields.
-pub fn render_text(content: &str, path: &str, offset: i64, limit: i64) -> ToolOutput {
+/// rendered, with the window numbers as structured fields. With `raw` (a structured call)
+/// the window's text is added as `content` (`\n` line ends, as Deep Agents' backends slice
+/// it), and the numbers describe the whole window, not what the size cap let the text show:
+/// such a client truncates the rendering itself. A blank file's `content` is the file.
+pub fn render_text(content: &str, path: &str, offset: i64, limit: i64, raw: bool) -> ToolOutput {
+    let raw_fields = |out: ToolOutput, text: &str| {
+        if raw {
+            out.with("content", json!(text)).with("encoding", json!("utf-8"))
+        } else {
+            out
+        }
+    };
     if is_blank(content) {
         let total = splitlines_keepends(content).len();
-        return ToolOutput::text(EMPTY_CONTENT_WARNING)
+        let out = ToolOutput::text(EMPTY_CONTENT_WARNING)
             .with("total_lines", json!(total))
             .with("truncated", json!(false));
+        return raw_fields(out, content);
     }
     // Degenerate bounds are clamped (`normalize_read_bounds`); a zero-line window never
     // inspected the file, which its own reminder says.
     let (start, count) = (offset.max(0) as usize, limit.max(0) as usize);
     if count == 0 {
-        return ToolOutput::text(format!(
+        let out = ToolOutput::text(format!(
             "System reminder: no lines were read because `limit` was {limit}. The file was not inspected and may have contents; retry with `limit` >= 1 to read it."
         ))
         .with("truncated", json!(false));
+        return raw_fields(out, "").with("no_lines_requested", json!(true));
     }
     let lines = splitlines_keepends(content);
     let total = lines.len();
@@ -213,17 +233,18 @@ pub fn render_text(content: &str, path: &str, offset: i64, limit: i64) -> ToolOu
         );
     }
     let end = start.saturating_add(count).min(total);
-    let window = to_lf(&lines[start..end].concat());
+    let text_window = to_lf(&lines[start..end].concat());
     let (start_line, end_line) = (start + 1, end);
     let next_offset = (end < total).then_some(end);
-    if is_blank(&window) && start_line == 1 && end_line == total {
-        return ToolOutput::text(EMPTY_CONTENT_WARNING)
+    if is_blank(&text_window) && start_line == 1 && end_line == total {
+        let out = ToolOutput::text(EMPTY_CONTENT_WARNING)
             .with("total_lines", json!(total))
             .with("truncated", json!(false));
+        return raw_fields(out, content);
     }
     // The body is the window split on `\n` with the final terminator dropped, padded with
     // blank rows when Python line ends other than `\n` made it short (`_pad_blank_rows`).
-    let mut rows: Vec<&str> = window.split('\n').collect();
+    let mut rows: Vec<&str> = text_window.split('\n').collect();
     if rows.last() == Some(&"") {
         rows.pop();
     }
@@ -239,8 +260,11 @@ pub fn render_text(content: &str, path: &str, offset: i64, limit: i64) -> ToolOu
         Vec::new()
     };
     let window = Window { start_line, end_line, total, next_offset };
-    let (text, shown) = truncate(&rows, path, &window, &notices);
-    ToolOutput::text(text)
+    let (text, mut shown) = truncate(&rows, path, &window, &notices);
+    if raw {
+        shown = Shown { start_line, end_line, next_offset, truncated: false };
+    }
+    raw_fields(ToolOutput::text(text), &text_window)
         .with("start_line", json!(shown.start_line))
         .with("end_line", json!(shown.end_line))
         .with("total_lines", json!(total))

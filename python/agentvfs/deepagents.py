@@ -1,0 +1,443 @@
+"""`AgentvfsBackend`: a Deep Agents backend (`SandboxBackendProtocol`) served by an agentvfs
+daemon, so the agent's file tools, its `execute` shell and every process that shell starts
+obey the daemon's rules.
+
+Each method is one request on the agent socket: the file methods call the daemon's tools with
+`structured: true`, which returns the data Deep Agents' result types hold (file windows,
+entries, matches, raw command output) rather than rendered text, so Deep Agents'
+FilesystemMiddleware renders what the model sees, as it does for its own backends. Errors
+arrive in the result types' error fields with agentvfs's texts. `upload_files` and
+`download_files` move bytes through `vfs/upload` and `vfs/download`.
+
+Approvals: when a call meets an `interrupt` rule and the backend was given an approver socket
+(the daemon's control socket, which the harness process may use and the agent may not), the
+daemon answers at once with the pending approval instead of waiting (`wait: false`); the
+backend pauses the graph with LangGraph's `interrupt()` inside the tool call, in the format of
+Deep Agents' own `interrupt_on` pauses; on `Command(resume=...)` the tool runs again, the
+same call gets the same approval back, `interrupt()` returns the human's decision, the backend
+sends it to the daemon on the approver socket, and the daemon finishes the call
+(`ticket: N`). Without an approver socket the call waits on the daemon until someone resolves
+it there (`agentvfs approve N`), as any agentvfs tool call does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import weakref
+from typing import Any
+
+from deepagents.backends.protocol import (
+    DeleteResult,
+    EditResult,
+    ExecuteResponse,
+    FileData,
+    FileDownloadResponse,
+    FileInfo,
+    FileUploadResponse,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    LsResult,
+    ReadResult,
+    SandboxBackendProtocol,
+    WriteResult,
+)
+
+from agentvfs.client import AsyncClient, Client, RpcError, resolve_socket
+
+__all__ = ["AgentvfsBackend", "DECISIONS"]
+
+DECISIONS = ["approve", "edit", "reject", "respond"]
+"""The decisions an agentvfs approval accepts (all of Deep Agents' human-in-the-loop ones)."""
+
+# Upload pieces: each request line must stay under the daemon's 1 MiB limit once base64'd.
+_UPLOAD_PIECE = 512 * 1024
+
+# The daemon's error codes that Deep Agents' upload/download results name with a literal.
+_FILE_ERRORS = {
+    "FS_NOT_FOUND": "file_not_found",
+    "FS_PERMISSION_DENIED": "permission_denied",
+    "FS_INTERRUPT_REJECTED": "permission_denied",
+    "FS_INTERRUPT_TIMEOUT": "permission_denied",
+    "FS_IS_DIRECTORY": "is_directory",
+    "FS_INVALID_PATH": "invalid_path",
+}
+
+
+def _text(result: dict[str, Any]) -> str:
+    return "\n".join(block["text"] for block in result.get("content", []) if block.get("type") == "text")
+
+
+def _structured(result: dict[str, Any]) -> dict[str, Any]:
+    return result.get("structuredContent") or {}
+
+
+def _failure(result: dict[str, Any]) -> str | None:
+    """The result's error text when the call failed or a human answered it with a message
+    (`respond`: the tool did not run, and Deep Agents' result types can carry that message
+    only in their error field); `None` when the tool ran."""
+    if result.get("isError") or _structured(result).get("responded"):
+        return _text(result)
+    return None
+
+
+def _unprefixed(text: str) -> str:
+    """The middleware adds `Error: ` in front of ls, read and glob errors; agentvfs's texts
+    already have it, so it is taken off once to keep the model's text agentvfs's."""
+    return text[len("Error: ") :] if text.startswith("Error: ") else text
+
+
+class AgentvfsBackend(SandboxBackendProtocol):
+    """A Deep Agents backend on an agentvfs daemon's agent socket.
+
+    Args:
+        socket: The agent socket; else `$AGENTVFS_SOCKET`, else the daemon's default.
+        approvals_socket: The daemon's control socket, used to send the human's decisions
+            when a call pauses on an interrupt rule. Give it only to the harness process: the
+            agent's own `execute` shell must not reach it (the daemon keeps it out of the
+            sandbox). Without it, paused calls wait on the daemon for an approver.
+        sandbox_id: The `id` Deep Agents shows; by default `agentvfs:<socket>`.
+        timeout: Seconds to wait for any one reply (`None`: no limit; approvals and commands
+            are bounded by the daemon's own timeouts).
+    """
+
+    def __init__(
+        self,
+        socket: str | None = None,
+        *,
+        approvals_socket: str | None = None,
+        sandbox_id: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.socket = resolve_socket(socket)
+        self.approvals_socket = approvals_socket
+        self.timeout = timeout
+        self._id = sandbox_id or f"agentvfs:{self.socket}"
+        self._client = Client(self.socket)
+        self._approver = Client(approvals_socket) if approvals_socket else None
+        # One asyncio connection per event loop (a stream belongs to the loop it was opened on).
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncClient | None]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    def close(self) -> None:
+        """Closes the blocking connections (asyncio ones close with their loop)."""
+        self._client.close()
+        if self._approver is not None:
+            self._approver.close()
+
+    # -- talking to the daemon -------------------------------------------------------------
+
+    def _aclients(self) -> tuple[AsyncClient, AsyncClient | None]:
+        loop = asyncio.get_running_loop()
+        clients = self._async.get(loop)
+        if clients is None:
+            approver = AsyncClient(self.approvals_socket) if self.approvals_socket else None
+            clients = (AsyncClient(self.socket), approver)
+            self._async[loop] = clients
+        return clients
+
+    def _params(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name, "arguments": arguments, "structured": True}
+        if self.approvals_socket:
+            params["wait"] = False
+        return params
+
+    def _tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = self._client.call("tools/call", self._params(name, arguments), self.timeout)
+        ticket = _structured(result)
+        if not ticket.get("interrupted"):
+            return result
+        decision = _pause(name, arguments, ticket)
+        if decision is not None and self._approver is not None:
+            self._approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
+        return self._client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+
+    async def _atool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        client, approver = self._aclients()
+        result = await client.call("tools/call", self._params(name, arguments), self.timeout)
+        ticket = _structured(result)
+        if not ticket.get("interrupted"):
+            return result
+        decision = _pause(name, arguments, ticket)
+        if decision is not None and approver is not None:
+            await approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
+        return await client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+
+    # -- BackendProtocol ---------------------------------------------------------------------
+
+    def ls(self, path: str) -> LsResult:
+        return _ls(self._tool("ls", {"path": path}))
+
+    async def als(self, path: str) -> LsResult:
+        return _ls(await self._atool("ls", {"path": path}))
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        return _read(self._tool("read_file", {"file_path": file_path, "offset": offset, "limit": limit}))
+
+    async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        return _read(await self._atool("read_file", {"file_path": file_path, "offset": offset, "limit": limit}))
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        return _write(self._tool("write_file", {"file_path": file_path, "content": content}))
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        return _write(await self._atool("write_file", {"file_path": file_path, "content": content}))
+
+    def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
+        return _edit(self._tool("edit_file", _edit_args(file_path, old_string, new_string, replace_all)))
+
+    async def aedit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
+        return _edit(await self._atool("edit_file", _edit_args(file_path, old_string, new_string, replace_all)))
+
+    def delete(self, file_path: str) -> DeleteResult:
+        return _delete(self._tool("delete", {"file_path": file_path}))
+
+    async def adelete(self, file_path: str) -> DeleteResult:
+        return _delete(await self._atool("delete", {"file_path": file_path}))
+
+    def grep(self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None) -> GrepResult:
+        return _grep(self._tool("grep", _grep_args(pattern, path, glob, max_count)))
+
+    async def agrep(self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None) -> GrepResult:
+        return _grep(await self._atool("grep", _grep_args(pattern, path, glob, max_count)))
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        return _glob(self._tool("glob", _glob_args(pattern, path)))
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        return _glob(await self._atool("glob", _glob_args(pattern, path)))
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        try:
+            return _execute(self._tool("execute", _execute_args(command, timeout)))
+        except RpcError as e:
+            raise NotImplementedError(_execute_unavailable(e)) from e
+
+    async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:  # noqa: ASYNC109
+        try:
+            return _execute(await self._atool("execute", _execute_args(command, timeout)))
+        except RpcError as e:
+            raise NotImplementedError(_execute_unavailable(e)) from e
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        responses = []
+        for path, content in files:
+            reply: dict[str, Any] = {}
+            for params in _upload_pieces(path, content):
+                reply = self._client.call("vfs/upload", params, self.timeout)
+            responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
+        return responses
+
+    async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        client, _ = self._aclients()
+        responses = []
+        for path, content in files:
+            reply: dict[str, Any] = {}
+            for params in _upload_pieces(path, content):
+                reply = await client.call("vfs/upload", params, self.timeout)
+            responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
+        return responses
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        return [_download(path, self._client.call("vfs/download", {"path": path}, self.timeout)) for path in paths]
+
+    async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        client, _ = self._aclients()
+        return [_download(path, await client.call("vfs/download", {"path": path}, self.timeout)) for path in paths]
+
+
+# -- approvals ---------------------------------------------------------------------------------
+
+
+def _pause(name: str, arguments: dict[str, Any], ticket: dict[str, Any]) -> dict[str, Any] | None:
+    """Pauses the graph on the pending approval (LangGraph `interrupt()`, in the format of
+    Deep Agents' `interrupt_on` pauses) and returns the human's decision once resumed.
+    Outside a graph run there is nothing to pause: `None`, and the call waits on the daemon."""
+    from langgraph.types import interrupt
+
+    interrupt_id = ticket["interrupt_id"]
+    described = ticket.get("interrupt") or {}
+    description = (
+        f"agentvfs approval #{interrupt_id}: `{name}` on {described.get('path', '?')} meets an interrupt rule"
+        f"{'' if described.get('rule') is None else ' (rule #' + str(described['rule']) + ')'}"
+        " and needs a human's decision."
+    )
+    payload = {
+        "action_requests": [{"name": name, "args": arguments, "description": description}],
+        "review_configs": [{"action_name": name, "allowed_decisions": list(DECISIONS)}],
+        "agentvfs": {"interrupt_id": interrupt_id, "interrupt": described},
+    }
+    try:
+        answer = interrupt(payload)
+    except RuntimeError as e:
+        if "runnable context" not in str(e) and "get_config" not in str(e):
+            raise
+        return None
+    return _decision(answer)
+
+
+def _decision(answer: Any) -> dict[str, Any]:
+    """The one decision in a resume value: `{"decisions": [decision]}` (Deep Agents' shape) or
+    a bare decision."""
+    if isinstance(answer, dict) and "decisions" in answer:
+        decisions = answer["decisions"]
+        if not isinstance(decisions, list) or len(decisions) != 1:
+            msg = f"an agentvfs approval takes exactly one decision, got {decisions!r}"
+            raise ValueError(msg)
+        answer = decisions[0]
+    if not isinstance(answer, dict) or answer.get("type") not in DECISIONS:
+        msg = f"a decision is {{'type': one of {DECISIONS}, ...}}, got {answer!r}"
+        raise ValueError(msg)
+    return answer
+
+
+def _resolution(interrupt_id: int, decision: dict[str, Any]) -> dict[str, Any]:
+    """`interrupts/resolve` params for a Deep Agents decision."""
+    kind = decision["type"]
+    params: dict[str, Any] = {"id": interrupt_id, "decision": kind}
+    if kind == "edit":
+        action = decision.get("edited_action") or {}
+        params["arguments"] = action.get("args", decision.get("args"))
+    elif kind in ("reject", "respond") and decision.get("message") is not None:
+        params["message"] = decision["message"]
+    return params
+
+
+def _finish(name: str, arguments: dict[str, Any], ticket: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments, "structured": True, "ticket": ticket["interrupt_id"]}
+
+
+# -- arguments ---------------------------------------------------------------------------------
+
+
+def _edit_args(file_path: str, old_string: str, new_string: str, replace_all: bool) -> dict[str, Any]:  # noqa: FBT001
+    return {"file_path": file_path, "old_string": old_string, "new_string": new_string, "replace_all": replace_all}
+
+
+def _grep_args(pattern: str, path: str | None, glob: str | None, max_count: int | None) -> dict[str, Any]:
+    args: dict[str, Any] = {"pattern": pattern, "output_mode": "content"}
+    if path is not None:
+        args["path"] = path
+    if glob is not None:
+        args["glob"] = glob
+    if max_count is not None:
+        args["max_count"] = max_count
+    return args
+
+
+def _glob_args(pattern: str, path: str | None) -> dict[str, Any]:
+    return {"pattern": pattern} if path is None else {"pattern": pattern, "path": path}
+
+
+def _execute_args(command: str, timeout: int | None) -> dict[str, Any]:
+    return {"command": command} if timeout is None else {"command": command, "timeout": timeout}
+
+
+def _upload_pieces(path: str, content: bytes) -> list[dict[str, Any]]:
+    pieces = [content[i : i + _UPLOAD_PIECE] for i in range(0, len(content), _UPLOAD_PIECE)] or [b""]
+    return [
+        {"path": path, "content": base64.b64encode(piece).decode("ascii"), "more": i + 1 < len(pieces)}
+        for i, piece in enumerate(pieces)
+    ]
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def _ls(result: dict[str, Any]) -> LsResult:
+    if (error := _failure(result)) is not None:
+        return LsResult(error=_unprefixed(error))
+    entries = [
+        FileInfo(path=e["path"], is_dir=e["is_dir"], size=e["size"], modified_at=e["modified_at"])
+        for e in _structured(result).get("entries", [])
+    ]
+    return LsResult(entries=entries)
+
+
+def _read(result: dict[str, Any]) -> ReadResult:
+    if (error := _failure(result)) is not None:
+        return ReadResult(error=_unprefixed(error))
+    s = _structured(result)
+    data = FileData(content=s.get("content", ""), encoding=s.get("encoding", "utf-8"))
+    if s.get("no_lines_requested"):
+        return ReadResult(file_data=data, no_lines_requested=True)
+    if s.get("start_line") is None:
+        return ReadResult(file_data=data)
+    return ReadResult(
+        file_data=data,
+        start_line=s["start_line"],
+        end_line=s["end_line"],
+        total_lines=s["total_lines"],
+        next_offset=s.get("next_offset"),
+    )
+
+
+def _write(result: dict[str, Any]) -> WriteResult:
+    if (error := _failure(result)) is not None:
+        return WriteResult(error=error)
+    return WriteResult(path=_structured(result)["path"])
+
+
+def _edit(result: dict[str, Any]) -> EditResult:
+    if (error := _failure(result)) is not None:
+        return EditResult(error=error)
+    s = _structured(result)
+    return EditResult(path=s["path"], occurrences=s["occurrences"])
+
+
+def _delete(result: dict[str, Any]) -> DeleteResult:
+    if (error := _failure(result)) is not None:
+        return DeleteResult(error=error)
+    return DeleteResult(path=_structured(result)["path"])
+
+
+def _grep(result: dict[str, Any]) -> GrepResult:
+    if (error := _failure(result)) is not None:
+        return GrepResult(error=error)
+    s = _structured(result)
+    matches = [
+        GrepMatch(path=f["path"], line=m["line"], text=m["text"]) for f in s.get("files", []) for m in f.get("matches", [])
+    ]
+    return GrepResult(matches=matches, truncated=bool(s.get("truncated")))
+
+
+def _glob(result: dict[str, Any]) -> GlobResult:
+    if (error := _failure(result)) is not None:
+        return GlobResult(error=_unprefixed(error))
+    s = _structured(result)
+    reason = s.get("truncation_reason")
+    reason = reason if reason in ("budget", "unreadable") else None
+    matches = [FileInfo(path=m["path"], is_dir=False) for m in s.get("matches", [])]
+    return GlobResult(matches=matches, truncated=reason is not None, truncation_reason=reason)
+
+
+def _execute(result: dict[str, Any]) -> ExecuteResponse:
+    s = _structured(result)
+    if "output" not in s:
+        # Not a command's result: a refused approval or a human's response.
+        return ExecuteResponse(output=_text(result), exit_code=None)
+    return ExecuteResponse(output=s["output"], exit_code=s.get("exit_code"), truncated=bool(s.get("truncated")))
+
+
+def _execute_unavailable(error: RpcError) -> str:
+    if error.code == -32602 and "unknown tool" in error.message:
+        return "the agentvfs daemon does not offer execute (its config needs `[exec] enabled = true`)"
+    return str(error)
+
+
+def _file_error(reply: dict[str, Any]) -> str | None:
+    if "error_code" not in reply:
+        return None
+    return _FILE_ERRORS.get(reply["error_code"], reply.get("message") or reply["error_code"])
+
+
+def _download(path: str, reply: dict[str, Any]) -> FileDownloadResponse:
+    if (error := _file_error(reply)) is not None:
+        return FileDownloadResponse(path=path, error=error)
+    return FileDownloadResponse(path=path, content=base64.b64decode(reply["content"]))
