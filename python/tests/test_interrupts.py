@@ -1,0 +1,162 @@
+"""Interrupt rules in Deep Agents' human-in-the-loop flow: a write under an `interrupt` rule
+pauses the graph (`__interrupt__`, in the shape of Deep Agents' `interrupt_on` pauses) while
+the daemon holds the approval pending; `Command(resume=...)` sends the decision to the daemon
+through the control socket and the call completes accordingly. Without an approver socket the
+call waits on the daemon, and the agent socket can never answer an approval."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from conftest import Daemon
+from deepagents import create_deep_agent
+from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from scripted import ScriptedModel, answer, scripted, tool_call
+
+from agentvfs.client import Client, RpcError
+from agentvfs.deepagents import AgentvfsBackend
+
+PLAN = "/workspace/guarded/plan.md"
+WRITE = {"file_path": PLAN, "content": "the plan\n"}
+CONFIG = {"configurable": {"thread_id": "review"}}
+START = {"messages": [{"role": "user", "content": "Write the plan."}]}
+
+
+def _agent(daemon: Daemon, model: ScriptedModel) -> Any:
+    backend = AgentvfsBackend(str(daemon.agent_socket), approvals_socket=str(daemon.control_socket))
+    return create_deep_agent(model=model, backend=backend, checkpointer=InMemorySaver())
+
+
+def _pending(daemon: Daemon) -> list[dict[str, Any]]:
+    with Client(daemon.control_socket) as control:
+        return control.call("interrupts/list")["interrupts"]
+
+
+def _paused(daemon: Daemon, agent: Any, result: dict[str, Any]) -> int:
+    """Checks the pause and returns the daemon's approval number."""
+    (pause,) = result["__interrupt__"]
+    value = pause.value
+    assert value["action_requests"][0]["name"] == "write_file"
+    assert value["action_requests"][0]["args"] == WRITE
+    assert value["review_configs"] == [
+        {"action_name": "write_file", "allowed_decisions": ["approve", "edit", "reject", "respond"]}
+    ]
+    interrupt_id = value["agentvfs"]["interrupt_id"]
+    assert value["action_requests"][0]["description"] == (
+        f"agentvfs approval #{interrupt_id}: `write_file` on {PLAN} meets an interrupt rule (rule #2) and needs a human's decision."
+    )
+    # Nothing written yet; the daemon holds exactly this approval pending.
+    assert not (daemon.host_root / "guarded" / "plan.md").exists()
+    (ticket,) = _pending(daemon)
+    assert (ticket["id"], ticket["path"], ticket["socket"], ticket["tool"]["arguments"]) == (interrupt_id, PLAN, "agent", WRITE)
+    return interrupt_id
+
+
+def _last_tool_message(result: dict[str, Any]) -> ToolMessage:
+    return [m for m in result["messages"] if isinstance(m, ToolMessage)][-1]
+
+
+def _review(daemon: Daemon, decision: dict[str, Any]) -> tuple[dict[str, Any], ScriptedModel]:
+    model = scripted(tool_call("write_file", WRITE, "w1"), answer("Finished."))
+    agent = _agent(daemon, model)
+    _paused(daemon, agent, agent.invoke(START, CONFIG))
+    result = agent.invoke(Command(resume={"decisions": [decision]}), CONFIG)
+    assert result["messages"][-1].content == "Finished."
+    assert _pending(daemon) == []
+    return result, model
+
+
+def test_approve_writes_the_file(daemon: Daemon) -> None:
+    result, _ = _review(daemon, {"type": "approve"})
+    assert _last_tool_message(result).content == f"Updated file {PLAN}"
+    assert (daemon.host_root / "guarded" / "plan.md").read_text() == "the plan\n"
+
+
+def test_reject_writes_nothing_and_the_model_sees_the_reason(daemon: Daemon) -> None:
+    result, model = _review(daemon, {"type": "reject", "message": "plans go to the wiki"})
+    text = "User rejected the tool call for `write_file` with reason: plans go to the wiki"
+    message = _last_tool_message(result)
+    assert (message.content, message.status) == (text, "error")
+    assert not (daemon.host_root / "guarded" / "plan.md").exists()
+    # The model's next turn was shown the rejection.
+    assert [m.content for m in model.seen[-1] if isinstance(m, ToolMessage)] == [text]
+
+
+def test_edit_runs_the_edited_call(daemon: Daemon) -> None:
+    edited = {"file_path": PLAN, "content": "the reviewed plan\n"}
+    result, _ = _review(daemon, {"type": "edit", "edited_action": {"name": "write_file", "args": edited}})
+    assert _last_tool_message(result).content == f"Updated file {PLAN}"
+    assert (daemon.host_root / "guarded" / "plan.md").read_text() == "the reviewed plan\n"
+
+
+def test_an_edit_cannot_reach_a_denied_path(daemon: Daemon) -> None:
+    edited = {"file_path": "/workspace/locked/plan.md", "content": "x"}
+    result, _ = _review(daemon, {"type": "edit", "edited_action": {"name": "write_file", "args": edited}})
+    # A failure's text is the daemon's, which says the call was replaced (a success renders
+    # only Deep Agents' own "Updated file ..." of the edited call).
+    assert _last_tool_message(result).content == (
+        "Note: a human reviewer replaced this tool call before it ran. The call recorded in your message is the one you"
+        " produced, not the one that executed. This was intentional and authorized. Do not re-issue your original call."
+        ' Executed instead: write_file with arguments {"content": "x", "file_path": "/workspace/locked/plan.md"}.\n\n'
+        "Tool response:\nError: permission denied for write on /workspace/locked/plan.md"
+    )
+    assert not (daemon.host_root / "locked" / "plan.md").exists()
+
+
+def test_respond_returns_the_message_without_running(daemon: Daemon) -> None:
+    result, _ = _review(daemon, {"type": "respond", "message": "Skip the plan; just summarise."})
+    assert _last_tool_message(result).content == "Skip the plan; just summarise."
+    assert not (daemon.host_root / "guarded" / "plan.md").exists()
+
+
+def test_approve_through_ainvoke(daemon: Daemon) -> None:
+    model = scripted(tool_call("write_file", WRITE, "w1"), answer("Finished."))
+    agent = _agent(daemon, model)
+
+    async def run() -> dict[str, Any]:
+        first = await agent.ainvoke(START, CONFIG)
+        _paused(daemon, agent, first)
+        return await agent.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), CONFIG)
+
+    result = asyncio.run(run())
+    assert _last_tool_message(result).content == f"Updated file {PLAN}"
+    assert (daemon.host_root / "guarded" / "plan.md").read_text() == "the plan\n"
+    assert _pending(daemon) == []
+
+
+def test_without_an_approver_socket_the_call_waits_for_the_daemon(daemon: Daemon) -> None:
+    backend = AgentvfsBackend(str(daemon.agent_socket))
+    results: list[Any] = []
+    writer = threading.Thread(target=lambda: results.append(backend.write(PLAN, "waited\n")))
+    writer.start()
+    deadline = time.monotonic() + 10
+    while not _pending(daemon):
+        assert time.monotonic() < deadline, "no approval appeared"
+        time.sleep(0.02)
+    assert results == [] and not (daemon.host_root / "guarded" / "plan.md").exists()
+    (ticket,) = _pending(daemon)
+    with Client(daemon.control_socket) as control:
+        control.call("interrupts/resolve", {"id": ticket["id"], "decision": "approve"})
+    writer.join(10)
+    assert results[0].path == PLAN
+    assert (daemon.host_root / "guarded" / "plan.md").read_text() == "waited\n"
+
+
+def test_the_agent_socket_cannot_answer_an_approval(daemon: Daemon) -> None:
+    with Client(daemon.agent_socket) as agent:
+        paused = agent.call("tools/call", {"name": "write_file", "arguments": WRITE, "wait": False})
+        interrupt_id = paused["structuredContent"]["interrupt_id"]
+        with pytest.raises(RpcError) as refused:
+            agent.call("interrupts/resolve", {"id": interrupt_id, "decision": "approve"})
+        assert refused.value.code == -32001
+        # The same call asks again: the same approval, not a second one.
+        again = agent.call("tools/call", {"name": "write_file", "arguments": WRITE, "wait": False})
+        assert again["structuredContent"]["interrupt_id"] == interrupt_id
+    assert [t["id"] for t in _pending(daemon)] == [interrupt_id]
+    assert not (daemon.host_root / "guarded" / "plan.md").exists()
