@@ -40,7 +40,8 @@ fn main() -> Result<()> {
     let config = Config::load(&PathBuf::from(config))?;
     let engine = agentvfs::daemon::build_engine(&config)?;
     let session = Session::new(Observation::Off);
-    let env = ToolEnv { fs: ToolFs::new(&engine), session: &session, exec: None, call_id: None };
+    let env =
+        ToolEnv { fs: ToolFs::new(&engine), session: &session, exec: None, call_id: None, structured: false };
     let mut best = f64::INFINITY;
     let mut last = None;
     for _ in 0..runs.max(1) {

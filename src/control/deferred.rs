@@ -65,7 +65,9 @@ impl Deferred {
         let slots = self.slots.lock();
         slots
             .iter()
-            .filter(|(_, s)| s.outcome.is_none() && s.uid == uid && s.name == name && s.arguments == *arguments)
+            .filter(|(_, s)| {
+                s.outcome.is_none() && s.uid == uid && s.name == name && s.arguments == *arguments
+            })
             .map(|(id, _)| *id)
             .min()
     }

@@ -150,7 +150,8 @@ pub fn call(
             }
             // Withdrawn, like a waiting call's, if this client goes away before the answer.
             let waiting = env.session.wait_on(id);
-            let attached = deferred.attach(id, name, args, peer.uid, approvals.timeout() + Duration::from_secs(5));
+            let attached =
+                deferred.attach(id, name, args, peer.uid, approvals.timeout() + Duration::from_secs(5));
             env.session.done_waiting(id);
             let outcome = match attached {
                 Ok(outcome) => outcome.unwrap_or(Outcome::TimedOut),

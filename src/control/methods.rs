@@ -12,12 +12,12 @@ use serde_json::{json, Map, Value};
 use crate::config::{BackendConfig, Config};
 use crate::control::deferred::Deferred;
 use crate::control::interrupts;
-use crate::control::transfer;
 use crate::control::proto::{self, RpcError};
 use crate::control::roles::{Roles, Socket};
 use crate::control::session::{Observation, Session};
 use crate::control::tools::execute::ExecEnv;
 use crate::control::tools::{registry, Listed, ToolEnv};
+use crate::control::transfer;
 use crate::control::vfs::ToolFs;
 use crate::engine::{Engine, Principal};
 use crate::policy::{Mode, Op, RuleSet};
@@ -214,7 +214,9 @@ impl State {
             (_, Some(t)) if !t.is_null() => match t.as_u64() {
                 Some(id) => interrupts::Wait::Ticket(id),
                 None => {
-                    return Err(RpcError::invalid_params(format!("`ticket` must be an approval's number, got {t}")))
+                    return Err(RpcError::invalid_params(format!(
+                        "`ticket` must be an approval's number, got {t}"
+                    )))
                 }
             },
             (None | Some(Value::Null) | Some(Value::Bool(true)), _) => interrupts::Wait::Block,

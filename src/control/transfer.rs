@@ -38,7 +38,9 @@ pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> 
     let more = match params.get("more") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(other) => return Err(RpcError::invalid_params(format!("`more` must be a boolean, got {other}"))),
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!("`more` must be a boolean, got {other}")))
+        }
     };
     let data = {
         let mut files = staging.files.lock();

@@ -9,6 +9,7 @@ mod doors;
 mod execute;
 mod faults;
 mod file_ops;
+mod harness_api;
 mod host_changes;
 mod interrupts;
 mod lifecycle;

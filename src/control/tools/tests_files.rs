@@ -65,8 +65,13 @@ impl Fx {
     }
 
     fn call(&self, spec: &ToolSpec, args: Value) -> ToolOutput {
-        let env =
-            ToolEnv { fs: ToolFs::new(&self.engine), session: &self.session, exec: None, call_id: None, structured: false };
+        let env = ToolEnv {
+            fs: ToolFs::new(&self.engine),
+            session: &self.session,
+            exec: None,
+            call_id: None,
+            structured: false,
+        };
         (spec.call)(&env, &args)
     }
 

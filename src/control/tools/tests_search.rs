@@ -323,7 +323,8 @@ fn glob_list_is_capped_like_deep_agents() {
 fn busy_refusal_when_four_globs_are_running() {
     let e = matrix_tree();
     let session = Session::new(Observation::Off);
-    let env = ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
+    let env =
+        ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
     let slots = Slots::new(MAX_IN_FLIGHT);
     let held: Vec<_> = (0..4).map(|_| slots.try_acquire().unwrap()).collect();
     let out = run(&env, &json!({"pattern": "*.py"}), &slots, LIMITS);
@@ -345,7 +346,13 @@ fn busy_refusal_with_real_calls_in_flight() {
             .map(|_| {
                 scope.spawn(|| {
                     let session = Session::new(Observation::Off);
-                    let env = ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
+                    let env = ToolEnv {
+                        fs: ToolFs::new(&e),
+                        session: &session,
+                        exec: None,
+                        call_id: None,
+                        structured: false,
+                    };
                     text(&run(&env, &json!({"pattern": "*.py"}), &slots, LIMITS))
                 })
             })
@@ -354,7 +361,8 @@ fn busy_refusal_with_real_calls_in_flight() {
             std::thread::sleep(Duration::from_millis(5));
         }
         let session = Session::new(Observation::Off);
-        let env = ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
+        let env =
+            ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
         assert_eq!(text(&run(&env, &json!({"pattern": "*.py"}), &slots, LIMITS)), BUSY);
         for call in running {
             assert_eq!(call.join().unwrap(), "['/f.py']");
@@ -375,7 +383,8 @@ fn glob_time_limits() {
         put(&e, &format!("/{}/f.py", vec!["d"; d].join("/")), b"x");
     }
     let session = Session::new(Observation::Off);
-    let env = ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
+    let env =
+        ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
     let slots = Slots::new(MAX_IN_FLIGHT);
     // Past the budget the walk returns what it found, with the time-limit note.
     let limits = Limits { budget: Duration::from_millis(60), deadline: Duration::from_secs(10) };
@@ -396,7 +405,8 @@ fn grep_time_limit_returns_what_it_found_as_truncated() {
         put(&e, &format!("/{}/f.txt", vec!["d"; d].join("/")), b"needle");
     }
     let session = Session::new(Observation::Off);
-    let env = ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
+    let env =
+        ToolEnv { fs: ToolFs::new(&e), session: &session, exec: None, call_id: None, structured: false };
     let out = grep::run(&env, &json!({"pattern": "needle"}), Duration::from_millis(60));
     assert!(text(&out).ends_with(&format!("\n\n{}", grep::TRUNCATION_NOTE)), "{}", text(&out));
     assert_eq!(out.structured["truncated"], json!(true));

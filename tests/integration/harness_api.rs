@@ -1,0 +1,242 @@
+//! The protocol a harness's own backend uses, over a real daemon and socket: structured tool
+//! results (`structured: true`), approvals a call does not wait for (`wait: false`, then
+//! `ticket: N`), and `vfs/upload` / `vfs/download` of bytes, all under the rules.
+
+use std::path::PathBuf;
+
+use agentvfs::control::client::{Client, ClientError};
+use serde_json::{json, Value};
+
+use crate::harness::Fixture;
+
+const RULES: &str = r#"
+[[rules]]
+operations = ["read", "write"]
+paths = ["/**/.env"]
+mode = "deny"
+
+[[rules]]
+operations = ["write"]
+paths = ["/host/guarded/**"]
+mode = "interrupt"
+
+[interrupts]
+timeout_seconds = 60
+"#;
+
+fn fixture() -> Fixture {
+    let f = Fixture::new(RULES);
+    std::fs::create_dir_all(f.host_root.join("guarded")).unwrap();
+    f
+}
+
+fn agent_socket(f: &Fixture) -> PathBuf {
+    f.scratch.path().join("agentvfs-agent.sock")
+}
+
+fn control(f: &Fixture) -> Client {
+    Client::connect(&f.scratch.path().join("agentvfs.sock")).unwrap()
+}
+
+fn tools_call(client: &mut Client, params: Value) -> Value {
+    client.call("tools/call", Some(params)).unwrap()
+}
+
+fn structured(client: &mut Client, name: &str, arguments: Value) -> Value {
+    tools_call(client, json!({"name": name, "arguments": arguments, "structured": true}))
+}
+
+#[test]
+fn structured_results_carry_the_data_behind_the_text() {
+    let f = fixture();
+    std::fs::write(f.host_root.join("a.txt"), "one\r\ntwo\nthree\n").unwrap();
+    std::fs::write(f.host_root.join(".env"), "K=secret\n").unwrap();
+    let mut c = Client::connect(&agent_socket(&f)).unwrap();
+
+    // A window's raw text (line ends as Deep Agents slices them), and the whole window's numbers.
+    let read = structured(&mut c, "read_file", json!({"file_path": "/host/a.txt", "offset": 1, "limit": 1}));
+    assert_eq!(read["content"][0]["text"], "@@ lines 2-2 of 3 | next offset 2 @@\ntwo");
+    let s = &read["structuredContent"];
+    assert_eq!(
+        (
+            &s["content"],
+            &s["encoding"],
+            &s["start_line"],
+            &s["end_line"],
+            &s["total_lines"],
+            &s["next_offset"]
+        ),
+        (&json!("two\n"), &json!("utf-8"), &json!(2), &json!(2), &json!(3), &json!(2))
+    );
+    let none = structured(&mut c, "read_file", json!({"file_path": "/host/a.txt", "limit": 0}));
+    assert_eq!(none["structuredContent"]["no_lines_requested"], true);
+    assert_eq!(none["structuredContent"]["content"], "");
+    // Without `structured` the result is as before: no raw content.
+    let plain = tools_call(&mut c, json!({"name": "read_file", "arguments": {"file_path": "/host/a.txt"}}));
+    assert_eq!(plain["structuredContent"].get("content"), None);
+
+    // Media as base64.
+    std::fs::write(f.host_root.join("p.png"), [0x89u8, b'P', b'N', b'G', 0, 255]).unwrap();
+    let png = structured(&mut c, "read_file", json!({"file_path": "/host/p.png"}));
+    assert_eq!(
+        (&png["structuredContent"]["content"], &png["structuredContent"]["encoding"]),
+        (&json!("iVBORwD/"), &json!("base64"))
+    );
+
+    // Every entry and match; the hidden file in none of them.
+    let ls = structured(&mut c, "ls", json!({"path": "/host"}));
+    let paths: Vec<&str> = ls["structuredContent"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/host/a.txt", "/host/guarded/", "/host/p.png"]);
+    let glob = structured(&mut c, "glob", json!({"pattern": "*", "path": "/host"}));
+    assert_eq!(
+        glob["structuredContent"]["matches"],
+        json!([{"path": "/host/a.txt", "is_dir": false}, {"path": "/host/p.png", "is_dir": false}])
+    );
+    let grep = structured(&mut c, "grep", json!({"pattern": "t", "path": "/host", "output_mode": "content"}));
+    assert_eq!(
+        grep["structuredContent"]["files"][0]["matches"],
+        json!([{"line": 2, "text": "two"}, {"line": 3, "text": "three"}])
+    );
+    let secret =
+        structured(&mut c, "grep", json!({"pattern": "secret", "path": "/host", "output_mode": "content"}));
+    assert_eq!(secret["structuredContent"]["files"], json!([]));
+}
+
+#[test]
+fn a_call_that_does_not_wait_is_finished_under_its_ticket() {
+    let f = fixture();
+    let args = json!({"file_path": "/host/guarded/plan.md", "content": "plan\n"});
+    let mut agent = Client::connect(&agent_socket(&f)).unwrap();
+    let paused = tools_call(&mut agent, json!({"name": "write_file", "arguments": args, "wait": false}));
+    let s = &paused["structuredContent"];
+    assert_eq!((s["interrupted"].clone(), paused["isError"].clone()), (json!(true), json!(false)));
+    let id = s["interrupt_id"].as_u64().unwrap();
+    assert_eq!(
+        paused["content"][0]["text"],
+        format!("Interrupted: the tool call for `write_file` on /host/guarded/plan.md needs a human's approval (approval #{id}). It has not run; once an approver has answered on the control socket, call it again with `ticket: {id}` to finish it.")
+    );
+    assert_eq!(
+        (s["interrupt"]["id"].as_u64(), &s["interrupt"]["path"]),
+        (Some(id), &json!("/host/guarded/plan.md"))
+    );
+    assert!(!f.host_root.join("guarded/plan.md").exists());
+
+    // The same call again (a harness re-running its tool) gets the same ticket; the ticket
+    // outlives the connection that opened it.
+    drop(agent);
+    let mut agent = Client::connect(&agent_socket(&f)).unwrap();
+    let again = tools_call(&mut agent, json!({"name": "write_file", "arguments": args, "wait": false}));
+    assert_eq!(again["structuredContent"]["interrupt_id"].as_u64(), Some(id));
+    let pending = control(&f).call("interrupts/list", None).unwrap();
+    assert_eq!(pending["interrupts"].as_array().unwrap().len(), 1);
+
+    // The agent socket cannot answer; a ticket is finished only by the call it was opened for.
+    match agent.call("interrupts/resolve", Some(json!({"id": id, "decision": "approve"}))) {
+        Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32001),
+        other => panic!("{other:?}"),
+    }
+    let other = json!({"file_path": "/host/guarded/other.md", "content": "x"});
+    match agent.call("tools/call", Some(json!({"name": "write_file", "arguments": other, "ticket": id}))) {
+        Err(ClientError::Rpc(e)) => {
+            assert_eq!((e.code, e.message.as_str()), (-32602, format!("approval #{id} is for another tool call: `ticket` needs the same tool name and arguments as the call that opened it").as_str()))
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Answered on the control socket, then finished: the outcome waits for the call.
+    control(&f).call("interrupts/resolve", Some(json!({"id": id, "decision": "approve"}))).unwrap();
+    let done = tools_call(
+        &mut agent,
+        json!({"name": "write_file", "arguments": args, "ticket": id, "structured": true}),
+    );
+    assert_eq!(done["content"][0]["text"], "Updated file /host/guarded/plan.md");
+    assert_eq!(
+        (done["structuredContent"]["interrupt_id"].as_u64(), &done["structuredContent"]["path"]),
+        (Some(id), &json!("/host/guarded/plan.md"))
+    );
+    assert_eq!(std::fs::read_to_string(f.host_root.join("guarded/plan.md")).unwrap(), "plan\n");
+    // Its outcome is used up.
+    match agent.call("tools/call", Some(json!({"name": "write_file", "arguments": args, "ticket": id}))) {
+        Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32000),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_ticket_call_waits_for_the_answer_and_gets_each_decision() {
+    let f = fixture();
+    for (decision, text, lands) in [
+        (
+            json!({"decision": "reject", "message": "no"}),
+            "User rejected the tool call for `write_file` with reason: no",
+            false,
+        ),
+        (json!({"decision": "respond", "message": "use the wiki"}), "use the wiki", false),
+        (json!({"decision": "approve"}), "Updated file /host/guarded/d.md", true),
+    ] {
+        let args = json!({"file_path": "/host/guarded/d.md", "content": "d\n"});
+        let mut agent = Client::connect(&agent_socket(&f)).unwrap();
+        let paused = tools_call(&mut agent, json!({"name": "write_file", "arguments": args, "wait": false}));
+        let id = paused["structuredContent"]["interrupt_id"].as_u64().unwrap();
+        // The finishing call waits (on its own thread) until the approver answers.
+        let waiter = std::thread::spawn(move || {
+            tools_call(&mut agent, json!({"name": "write_file", "arguments": args, "ticket": id}))
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!waiter.is_finished());
+        let mut resolve = decision.clone();
+        resolve["id"] = json!(id);
+        control(&f).call("interrupts/resolve", Some(resolve)).unwrap();
+        let done = waiter.join().unwrap();
+        assert_eq!(done["content"][0]["text"], text, "{decision}");
+        assert_eq!(f.host_root.join("guarded/d.md").exists(), lands, "{decision}");
+    }
+}
+
+#[test]
+fn bytes_go_up_in_pieces_and_come_down_whole_under_the_rules() {
+    let f = fixture();
+    let mut c = Client::connect(&agent_socket(&f)).unwrap();
+    let data: Vec<u8> = (0..=255u8).cycle().take(700_000).collect();
+    for route in ["/host", "/mem", "/db"] {
+        let path = format!("{route}/up/blob.bin");
+        let (first, rest) = data.split_at(400_000);
+        let staged =
+            c.call("vfs/upload", Some(json!({"path": path, "content": b64(first), "more": true}))).unwrap();
+        assert_eq!(staged, json!({"path": path, "staged": 400_000}));
+        assert!(!f.p(&path).exists(), "nothing is written before the last piece");
+        let done = c.call("vfs/upload", Some(json!({"path": path, "content": b64(rest)}))).unwrap();
+        assert_eq!(done, json!({"path": path, "size": 700_000}));
+        assert_eq!(std::fs::read(f.p(&path)).unwrap(), data);
+        let down = c.call("vfs/download", Some(json!({"path": path}))).unwrap();
+        assert_eq!(down, json!({"path": path, "content": b64(&data), "size": 700_000}));
+
+        let secret = format!("{route}/.env");
+        let refused = c.call("vfs/upload", Some(json!({"path": secret, "content": "eA=="}))).unwrap();
+        assert_eq!(
+            refused,
+            json!({"path": secret, "error_code": "FS_PERMISSION_DENIED", "message": format!("Error: permission denied for write on {secret}")})
+        );
+        let dir = format!("{route}/up");
+        let down = c.call("vfs/download", Some(json!({"path": dir}))).unwrap();
+        assert_eq!(down["error_code"], "FS_IS_DIRECTORY");
+        let missing = c.call("vfs/download", Some(json!({"path": format!("{route}/nope")}))).unwrap();
+        assert_eq!(missing["error_code"], "FS_NOT_FOUND");
+    }
+    // An interrupt rule refuses a transfer: nobody is asked.
+    let guarded = c.call("vfs/upload", Some(json!({"path": "/host/guarded/x", "content": "eA=="}))).unwrap();
+    assert_eq!(guarded["error_code"], "FS_PERMISSION_DENIED");
+    match c.call("vfs/upload", Some(json!({"path": "/host/x", "content": "not base64!"}))) {
+        Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32602),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn b64(data: &[u8]) -> String {
+    agentvfs::control::tools::common::base64(data)
+}
