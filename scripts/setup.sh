@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine (run as root):
-# shell tools the tests drive, the pjdfstest POSIX conformance suite, and the official MCP
-# Python SDK (the control socket's MCP test runs a real MCP client).
+# shell tools the tests drive, the pjdfstest POSIX conformance suite, the official MCP
+# Python SDK (the control socket's MCP test runs a real MCP client), Deep Agents and pytest
+# (the Python package's tests).
 set -euo pipefail
 
 need_apt=()
@@ -41,3 +42,5 @@ pip_install() {
 pip_install 'import importlib.metadata as m; assert m.version("deepagents") == "0.7.32"' deepagents==0.7.32
 # The official MCP Python SDK: the control socket's MCP test runs a real MCP client.
 pip_install 'import mcp' mcp
+# pytest runs the Python package's tests (python/tests: the Deep Agents backend on a real mount).
+pip_install 'import pytest' pytest

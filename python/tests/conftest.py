@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# The package under test is this tree's, whether or not (and whichever version) is installed.
+sys.path.insert(0, str(REPO / "python"))
 BIN = Path(os.environ.get("AGENTVFS_BIN", REPO / "target" / "debug" / "agentvfs"))
 
 # Secrets a Deep Agents user keeps from the model, and a directory whose writes need a human.

@@ -7,7 +7,8 @@
 //! # Sockets
 //!
 //! The **agent socket** serves the agent's methods: `initialize`, `ping`, `tools/list`,
-//! `tools/call`, `vfs/paths`, `vfs/explain`. The **control socket** serves every method. Each
+//! `tools/call`, `vfs/paths`, `vfs/explain`, `vfs/upload`, `vfs/download`. The **control
+//! socket** serves every method. Each
 //! admits the peers its role list names (`control::roles`); a peer without that role gets one
 //! `-32001` error line with a `null` id and is disconnected. On the agent socket, a method of
 //! the approver (`interrupts/*`) or the operator (`vfs/status`, `vfs/reload`) is answered
@@ -48,7 +49,17 @@
 //! | `initialize` | `{protocolVersion, capabilities?, clientInfo?}` | `{protocolVersion, capabilities: {tools: {listChanged: false}}, serverInfo: {name, version}, instructions}` — the client's revision is echoed when known ([`MCP_KNOWN_VERSIONS`]), else ours |
 //! | `ping` | — | `{}` |
 //! | `tools/list` | `{cursor?}` | `{tools: [{name, description, inputSchema, annotations: {readOnlyHint, destructiveHint, idempotentHint, openWorldHint}}]}` in a fixed order |
-//! | `tools/call` | `{name, arguments?}` | MCP `CallToolResult`: `{content, isError, structuredContent}`; an unknown tool is error `-32602` |
+//! | `tools/call` | `{name, arguments?, structured?, wait?, ticket?}` | MCP `CallToolResult`: `{content, isError, structuredContent}`; an unknown tool is error `-32602` |
+//!
+//! `tools/call`'s extra parameters, for a harness's own backend: `structured: true` adds the
+//! data behind the text to `structuredContent`, whole, and never offloads (`read_file`:
+//! `content` and `encoding` of the window, window numbers; `ls`: every entry; `glob`:
+//! `matches`; `grep` content mode: each file's `matches` `[{line, text}]`; `execute`:
+//! `output`). `wait: false`: a call needing approval is answered at once with
+//! `structuredContent` `{interrupted: true, interrupt_id, interrupt}` and its ticket stays
+//! pending, owned by no connection; the same call (tool, arguments, uid) deferred again gets
+//! the same ticket. `ticket: N`: finishes the call that deferred `N` (same name and arguments,
+//! else `-32602`) once an approver has answered; an answer is used once (`-32000` after).
 //!
 //! The daemon's methods (the role each needs; the agent's are on both sockets):
 //!
@@ -56,6 +67,8 @@
 //! |---|---|---|---|
 //! | `vfs/paths` | agent | — | `{mountpoint, routes: [{virtual, shell, backend, location}], prompt}` |
 //! | `vfs/explain` | agent | `{operation: "read"\|"write", path}` (a trailing `/` judges a directory) | `{operation, path, directory, decision, hidden, effect, rule, rule_text}` |
+//! | `vfs/upload` | agent | `{path, content (base64), more?}`; pieces with `more: true` are staged in the session, the last writes the file atomically | `{path, size}` (`{path, staged}` for a staged piece), or `{path, error_code, message}` |
+//! | `vfs/download` | agent | `{path}` | `{path, content (base64), size}`, or `{path, error_code, message}` |
 //! | `vfs/status` | operator | — | `{version, pid, mountpoint, socket, agent_socket, roles: {agents, approvers}, config, uptime_seconds, routes: [{path, backend, location, …}], rules, pending_interrupts, observation, counters: {…}}` |
 //! | `vfs/reload` | operator | — | `{rules, config, warnings}`; a failure is error `-32000` and the old rules stay |
 //! | `interrupts/list` | approver | — | `{interrupts: [{id, door, socket, operation, class, path, rule, pid, uid, command, created, expires, expires_in_seconds, retry, tool?}]}` |

@@ -104,7 +104,7 @@ pub fn tool_text(output: &str, exit_code: i32, truncated: bool) -> String {
 
 /// A finished backend result as the tool returns it.
 fn result(output: &str, exit_code: i32, truncated: bool) -> ToolOutput {
-    // `output` is the command's output before the trailer, for clients that render it.
+    // `output` is the command's output before the trailer (kept for structured calls only).
     ToolOutput::text(tool_text(output, exit_code, truncated))
         .with("output", json!(output))
         .with("exit_code", json!(exit_code))
@@ -145,6 +145,15 @@ fn top_entries(env: &ToolEnv) -> Result<Vec<TopEntry>, String> {
 }
 
 fn call(env: &ToolEnv, a: &Value) -> ToolOutput {
+    let mut output = run(env, a);
+    // The raw output is for structured callers, which render the trailer themselves.
+    if !env.structured {
+        output.structured.remove("output");
+    }
+    output
+}
+
+fn run(env: &ToolEnv, a: &Value) -> ToolOutput {
     let command = match args::string(a, "command") {
         Ok(c) => c,
         Err(e) => return e,
