@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import Daemon
 from deepagents import create_deep_agent
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from scripted import ScriptedModel, answer, scripted, tool_call
@@ -160,3 +160,31 @@ def test_the_agent_socket_cannot_answer_an_approval(daemon: Daemon) -> None:
         assert again["structuredContent"]["interrupt_id"] == interrupt_id
     assert [t["id"] for t in _pending(daemon)] == [interrupt_id]
     assert not (daemon.host_root / "guarded" / "plan.md").exists()
+
+
+def test_two_calls_paused_in_one_step_are_resumed_each_by_its_id(daemon: Daemon) -> None:
+    calls = [
+        {"name": "write_file", "args": {"file_path": f"/workspace/guarded/{n}.md", "content": n}, "id": f"c_{n}", "type": "tool_call"}
+        for n in ("a", "b")
+    ]
+    model = scripted(AIMessage(content="", tool_calls=calls), answer("Finished."))
+    agent = _agent(daemon, model)
+    paused = agent.invoke(START, CONFIG)["__interrupt__"]
+    assert sorted(p.value["action_requests"][0]["args"]["file_path"] for p in paused) == [
+        "/workspace/guarded/a.md",
+        "/workspace/guarded/b.md",
+    ]
+    assert len(_pending(daemon)) == 2
+
+    def decide(p: Any) -> dict[str, Any]:
+        if p.value["action_requests"][0]["args"]["file_path"].endswith("a.md"):
+            return {"decisions": [{"type": "approve"}]}
+        return {"decisions": [{"type": "reject", "message": "not b"}]}
+
+    result = agent.invoke(Command(resume={p.id: decide(p) for p in paused}), CONFIG)
+    assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)] == [
+        "Updated file /workspace/guarded/a.md",
+        "User rejected the tool call for `write_file` with reason: not b",
+    ]
+    assert sorted(p.name for p in (daemon.host_root / "guarded").iterdir()) == ["a.md"]
+    assert _pending(daemon) == []

@@ -92,6 +92,10 @@ impl Deferred {
 
     /// The ticket's waiter (what [`crate::policy::approvals::Approvals::submit`] calls).
     pub fn deliver(&self, id: ApprovalId, outcome: Outcome) {
+        // Id 0 is no ticket: one refused at once (too many pending), which the caller answers.
+        if id == 0 {
+            return;
+        }
         let mut slots = self.slots.lock();
         let slot = slots.entry(id).or_insert_with(|| Slot {
             name: String::new(),

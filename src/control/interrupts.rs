@@ -148,8 +148,14 @@ pub fn call(
             if !tools::registry(&env.listed()).iter().any(|spec| spec.name == name) {
                 return Ok(None);
             }
-            // Withdrawn, like a waiting call's, if this client goes away before the answer.
-            let waiting = env.session.wait_on(id);
+            // Withdrawn, like a waiting call's, if this client goes away before the answer. A
+            // client already gone reads no answer: the ticket is left for another call.
+            if !env.session.wait_on(id) {
+                return Ok(Some(ToolOutput::error(
+                    ErrorCode::InterruptRejected,
+                    format!("Error: the client that made the tool call for `{name}` disconnected. The tool was not executed."),
+                )));
+            }
             let attached =
                 deferred.attach(id, name, args, peer.uid, approvals.timeout() + Duration::from_secs(5));
             env.session.done_waiting(id);
@@ -158,9 +164,6 @@ pub fn call(
                 Err(e @ AttachError::OtherCall) => return Err(RpcError::invalid_params(e.message(id))),
                 Err(e) => return Err(RpcError::new(proto::OPERATION_FAILED, e.message(id))),
             };
-            if !waiting {
-                return Ok(Some(ToolOutput::error(ErrorCode::InterruptRejected, format!("Error: the client that made the tool call for `{name}` disconnected. The tool was not executed."))));
-            }
             (id, outcome)
         }
         Wait::Block | Wait::Defer => {
