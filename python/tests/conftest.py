@@ -66,8 +66,9 @@ def _mounted(path: Path) -> bool:
         return any(line.split(" ")[4] == want for line in f)
 
 
-def start_daemon(state: Path, rules: str = DEFAULT_RULES) -> Daemon:
-    """Writes a config under `state` and starts `agentvfs mount`; returns once it is live."""
+def start_daemon(state: Path, rules: str = DEFAULT_RULES, approval_timeout: int = 120) -> Daemon:
+    """Writes a config under `state` and starts `agentvfs mount`; returns once it is live.
+    Unanswered approvals expire after `approval_timeout` seconds."""
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing: build it first (`cargo build`; scripts/test.sh does)")
     state.mkdir(parents=True, exist_ok=True)
@@ -102,7 +103,7 @@ database = "{state / 'memories.db'}"
 database = "{state / 'audit.db'}"
 
 [interrupts]
-timeout_seconds = 120
+timeout_seconds = {approval_timeout}
 
 [exec]
 enabled = true

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon
+from conftest import Daemon, start_daemon, stop_daemon
 from deepagents import create_deep_agent
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -188,3 +189,26 @@ def test_two_calls_paused_in_one_step_are_resumed_each_by_its_id(daemon: Daemon)
     ]
     assert sorted(p.name for p in (daemon.host_root / "guarded").iterdir()) == ["a.md"]
     assert _pending(daemon) == []
+
+
+def test_a_resume_after_the_approval_expired_asks_again_and_applies_the_decision(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path / "short", approval_timeout=1)
+    try:
+        model = scripted(tool_call("write_file", WRITE, "w1"), answer("Finished."))
+        agent = _agent(daemon, model)
+        first = agent.invoke(START, CONFIG)["__interrupt__"][0].value["agentvfs"]["interrupt_id"]
+        deadline = time.monotonic() + 10
+        while _pending(daemon):
+            assert time.monotonic() < deadline, "the approval did not expire"
+            time.sleep(0.1)
+        # The human answers late: the re-run tool opens a new approval, which gets the answer.
+        result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CONFIG)
+        assert _last_tool_message(result).content == f"Updated file {PLAN}"
+        assert (daemon.host_root / "guarded" / "plan.md").read_text() == "the plan\n"
+        assert _pending(daemon) == []
+        with Client(daemon.control_socket) as control:
+            with pytest.raises(RpcError) as gone:
+                control.call("interrupts/resolve", {"id": first, "decision": "approve"})
+        assert gone.value.message == f"approval #{first} is no longer pending: it timed out"
+    finally:
+        stop_daemon(daemon)
