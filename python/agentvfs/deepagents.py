@@ -217,13 +217,17 @@ class AgentvfsBackend(SandboxBackendProtocol):
         try:
             return _execute(self._tool("execute", _execute_args(command, timeout)))
         except RpcError as e:
-            raise NotImplementedError(_execute_unavailable(e)) from e
+            if not _execute_missing(e):
+                raise
+            raise NotImplementedError(_EXECUTE_DISABLED) from e
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:  # noqa: ASYNC109
         try:
             return _execute(await self._atool("execute", _execute_args(command, timeout)))
         except RpcError as e:
-            raise NotImplementedError(_execute_unavailable(e)) from e
+            if not _execute_missing(e):
+                raise
+            raise NotImplementedError(_EXECUTE_DISABLED) from e
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []
@@ -425,10 +429,13 @@ def _execute(result: dict[str, Any]) -> ExecuteResponse:
     return ExecuteResponse(output=s["output"], exit_code=s.get("exit_code"), truncated=bool(s.get("truncated")))
 
 
-def _execute_unavailable(error: RpcError) -> str:
-    if error.code == -32602 and "unknown tool" in error.message:
-        return "the agentvfs daemon does not offer execute (its config needs `[exec] enabled = true`)"
-    return str(error)
+_EXECUTE_DISABLED = "the agentvfs daemon does not offer execute (its config needs `[exec] enabled = true`)"
+
+
+def _execute_missing(error: RpcError) -> bool:
+    """Whether the daemon refused `execute` because it does not offer it; Deep Agents'
+    middleware turns the `NotImplementedError` into "Error: Execution not available. ..."."""
+    return error.code == -32602 and error.message.startswith('unknown tool "execute"')
 
 
 def _file_error(reply: dict[str, Any]) -> str | None:

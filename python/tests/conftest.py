@@ -66,9 +66,10 @@ def _mounted(path: Path) -> bool:
         return any(line.split(" ")[4] == want for line in f)
 
 
-def start_daemon(state: Path, rules: str = DEFAULT_RULES, approval_timeout: int = 120) -> Daemon:
+def start_daemon(state: Path, rules: str = DEFAULT_RULES, approval_timeout: int = 120, execute: bool = True) -> Daemon:
     """Writes a config under `state` and starts `agentvfs mount`; returns once it is live.
-    Unanswered approvals expire after `approval_timeout` seconds."""
+    Unanswered approvals expire after `approval_timeout` seconds; `execute` says whether
+    the daemon offers the execute tool."""
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing: build it first (`cargo build`; scripts/test.sh does)")
     state.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,7 @@ database = "{state / 'audit.db'}"
 timeout_seconds = {approval_timeout}
 
 [exec]
-enabled = true
+enabled = {"true" if execute else "false"}
 cwd = "/workspace"
 timeout_seconds = 60
 {rules}

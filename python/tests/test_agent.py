@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conftest import Daemon
+from conftest import Daemon, start_daemon, stop_daemon
 from deepagents import create_deep_agent
 from langchain_core.messages import BaseMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
 from scripted import answer, scripted, tool_call
 
 from agentvfs.deepagents import AgentvfsBackend
@@ -92,3 +90,18 @@ def test_the_socket_comes_from_the_environment(daemon: Daemon, monkeypatch: Any)
     assert backend.socket == str(daemon.agent_socket)
     assert backend.id == f"agentvfs:{daemon.agent_socket}"
     assert backend.write("/workspace/env.txt", "x").path == "/workspace/env.txt"
+
+
+def test_execute_on_a_daemon_without_it_says_so(tmp_path: Any) -> None:
+    daemon = start_daemon(tmp_path / "noexec", execute=False)
+    try:
+        model = scripted(tool_call("execute", {"command": "ls"}, "x1"), answer("No shell."))
+        agent = create_deep_agent(model=model, backend=AgentvfsBackend(str(daemon.agent_socket)))
+        result = agent.invoke({"messages": [{"role": "user", "content": "ls"}]})
+        (message,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        assert (message.content, message.status) == (
+            "Error: Execution not available. the agentvfs daemon does not offer execute (its config needs `[exec] enabled = true`)",
+            "error",
+        )
+    finally:
+        stop_daemon(daemon)

@@ -5,6 +5,7 @@ with agentvfs's texts, bytes round-tripping, and the rules holding for every met
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ def _exercise(call: Call, root: str) -> None:
 
     # edit: one replacement, and the errors.
     assert call("edit", a, "two", "TWO") == EditResult(path=a, occurrences=1)
-    assert call("edit", a, "absent", "x") == EditResult(error=f"Error: String not found in file: 'absent'")
+    assert call("edit", a, "absent", "x") == EditResult(error="Error: String not found in file: 'absent'")
     assert call("edit", f"{d}/nope.txt", "a", "b") == EditResult(error=f"Error: File '{d}/nope.txt' not found")
 
     # ls, glob, grep.
@@ -115,8 +116,6 @@ def _exercise(call: Call, root: str) -> None:
     ]
     png = bytes([0x89]) + b"PNG\r\n\x1a\n" + bytes(range(256))
     assert call("upload_files", [(f"{d}/pic.png", png)]) == [FileUploadResponse(path=f"{d}/pic.png")]
-    import base64
-
     assert call("read", f"{d}/pic.png") == ReadResult(
         file_data={"content": base64.b64encode(png).decode(), "encoding": "base64"}
     )
