@@ -212,3 +212,10 @@ def test_a_resume_after_the_approval_expired_asks_again_and_applies_the_decision
         assert gone.value.message == f"approval #{first} is no longer pending: it timed out"
     finally:
         stop_daemon(daemon)
+
+
+def test_the_agents_shell_cannot_reach_the_approver_socket(daemon: Daemon) -> None:
+    backend = AgentvfsBackend(str(daemon.agent_socket), approvals_socket=str(daemon.control_socket))
+    ran = backend.execute(f"ls {daemon.control_socket}")
+    assert ran.exit_code != 0
+    assert f"cannot access '{daemon.control_socket}': No such file or directory" in ran.output
