@@ -114,10 +114,21 @@ fn a_socket_only_root_may_use_stays_private() {
 
 #[test]
 fn the_agent_socket_serves_the_agents_methods() {
-    for method in ["initialize", "ping", "tools/list", "tools/call", "vfs/paths", "vfs/explain", "frobnicate"]
-    {
+    for method in [
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "vfs/paths",
+        "vfs/explain",
+        "vfs/upload",
+        "vfs/download",
+        "frobnicate",
+    ] {
         assert_eq!(check_method(Socket::Agent, method), Ok(()), "{method}");
     }
+    assert_eq!(role_of("vfs/upload"), Some(Role::Agent));
+    assert_eq!(role_of("vfs/download"), Some(Role::Agent));
     for (method, role) in [
         ("interrupts/list", "approver"),
         ("interrupts/resolve", "approver"),
