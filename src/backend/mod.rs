@@ -10,11 +10,13 @@
 //! case a new directory inherits the bit), link counts, and times (`mtime`/`ctime` of a parent on
 //! every entry change, `ctime` on every attribute change, `mtime`/`ctime` on data writes).
 
+pub mod chunks;
 pub mod host;
 pub mod memory;
 pub mod sqlite;
 #[cfg(test)]
 pub mod test_file;
+pub mod tree;
 
 use std::os::fd::BorrowedFd;
 use std::time::SystemTime;

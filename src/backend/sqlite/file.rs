@@ -14,14 +14,13 @@ use parking_lot::Mutex;
 use rusqlite::{params, Connection};
 
 use super::schema::{CHUNK_BITS, PAGE_SIZE};
-use super::store::{self, chunk_key, Node};
+use super::store::{self, chunk_key, Ctx, Node};
 use super::{Inner, StateRef};
+use crate::backend::{chunks, tree};
 use crate::backend::{Attr, FileKind, OpenFile, SetAttr, TimeSet};
 use crate::error::{Errno, FsError, FsResult};
 
-/// Size of one content row. A 4 KiB write into a large file rewrites one chunk (two if it
-/// straddles a boundary) at its commit.
-pub(super) const CHUNK_SIZE: u64 = 64 * 1024;
+pub(super) use crate::backend::chunks::CHUNK_SIZE;
 /// Buffered bytes of one inode past which the next write commits them first.
 const INODE_FLUSH_BYTES: usize = 8 << 20;
 /// Buffered bytes of all inodes past which a write commits its own inode's buffer first.
@@ -142,17 +141,6 @@ impl PendingAttrs {
     }
 }
 
-/// Copies the part of chunk `idx` (holding `data`) that falls in `[offset, offset+out.len())`.
-fn copy_chunk(idx: u64, data: &[u8], offset: u64, out: &mut [u8]) {
-    let start = idx * CHUNK_SIZE;
-    let from = start.max(offset);
-    let to = (start + data.len() as u64).min(offset + out.len() as u64);
-    if from < to {
-        out[(from - offset) as usize..(to - offset) as usize]
-            .copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
-    }
-}
-
 impl Inner {
     fn size_locked(&self, ino: u64, st: &mut InodeState) -> FsResult<u64> {
         if let Some(size) = st.size {
@@ -217,8 +205,8 @@ impl Inner {
         let mut needed = Vec::new();
         for idx in first..=last {
             match (st.dirty.get(&idx), &st.cache) {
-                (Some(d), _) => copy_chunk(idx, d, offset, &mut out),
-                (None, Some((i, d))) if *i == idx => copy_chunk(idx, d, offset, &mut out),
+                (Some(d), _) => chunks::copy_chunk(idx, d, offset, &mut out),
+                (None, Some((i, d))) if *i == idx => chunks::copy_chunk(idx, d, offset, &mut out),
                 _ => needed.push(idx),
             }
         }
@@ -228,7 +216,7 @@ impl Inner {
             let mut kept = None;
             self.visit_chunks(ino, a, b, |idx, data| {
                 if needed.contains(&idx) {
-                    copy_chunk(idx, data, offset, &mut out);
+                    chunks::copy_chunk(idx, data, offset, &mut out);
                     if keep_last && idx == last {
                         kept = Some((idx, data.to_vec()));
                     }
@@ -259,8 +247,8 @@ impl Inner {
         let size = self.size_locked(ino, st)?;
         // At most this much joins the buffer (whole chunks, when a partly written one must be
         // read in first).
-        let chunks = (end - 1) / CHUNK_SIZE - offset / CHUNK_SIZE + 1;
-        let at_most = (data.len() as u64).max(chunks * CHUNK_SIZE);
+        let touched = (end - 1) / CHUNK_SIZE - offset / CHUNK_SIZE + 1;
+        let at_most = (data.len() as u64).max(touched * CHUNK_SIZE);
         let reusable = || {
             let pages = self.read_with(false, |ctx| {
                 Ok(ctx.conn.pragma_query_value(None, "freelist_count", |r| r.get::<_, i64>(0))?)
@@ -271,36 +259,19 @@ impl Inner {
             self.make_room()
         })?;
         let mut grown = 0usize;
-        let mut pos = offset;
-        while pos < end {
-            let idx = pos / CHUNK_SIZE;
-            let start = idx * CHUNK_SIZE;
-            let within = (pos - start) as usize;
-            let n = (CHUNK_SIZE - (pos - start)).min(end - pos) as usize;
-            if !st.dirty.contains_key(&idx) {
+        for span in chunks::spans(offset, data.len() as u64) {
+            if !st.dirty.contains_key(&span.idx) {
                 // Bytes of this chunk below the current size must be kept unless all of them
                 // are overwritten; only then is the stored chunk read.
-                let valid = size.saturating_sub(start).min(CHUNK_SIZE) as usize;
-                let base = if valid == 0 || (within == 0 && n >= valid) {
-                    Vec::new()
-                } else {
-                    self.stored_chunk(ino, idx, valid, st)?
+                let base = match chunks::needs_base(&span, size) {
+                    true => self.stored_chunk(ino, span.idx, chunks::valid_bytes(span.idx, size), st)?,
+                    false => Vec::new(),
                 };
                 grown += base.len();
-                st.dirty.insert(idx, base);
+                st.dirty.insert(span.idx, base);
             }
-            let buf = st.dirty.get_mut(&idx).expect("inserted above");
-            let before = buf.len();
-            let src = &data[(pos - offset) as usize..][..n];
-            if buf.len() < within {
-                buf.resize(within, 0); // a hole before the write reads as zeros
-            }
-            // Overwrite what exists, append the rest (no zero-fill that is overwritten at once).
-            let overlap = buf.len().min(within + n) - within;
-            buf[within..within + overlap].copy_from_slice(&src[..overlap]);
-            buf.extend_from_slice(&src[overlap..]);
-            grown += buf.len() - before;
-            pos += n as u64;
+            let buf = st.dirty.get_mut(&span.idx).expect("inserted above");
+            grown += chunks::splice(buf, span.within, &data[span.from..][..span.len]);
         }
         if st.cache.as_ref().is_some_and(|c| (offset / CHUNK_SIZE..=(end - 1) / CHUNK_SIZE).contains(&c.0)) {
             st.cache = None;
@@ -390,7 +361,12 @@ impl Inner {
             store::must_node(tx, ino)?; // exists, before buffered rows go in
             self.write_pending(tx, ino, st)?;
         }
-        apply_setattr(tx, store::must_node(tx, ino)?, changes)
+        tree::setattr_in(
+            &Ctx { conn: tx, dentries: None },
+            store::must_node(tx, ino)?,
+            changes,
+            MAX_FILE_SIZE,
+        )
     }
 
     /// Applies `changes` and commits them together with the buffer.
@@ -460,66 +436,6 @@ impl Inner {
         drop(st);
         Ok(SqliteFile::new(self.clone(), ino, node.kind, guard.arc()))
     }
-}
-
-/// Applies `changes` to node `n` inside a transaction; returns the node as it now is.
-fn apply_setattr(tx: &Connection, mut n: Node, changes: &SetAttr) -> FsResult<Node> {
-    if changes.is_empty() {
-        return Ok(n);
-    }
-    let now = store::now_ns();
-    let resolve = |t: TimeSet| match t {
-        TimeSet::Now => now,
-        TimeSet::At(t) => store::time_to_ns(t),
-    };
-    if let Some(size) = changes.size {
-        match n.kind {
-            FileKind::File => {}
-            FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
-            _ => return Err(FsError::errno(Errno::EINVAL)),
-        }
-        if size > MAX_FILE_SIZE {
-            return Err(FsError::errno(Errno::EFBIG));
-        }
-        if size < n.size {
-            truncate_chunks(tx, n.ino, size)?;
-        }
-        n.size = size;
-        n.mtime = now;
-    }
-    if let Some(mode) = changes.mode {
-        n.perm = mode & 0o7777;
-    }
-    if let Some(uid) = changes.uid {
-        n.uid = uid;
-    }
-    if let Some(gid) = changes.gid {
-        n.gid = gid;
-    }
-    if let Some(t) = changes.atime {
-        n.atime = resolve(t);
-    }
-    if let Some(t) = changes.mtime {
-        n.mtime = resolve(t);
-    }
-    n.ctime = now;
-    store::update_attrs(tx, &n)?;
-    Ok(n)
-}
-
-/// Drops the content at and past `size` (a truncation down to `size`).
-fn truncate_chunks(tx: &Connection, ino: u64, size: u64) -> FsResult<()> {
-    let (_, last) = store::chunk_key_range(ino);
-    tx.prepare_cached("DELETE FROM chunks WHERE id BETWEEN ?1 AND ?2")?
-        .execute([chunk_key(ino, size.div_ceil(CHUNK_SIZE)), last])?;
-    let tail = size % CHUNK_SIZE;
-    if tail != 0 {
-        tx.prepare_cached(
-            "UPDATE chunks SET data = substr(data, 1, ?2) WHERE id = ?1 AND length(data) > ?2",
-        )?
-        .execute([chunk_key(ino, size / CHUNK_SIZE), tail as i64])?;
-    }
-    Ok(())
 }
 
 /// An open file: a handle on an inode, valid after rename or unlink. The inode's rows are

@@ -1,18 +1,15 @@
 //! Row-level helpers: nodes, directory entries, path resolution and time conversion. They take
 //! any `&Connection`, so they work on a reader as well as inside a write transaction.
 
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::schema::CHUNK_BITS;
-use crate::backend::{Attr, DirEntry, FileKind};
+use crate::backend::{DirEntry, FileKind};
 use crate::error::{Errno, FsError, FsResult};
 
-pub(super) const BLKSIZE: u32 = 4096;
-pub(super) const NAME_MAX: usize = 255;
+pub(super) use crate::backend::tree::{now_ns, time_to_ns, NewNode, Node, Tree, NAME_MAX};
 
 /// The key of chunk `idx` of `ino` (see `schema::CHUNK_BITS`).
 pub(super) fn chunk_key(ino: u64, idx: u64) -> i64 {
@@ -22,68 +19,6 @@ pub(super) fn chunk_key(ino: u64, idx: u64) -> i64 {
 /// The first and last possible chunk keys of `ino`.
 pub(super) fn chunk_key_range(ino: u64) -> (i64, i64) {
     (chunk_key(ino, 0), chunk_key(ino, (1 << CHUNK_BITS) - 1))
-}
-
-pub(super) fn now_ns() -> i64 {
-    time_to_ns(SystemTime::now())
-}
-
-pub(super) fn time_to_ns(t: SystemTime) -> i64 {
-    let clamp = |d: Duration| d.as_nanos().min(i64::MAX as u128) as i64;
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => clamp(d),
-        Err(e) => -clamp(e.duration()),
-    }
-}
-
-pub(super) fn ns_to_time(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
-    }
-}
-
-/// One `inodes` row (without the symlink target, which only readlink needs).
-#[derive(Clone, Debug)]
-pub(super) struct Node {
-    pub ino: u64,
-    pub kind: FileKind,
-    pub perm: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub rdev: u32,
-    pub size: u64,
-    pub nlink: u32,
-    pub atime: i64,
-    pub mtime: i64,
-    pub ctime: i64,
-    pub crtime: i64,
-}
-
-impl Node {
-    pub fn is_dir(&self) -> bool {
-        self.kind == FileKind::Dir
-    }
-
-    pub fn attr(&self) -> Attr {
-        Attr {
-            ino: self.ino,
-            kind: self.kind,
-            perm: (self.perm & 0o7777) as u16,
-            size: self.size,
-            blocks: self.size.div_ceil(512),
-            nlink: self.nlink,
-            uid: self.uid,
-            gid: self.gid,
-            rdev: self.rdev,
-            blksize: BLKSIZE,
-            atime: ns_to_time(self.atime),
-            mtime: ns_to_time(self.mtime),
-            ctime: ns_to_time(self.ctime),
-            crtime: ns_to_time(self.crtime),
-        }
-    }
 }
 
 fn row_to_node(r: &Row<'_>) -> rusqlite::Result<Node> {
@@ -126,13 +61,6 @@ pub(super) fn update_attrs(conn: &Connection, n: &Node) -> FsResult<()> {
          ctime = ?8 WHERE ino = ?1",
     )?
     .execute(params![n.ino as i64, n.perm, n.uid, n.gid, n.size as i64, n.atime, n.mtime, n.ctime])?;
-    Ok(())
-}
-
-pub(super) fn check_name(name: &str) -> FsResult<()> {
-    if name.len() > NAME_MAX {
-        return Err(FsError::errno(Errno::ENAMETOOLONG));
-    }
     Ok(())
 }
 
@@ -183,77 +111,11 @@ pub(super) fn lookup(c: &Ctx<'_>, parent: u64, name: &str) -> FsResult<Option<u6
     Ok(found)
 }
 
-/// Walks `path` from `root`, calling `visit` with every inode passed through (root included,
-/// the final node included). A missing component is ENOENT, one under a non-directory ENOTDIR.
-fn walk(c: &Ctx<'_>, root: u64, path: &str, mut visit: impl FnMut(u64)) -> FsResult<u64> {
-    let mut cur = root;
-    visit(cur);
-    if path.is_empty() {
-        return Ok(cur);
-    }
-    for comp in path.split('/') {
-        check_name(comp)?;
-        match lookup(c, cur, comp)? {
-            Some(child) => cur = child,
-            None => {
-                // Only now pay for the kind: a non-directory never has entries.
-                let kind = must_node(c, cur)?.kind;
-                let errno = if kind == FileKind::Dir { Errno::ENOENT } else { Errno::ENOTDIR };
-                return Err(FsError::errno(errno));
-            }
-        }
-        visit(cur);
-    }
-    Ok(cur)
-}
-
-pub(super) fn resolve(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<u64> {
-    walk(c, root, path, |_| {})
-}
-
-pub(super) fn resolve_node(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<Node> {
-    must_node(c, resolve(c, root, path)?)
-}
-
-/// Resolves a directory (ENOTDIR if it is something else).
-pub(super) fn resolve_dir(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<Node> {
-    let n = resolve_node(c, root, path)?;
-    if !n.is_dir() {
-        return Err(FsError::errno(Errno::ENOTDIR));
-    }
-    Ok(n)
-}
-
-/// Like [`resolve_dir`], also returning every directory from the root down to it, for the
-/// "moved beneath itself" checks of rename (directories have exactly one path).
-pub(super) fn resolve_dir_chain(c: &Ctx<'_>, root: u64, path: &str) -> FsResult<(Node, Vec<u64>)> {
-    let mut chain = Vec::new();
-    let ino = walk(c, root, path, |i| chain.push(i))?;
-    let n = must_node(c, ino)?;
-    if !n.is_dir() {
-        return Err(FsError::errno(Errno::ENOTDIR));
-    }
-    Ok((n, chain))
-}
-
 /// Forgets a cached entry that the current transaction changes.
 fn forget(c: &Ctx<'_>, parent: u64, name: &str) {
     if let Some(d) = c.dentries {
         d.borrow_mut().map.remove(&(parent, name.to_string()));
     }
-}
-
-/// The fields of a node about to be created.
-pub(super) struct NewNode<'a> {
-    pub ns: i64,
-    pub kind: FileKind,
-    pub perm: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub rdev: u32,
-    pub nlink: u32,
-    pub target: Option<&'a [u8]>,
-    pub now: i64,
 }
 
 pub(super) fn insert_node(conn: &Connection, ino: u64, n: &NewNode<'_>) -> FsResult<()> {
@@ -375,4 +237,80 @@ pub(super) fn delete_rows(conn: &Connection, ino: u64) -> FsResult<()> {
         conn.prepare_cached(sql)?.execute([ino as i64])?;
     }
     Ok(())
+}
+
+/// Drops the content at and past `size` (a truncation down to `size`).
+pub(super) fn truncate_chunks(conn: &Connection, ino: u64, size: u64) -> FsResult<()> {
+    let (_, last) = chunk_key_range(ino);
+    let (first_gone, tail) = crate::backend::chunks::truncation(size);
+    conn.prepare_cached("DELETE FROM chunks WHERE id BETWEEN ?1 AND ?2")?
+        .execute([chunk_key(ino, first_gone), last])?;
+    if tail != 0 {
+        conn.prepare_cached(
+            "UPDATE chunks SET data = substr(data, 1, ?2) WHERE id = ?1 AND length(data) > ?2",
+        )?
+        .execute([chunk_key(ino, size / crate::backend::chunks::CHUNK_SIZE), tail as i64])?;
+    }
+    Ok(())
+}
+
+/// The shared tree logic on this connection (with the dentry cache when it is the writer's).
+impl Tree for Ctx<'_> {
+    fn lookup(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
+        lookup(self, parent, name)
+    }
+    fn node(&self, ino: u64) -> FsResult<Option<Node>> {
+        node(self, ino)
+    }
+    fn insert_node(&self, ino: u64, n: &NewNode<'_>) -> FsResult<()> {
+        insert_node(self, ino, n)
+    }
+    fn insert_dentry(&self, parent: u64, name: &str, child: u64) -> FsResult<()> {
+        insert_dentry(self, parent, name, child)
+    }
+    fn remove_dentry(&self, parent: u64, name: &str) -> FsResult<()> {
+        remove_dentry(self, parent, name)
+    }
+    fn set_dentry_child(&self, parent: u64, name: &str, child: u64) -> FsResult<()> {
+        set_dentry_child(self, parent, name, child)
+    }
+    fn touch_dir(&self, ino: u64, nlink_delta: i64, now: i64) -> FsResult<()> {
+        touch_dir(self, ino, nlink_delta, now)
+    }
+    fn add_nlink(&self, ino: u64, delta: i64, now: i64) -> FsResult<u32> {
+        add_nlink(self, ino, delta, now)
+    }
+    fn set_ctime(&self, ino: u64, now: i64) -> FsResult<()> {
+        set_ctime(self, ino, now)
+    }
+    fn has_children(&self, ino: u64) -> FsResult<bool> {
+        has_children(self, ino)
+    }
+    fn update_attrs(&self, n: &Node) -> FsResult<()> {
+        update_attrs(self, n)
+    }
+    fn truncate_chunks(&self, ino: u64, size: u64) -> FsResult<()> {
+        truncate_chunks(self, ino, size)
+    }
+    fn xattr_exists(&self, ino: u64, name: &str) -> FsResult<bool> {
+        Ok(self
+            .prepare_cached("SELECT 1 FROM xattrs WHERE ino = ?1 AND name = ?2")?
+            .query_row(params![ino as i64, name], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+    fn put_xattr(&self, ino: u64, name: &str, value: &[u8]) -> FsResult<()> {
+        self.prepare_cached(
+            "INSERT INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
+        )?
+        .execute(params![ino as i64, name, value])?;
+        Ok(())
+    }
+    fn delete_xattr(&self, ino: u64, name: &str) -> FsResult<bool> {
+        let gone = self
+            .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")?
+            .execute(params![ino as i64, name])?;
+        Ok(gone != 0)
+    }
 }
