@@ -13,7 +13,10 @@
 pub mod chunks;
 pub mod host;
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
+#[cfg(test)]
+pub mod suite;
 #[cfg(test)]
 pub mod test_file;
 pub mod tree;
@@ -178,6 +181,18 @@ pub struct StatFs {
     pub frsize: u32,
 }
 
+/// A change another daemon made to a shared backend's tree (route-relative path), for the
+/// kernel's caches of this daemon's mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteChange {
+    /// The name came, went or leads to another node now.
+    Name(String),
+    /// The content or attributes of the node at the path changed.
+    Content(String),
+    /// Anything may have changed (changes were missed).
+    Everything,
+}
+
 /// `rename` flags, as in renameat2(2).
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
@@ -275,6 +290,10 @@ pub trait Backend: Send + Sync {
     fn removexattr(&self, _path: &str, _name: &str) -> FsResult<()> {
         Err(FsError::errno(Errno::ENODATA))
     }
+
+    /// Starts reporting to `report` the changes that others make to this backend's tree (a
+    /// store shared by several daemons); a backend only this daemon changes ignores it.
+    fn watch(&self, _report: Box<dyn Fn(RemoteChange) + Send + Sync>) {}
 }
 
 /// The last component of a route-relative path and its parent (`""` for the route root).

@@ -1,0 +1,187 @@
+//! Open files of the postgres route. Every write is one transaction, committed before it
+//! returns: it locks the inode's row, reads the chunks it only partly overwrites, stores the
+//! chunks it touches and the new size, and announces the change. Nothing is buffered, so
+//! `flush`, `fsync` and `close` have nothing left to commit, and every daemon on the namespace
+//! reads what was acknowledged.
+
+use std::sync::Arc;
+
+use super::ops::{at, Changed};
+use super::{Inner, Lock};
+use crate::backend::chunks::{self, CHUNK_SIZE};
+use crate::backend::tree::{self, Tree};
+use crate::backend::{Attr, FileKind, OpenFile, SetAttr};
+use crate::error::{Errno, FsError, FsResult};
+
+const FALLOC_FL_KEEP_SIZE: i32 = 1;
+/// As the sqlite route: chunk indexes up to 2^28, so files up to 16 TiB.
+pub(super) const MAX_FILE_SIZE: u64 = CHUNK_SIZE << 28;
+
+/// A handle on an inode, valid after rename or unlink (this daemon keeps an unlinked inode's
+/// rows until its last handle closes). An inode deleted by another daemon answers ESTALE.
+pub(super) struct PgFile {
+    inner: Arc<Inner>,
+    ino: u64,
+    kind: FileKind,
+    /// The name it was opened by, for the change notifications of its writes.
+    path: String,
+}
+
+fn stale() -> FsError {
+    FsError::new(Errno::ESTALE, "the file was deleted by another daemon")
+}
+
+impl PgFile {
+    /// A handle on `ino`, already registered with [`Inner::opened`].
+    pub fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, path: &str) -> PgFile {
+        PgFile { inner, ino, kind, path: path.to_string() }
+    }
+
+    fn check_data(&self) -> FsResult<()> {
+        match self.kind {
+            FileKind::File => Ok(()),
+            FileKind::Dir => Err(FsError::errno(Errno::EISDIR)),
+            _ => Err(FsError::errno(Errno::EINVAL)),
+        }
+    }
+
+    /// Sets the size to `size` if that grows the file (fallocate).
+    fn grow_to(&self, size: u64) -> FsResult<()> {
+        let inner = &self.inner;
+        inner.write(Lock::Rows, |sql| {
+            let n = sql.lock_node(self.ino)?.ok_or_else(stale)?;
+            if size > n.size {
+                sql.set_data_attrs(self.ino, size, tree::now_ns())?;
+                inner.announce(sql, Changed::Content, &self.path)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl OpenFile for PgFile {
+    fn read(&self, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.check_data()?;
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let end = offset.saturating_add(u64::from(size));
+        let (first, last) = chunks::chunk_range(offset, end);
+        let (file_size, found) =
+            self.inner.read(|sql| sql.read_chunks(self.ino, first, last))?.ok_or_else(stale)?;
+        if offset >= file_size {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![0u8; (end.min(file_size) - offset) as usize];
+        for (idx, data) in &found {
+            chunks::copy_chunk(*idx, data, offset, &mut out);
+        }
+        Ok(out)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.check_data()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
+        let inner = &self.inner;
+        inner
+            .write(Lock::Rows, |sql| {
+                let size = sql.lock_node(self.ino)?.ok_or_else(stale)?.size;
+                let spans: Vec<chunks::Span> = chunks::spans(offset, data.len() as u64).collect();
+                // Only the first and last chunk can be partly overwritten.
+                let partial: Vec<u64> =
+                    spans.iter().filter(|s| chunks::needs_base(s, size)).map(|s| s.idx).collect();
+                let mut bases = match (partial.first(), partial.last()) {
+                    (Some(&a), Some(&b)) => sql.read_chunks(self.ino, a, b)?.ok_or_else(stale)?.1,
+                    _ => Vec::new(),
+                };
+                let mut out = Vec::with_capacity(spans.len());
+                for span in &spans {
+                    let mut buf = match partial.contains(&span.idx) {
+                        true => match bases.iter().position(|(i, _)| *i == span.idx) {
+                            Some(p) => {
+                                let mut b = bases.swap_remove(p).1;
+                                b.truncate(chunks::valid_bytes(span.idx, size));
+                                b
+                            }
+                            None => Vec::new(),
+                        },
+                        false => Vec::new(),
+                    };
+                    chunks::splice(&mut buf, span.within, &data[span.from..][..span.len]);
+                    out.push((span.idx, buf));
+                }
+                sql.put_chunks(self.ino, &out)?;
+                sql.set_data_attrs(self.ino, size.max(end), tree::now_ns())?;
+                inner.announce(sql, Changed::Content, &self.path)
+            })
+            .map_err(at(&self.path))?;
+        Ok(data.len() as u32)
+    }
+
+    fn flush(&self) -> FsResult<()> {
+        Ok(())
+    }
+
+    fn needs_flush(&self) -> bool {
+        false
+    }
+
+    fn fsync(&self, _datasync: bool) -> FsResult<()> {
+        // Every write committed before it returned (with the server's synchronous_commit).
+        Ok(())
+    }
+
+    fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        match self.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
+            _ => return Err(FsError::errno(Errno::ENODEV)),
+        }
+        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(FsError::errno(Errno::EOPNOTSUPP));
+        }
+        if length == 0 {
+            return Err(FsError::errno(Errno::EINVAL));
+        }
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
+        if mode & FALLOC_FL_KEEP_SIZE != 0 {
+            return Ok(());
+        }
+        // Space is not reserved (the server has no such request); the size is what callers see.
+        self.grow_to(end)
+    }
+
+    fn getattr(&self) -> FsResult<Attr> {
+        Ok(self.inner.read(|sql| sql.node(self.ino))?.ok_or_else(stale)?.attr())
+    }
+
+    fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
+        let inner = &self.inner;
+        inner.write(Lock::Rows, |sql| {
+            let node = sql.lock_node(self.ino)?.ok_or_else(stale)?;
+            let node = tree::setattr_in(sql, node, changes, MAX_FILE_SIZE)?;
+            inner.announce(sql, Changed::Content, &self.path)?;
+            Ok(node.attr())
+        })
+    }
+
+    fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        self.inner.opened(self.ino);
+        Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path)))
+    }
+}
+
+impl Drop for PgFile {
+    fn drop(&mut self) {
+        self.inner.closed(self.ino);
+    }
+}

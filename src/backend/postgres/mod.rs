@@ -1,0 +1,278 @@
+//! A shared persistent backend: one namespace of a tree kept in PostgreSQL, which daemons on
+//! several hosts may mount at once.
+//!
+//! Layout and migrations are in `schema`, the rows (and the shared tree logic on them) in
+//! `store`, the path operations of [`Backend`](crate::backend::Backend) in `ops`, open files in
+//! `file`, other daemons' changes in `notify`, connection settings (URL, password files) in
+//! `connect`.
+//!
+//! Every operation is one transaction committed before it returns, file writes included, so
+//! what a call acknowledged survives a `kill -9` of the daemon and is seen by every other
+//! daemon at once; `fsync` and `close` have nothing left to do. Name changes (create, link,
+//! unlink, rmdir, rename) of one namespace take a transaction-scoped advisory lock, so that
+//! concurrent renames on two hosts cannot cut a subtree loose; writes and attribute changes
+//! lock the inode's row. Each committed change sends a notification carrying the changed
+//! path, by which the other daemons invalidate their kernel caches.
+//!
+//! A file unlinked while this daemon holds it open keeps its rows, marked with this daemon's
+//! instance, until its last close; a daemon that died leaves them behind, and the next daemon
+//! on the namespace deletes them once the instance's advisory lock (held for the life of the
+//! daemon by its listening connection) is free.
+
+mod connect;
+mod file;
+mod notify;
+mod ops;
+mod schema;
+mod store;
+pub mod testing;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use postgres::{Client, Statement};
+
+use crate::backend::tree::Tree;
+use crate::error::{Errno, FsError, FsResult};
+pub use connect::PgSettings;
+use store::Sql;
+
+/// How long an operation waits for a connection before answering EIO.
+const CONNECT_WAIT: Duration = Duration::from_secs(3);
+/// Connections kept at most (per route).
+const POOL_SIZE: u32 = 8;
+/// How many inode numbers one `nextval` of the sequence reserves.
+const INO_BLOCK: u64 = 1024;
+/// Times a transaction is tried when the server reports a deadlock or serialization failure.
+const TX_TRIES: usize = 5;
+
+/// A route's storage in PostgreSQL, one namespace of it.
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+/// A pooled connection and its prepared statements.
+pub(super) struct Conn {
+    client: Client,
+    stmts: HashMap<&'static str, Statement>,
+}
+
+struct Manager {
+    settings: Arc<PgSettings>,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Conn, postgres::Error> {
+        Ok(Conn { client: self.settings.connect()?, stmts: HashMap::new() })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        conn.client.simple_query("").map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+/// Where r2d2 reports connection failures: one rate-limited line each, naming the server.
+#[derive(Debug)]
+struct PoolErrors {
+    server: String,
+}
+
+impl r2d2::HandleError<postgres::Error> for PoolErrors {
+    fn handle_error(&self, error: postgres::Error) {
+        unreachable_line(&self.server, &error);
+    }
+}
+
+/// The log line of a database that cannot be reached, a few a second at most.
+fn unreachable_line(server: &str, error: &dyn std::fmt::Display) {
+    static DOWN: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
+    if let Some(held) = DOWN.admit() {
+        tracing::error!(
+            "postgres route: cannot reach {server}: {error}; operations answer EIO until it is back{held}"
+        );
+    }
+}
+
+struct Inner {
+    settings: Arc<PgSettings>,
+    pool: r2d2::Pool<Manager>,
+    namespace: String,
+    ns: i64,
+    root: u64,
+    /// This daemon's instance of the namespace: marks its orphans, and its own notifications.
+    instance: i64,
+    /// The statement taking the advisory lock that serialises name changes in this namespace.
+    tree_lock: String,
+    /// The notification channel of this namespace.
+    channel: String,
+    /// Inode numbers reserved and not yet used: `(next, end)`.
+    inos: Mutex<(u64, u64)>,
+    /// Open handles per inode, and the open inodes whose last name went (deleted at last close).
+    open: Mutex<(HashMap<u64, usize>, HashSet<u64>)>,
+    /// Keeps the instance's lock and listens for other daemons' changes (its thread, once
+    /// started by [`PostgresBackend::watch`]).
+    listener: notify::Listener,
+}
+
+/// How a transaction starts.
+#[derive(Clone, Copy, PartialEq)]
+enum Lock {
+    /// Row locks only (data and attribute changes).
+    Rows,
+    /// The namespace's name lock too.
+    Tree,
+}
+
+impl PostgresBackend {
+    /// Connects, creates or upgrades the schema, finds or creates `namespace`, and removes the
+    /// orphans of daemons that died.
+    pub fn open(settings: PgSettings, namespace: &str) -> FsResult<PostgresBackend> {
+        let settings = Arc::new(settings);
+        let mut client = settings.connect().map_err(|e| settings.error(e))?;
+        schema::create_or_migrate(&mut client, &settings)?;
+        let (ns, root) = schema::namespace(&mut client, &settings, namespace)?;
+        let instance = schema::new_instance(&mut client, &settings)?;
+        let listener = notify::Listener::new(settings.clone(), instance, ns)?;
+        schema::remove_dead_orphans(&mut client, &settings, ns)?;
+        let pool = r2d2::Pool::builder()
+            .max_size(POOL_SIZE)
+            .min_idle(Some(1))
+            .connection_timeout(CONNECT_WAIT)
+            // A check before every use would cost a round trip per operation; a broken
+            // connection fails its statement instead, and is dropped when it comes back.
+            .test_on_check_out(false)
+            .error_handler(Box::new(PoolErrors { server: settings.server() }))
+            .build_unchecked(Manager { settings: settings.clone() });
+        let channel = notify::channel(&settings.schema, ns);
+        Ok(PostgresBackend {
+            inner: Arc::new(Inner {
+                tree_lock: schema::tree_lock(&settings.schema, ns),
+                settings,
+                pool,
+                namespace: namespace.to_string(),
+                ns,
+                root,
+                instance,
+                channel,
+                inos: Mutex::new((0, 0)),
+                open: Mutex::new((HashMap::new(), HashSet::new())),
+                listener,
+            }),
+        })
+    }
+}
+
+impl Inner {
+    fn conn(&self) -> FsResult<r2d2::PooledConnection<Manager>> {
+        self.pool.get().map_err(|e| {
+            unreachable_line(&self.settings.server(), &e);
+            FsError::new(Errno::EIO, format!("postgres {}: no connection: {e}", self.settings.server()))
+        })
+    }
+
+    /// Runs `f` on a connection outside a transaction (each statement sees its own snapshot).
+    fn read<T>(&self, f: impl FnOnce(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        let mut conn = self.conn()?;
+        let Conn { client, stmts } = &mut *conn;
+        f(&Sql::new(client, stmts, &self.settings))
+    }
+
+    /// Runs `f` in one transaction (with the namespace's name lock for `Lock::Tree`) and
+    /// commits it; an error rolls it back. Deadlocks are tried again.
+    fn write<T>(&self, lock: Lock, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        let mut conn = self.conn()?;
+        let Conn { client, stmts } = &mut *conn;
+        let begin = match lock {
+            Lock::Rows => "BEGIN".to_string(),
+            Lock::Tree => format!("BEGIN; {}", self.tree_lock),
+        };
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            client.batch_execute(&begin).map_err(|e| self.settings.error(e))?;
+            let outcome = f(&Sql::new(client, stmts, &self.settings));
+            match outcome {
+                Ok(value) => match client.batch_execute("COMMIT") {
+                    Ok(()) => return Ok(value),
+                    Err(e) if connect::retryable(&e) && tries < TX_TRIES => continue,
+                    Err(e) => return Err(self.settings.error(e)),
+                },
+                Err(e) => {
+                    let _ = client.batch_execute("ROLLBACK");
+                    if connect::is_retry(&e) && tries < TX_TRIES {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// A new inode number, from a block reserved by one `nextval` (outside any transaction:
+    /// a sequence never hands a number out twice).
+    fn alloc_ino(&self) -> FsResult<u64> {
+        let mut inos = self.inos.lock();
+        if inos.0 == inos.1 {
+            let start = self.read(|sql| sql.reserve_inos())?;
+            *inos = (start, start + INO_BLOCK);
+        }
+        inos.0 += 1;
+        Ok(inos.0 - 1)
+    }
+
+    /// Inside a transaction that took the last name from `ino`: deletes its rows now unless a
+    /// handle of this daemon holds it, in which case it is marked as this instance's orphan
+    /// and its last close deletes it.
+    fn drop_or_defer(&self, sql: &Sql<'_>, ino: u64) -> FsResult<bool> {
+        let mut open = self.open.lock();
+        if open.0.contains_key(&ino) {
+            open.1.insert(ino);
+            sql.mark_orphan(ino, self.instance)?;
+            return Ok(true);
+        }
+        drop(open);
+        sql.delete_rows(ino)?;
+        Ok(false)
+    }
+
+    /// Registers a handle on `ino`.
+    fn opened(&self, ino: u64) {
+        *self.open.lock().0.entry(ino).or_insert(0) += 1;
+    }
+
+    /// A handle on `ino` closed: the last one of a nameless inode deletes its rows.
+    fn closed(&self, ino: u64) {
+        let reap = {
+            let mut open = self.open.lock();
+            let count = open.0.get_mut(&ino).expect("a registered handle");
+            *count -= 1;
+            if *count > 0 {
+                return;
+            }
+            open.0.remove(&ino);
+            open.1.remove(&ino)
+        };
+        if reap {
+            let done = self.write(Lock::Rows, |sql| {
+                if sql.node(ino)?.is_some_and(|n| n.nlink == 0) {
+                    sql.delete_rows(ino)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = done {
+                tracing::warn!(ino, "postgres: deleting unlinked file failed (the next start does): {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The path operations of [`Backend`] for [`PostgresBackend`]: lookups are single queries
+//! outside a transaction, every change one transaction that also announces what it changed.
+
+use super::file::PgFile;
+use super::store::Sql;
+use super::{Inner, Lock, PostgresBackend};
+use crate::backend::tree::{self, Spec};
+use crate::backend::{Attr, Backend, Caller, DirEntry, FileKind, OpenFile, RemoteChange, SetAttr, StatFs};
+use crate::error::{Errno, FsError, FsResult};
+
+/// Reported as total and free blocks and inodes: the server's space is not ours to measure.
+const STATFS_PLENTY: u64 = 1 << 32;
+/// The longest notification payload the server takes (bytes, less the header).
+const PAYLOAD_MAX: usize = 7900;
+
+fn err(errno: Errno) -> FsError {
+    FsError::errno(errno)
+}
+
+/// Adds the path to an error, for messages; the errno is unchanged.
+pub(super) fn at(path: &str) -> impl FnOnce(FsError) -> FsError + '_ {
+    move |e| e.with_context(path.to_string())
+}
+
+/// What a change notification says changed.
+#[derive(Clone, Copy)]
+pub(super) enum Changed {
+    /// A name came, went or leads elsewhere now.
+    Name,
+    /// The content or attributes of the node a name leads to.
+    Content,
+}
+
+impl Inner {
+    /// Tells the other daemons on the namespace, at this transaction's commit, that `path`
+    /// changed.
+    pub(super) fn announce(&self, sql: &Sql<'_>, what: Changed, path: &str) -> FsResult<()> {
+        let kind = match what {
+            Changed::Name => 'n',
+            Changed::Content => 'c',
+        };
+        let payload = match path.len() <= PAYLOAD_MAX {
+            true => format!("{}\t{kind}\t{path}", self.instance),
+            false => format!("{}\t*\t", self.instance),
+        };
+        sql.notify(&self.channel, &payload)
+    }
+
+    /// Creates a node at `path`. A file about to be opened (`open`) is registered as open
+    /// before the commit, so no unlink can delete its rows before its handle exists.
+    fn make_node(&self, path: &str, spec: Spec<'_>, caller: &Caller, open: bool) -> FsResult<tree::Node> {
+        let ino = self.alloc_ino()?;
+        if open {
+            self.opened(ino);
+        }
+        let made = self.write(Lock::Tree, |sql| {
+            let node = tree::create_in(sql, self.root, path, (ino, self.ns), &spec, caller)?;
+            self.announce(sql, Changed::Name, path)?;
+            Ok(node)
+        });
+        if made.is_err() && open {
+            self.closed(ino);
+        }
+        made.map_err(at(path))
+    }
+}
+
+impl PostgresBackend {
+    fn file(&self, ino: u64, kind: FileKind, path: &str) -> PgFile {
+        PgFile::new(self.inner.clone(), ino, kind, path)
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn describe(&self) -> String {
+        let inner = &self.inner;
+        format!(
+            "postgres {} (schema {}, namespace {})",
+            inner.settings.server(),
+            inner.settings.schema,
+            inner.namespace
+        )
+    }
+
+    fn getattr(&self, path: &str) -> FsResult<Attr> {
+        let inner = &self.inner;
+        inner.read(|sql| Ok(tree::resolve_node(sql, inner.root, path)?.attr())).map_err(at(path))
+    }
+
+    fn getattr_entries(&self, dir: &str, names: &[&str]) -> Vec<FsResult<Attr>> {
+        let inner = &self.inner;
+        let found = inner.read(|sql| {
+            let d = tree::resolve_dir(sql, inner.root, dir)?;
+            sql.entries(d.ino, names)
+        });
+        match found {
+            Ok(found) => names
+                .iter()
+                .map(|n| found.get(*n).map(|node| node.attr()).ok_or_else(|| err(Errno::ENOENT)))
+                .collect(),
+            Err(e) => names.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+
+    fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
+        let inner = &self.inner;
+        inner
+            .read(|sql| {
+                let dir = tree::resolve_dir(sql, inner.root, path)?;
+                sql.list_dir(dir.ino)
+            })
+            .map_err(at(path))
+    }
+
+    fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        let inner = &self.inner;
+        let node = inner.read(|sql| tree::resolve_node(sql, inner.root, path)).map_err(at(path))?;
+        inner.opened(node.ino);
+        // An unlink that committed between the lookup and the registration deleted the rows
+        // without seeing the handle: report the name as gone rather than hand out a dead file.
+        match inner.read(|sql| crate::backend::tree::Tree::node(sql, node.ino)) {
+            Ok(Some(_)) => Ok(Box::new(self.file(node.ino, node.kind, path))),
+            other => {
+                inner.closed(node.ino);
+                Err(other.err().unwrap_or_else(|| err(Errno::ENOENT))).map_err(at(path))
+            }
+        }
+    }
+
+    fn create(
+        &self,
+        path: &str,
+        mode: u32,
+        _flags: i32,
+        caller: &Caller,
+    ) -> FsResult<(Attr, Box<dyn OpenFile>)> {
+        let node = self.inner.make_node(path, Spec::new(FileKind::File, mode), caller, true)?;
+        Ok((node.attr(), Box::new(self.file(node.ino, FileKind::File, path))))
+    }
+
+    fn mknod(&self, path: &str, mode: u32, rdev: u32, caller: &Caller) -> FsResult<Attr> {
+        // As mknod(2): no type means a regular file; directories are EPERM.
+        let kind = match mode & libc::S_IFMT {
+            0 => FileKind::File,
+            _ => FileKind::from_mode(mode).ok_or_else(|| err(Errno::EINVAL))?,
+        };
+        match kind {
+            FileKind::Dir => return Err(err(Errno::EPERM)),
+            FileKind::Symlink => return Err(err(Errno::EINVAL)),
+            _ => {}
+        }
+        Ok(self.inner.make_node(path, Spec { rdev, ..Spec::new(kind, mode) }, caller, false)?.attr())
+    }
+
+    fn mkdir(&self, path: &str, mode: u32, caller: &Caller) -> FsResult<Attr> {
+        Ok(self.inner.make_node(path, Spec::new(FileKind::Dir, mode), caller, false)?.attr())
+    }
+
+    fn symlink(&self, path: &str, target: &[u8], caller: &Caller) -> FsResult<Attr> {
+        let spec = Spec { target: Some(target), ..Spec::new(FileKind::Symlink, 0o777) };
+        Ok(self.inner.make_node(path, spec, caller, false)?.attr())
+    }
+
+    fn link(&self, existing: &str, new_path: &str) -> FsResult<Attr> {
+        let inner = &self.inner;
+        let node = inner
+            .write(Lock::Tree, |sql| {
+                let ino = tree::link_in(sql, inner.root, existing, new_path)?;
+                inner.announce(sql, Changed::Name, new_path)?;
+                inner.announce(sql, Changed::Content, existing)?;
+                crate::backend::tree::Tree::must_node(sql, ino)
+            })
+            .map_err(at(new_path))?;
+        Ok(node.attr())
+    }
+
+    fn readlink(&self, path: &str) -> FsResult<Vec<u8>> {
+        let inner = &self.inner;
+        inner
+            .read(|sql| {
+                let n = tree::resolve_node(sql, inner.root, path)?;
+                if n.kind != FileKind::Symlink {
+                    return Err(err(Errno::EINVAL));
+                }
+                sql.symlink_target(n.ino)
+            })
+            .map_err(at(path))
+    }
+
+    fn unlink(&self, path: &str) -> FsResult<()> {
+        let inner = &self.inner;
+        inner
+            .write(Lock::Tree, |sql| {
+                tree::unlink_in(sql, inner.root, path, |sql, ino| inner.drop_or_defer(sql, ino))?;
+                inner.announce(sql, Changed::Name, path)
+            })
+            .map_err(at(path))
+    }
+
+    fn rmdir(&self, path: &str) -> FsResult<()> {
+        let inner = &self.inner;
+        inner
+            .write(Lock::Tree, |sql| {
+                tree::rmdir_in(sql, inner.root, path, |sql, ino| inner.drop_or_defer(sql, ino))?;
+                inner.announce(sql, Changed::Name, path)
+            })
+            .map_err(at(path))
+    }
+
+    fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()> {
+        tree::check_rename(from, to, flags).map_err(at(to))?;
+        let inner = &self.inner;
+        inner
+            .write(Lock::Tree, |sql| {
+                tree::rename_in(sql, inner.root, (from, to, flags), |sql, ino| {
+                    inner.drop_or_defer(sql, ino)
+                })?;
+                inner.announce(sql, Changed::Name, from)?;
+                inner.announce(sql, Changed::Name, to)
+            })
+            .map_err(at(from))
+    }
+
+    fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr> {
+        let inner = &self.inner;
+        inner
+            .write(Lock::Rows, |sql| {
+                let ino = tree::resolve(sql, inner.root, path)?;
+                let node = sql.lock_node(ino)?.ok_or_else(|| err(Errno::ENOENT))?;
+                let node = tree::setattr_in(sql, node, changes, super::file::MAX_FILE_SIZE)?;
+                inner.announce(sql, Changed::Content, path)?;
+                Ok(node.attr())
+            })
+            .map_err(at(path))
+    }
+
+    fn statfs(&self, _path: &str) -> FsResult<StatFs> {
+        Ok(StatFs {
+            blocks: STATFS_PLENTY,
+            bfree: STATFS_PLENTY,
+            bavail: STATFS_PLENTY,
+            files: STATFS_PLENTY,
+            ffree: STATFS_PLENTY,
+            bsize: tree::BLKSIZE,
+            namelen: tree::NAME_MAX as u32,
+            frsize: tree::BLKSIZE,
+        })
+    }
+
+    fn getxattr(&self, path: &str, name: &str) -> FsResult<Vec<u8>> {
+        let inner = &self.inner;
+        inner
+            .read(|sql| {
+                let ino = tree::resolve(sql, inner.root, path)?;
+                sql.getxattr(ino, name)?.ok_or_else(|| err(Errno::ENODATA))
+            })
+            .map_err(at(path))
+    }
+
+    fn listxattr(&self, path: &str) -> FsResult<Vec<u8>> {
+        let inner = &self.inner;
+        inner
+            .read(|sql| {
+                let ino = tree::resolve(sql, inner.root, path)?;
+                let mut out = Vec::new();
+                for name in sql.xattr_names(ino)? {
+                    out.extend_from_slice(name.as_bytes());
+                    out.push(0);
+                }
+                Ok(out)
+            })
+            .map_err(at(path))
+    }
+
+    fn setxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> FsResult<()> {
+        tree::check_xattr(name, value, flags)?;
+        let inner = &self.inner;
+        inner
+            .write(Lock::Rows, |sql| {
+                tree::setxattr_in(sql, inner.root, path, (name, value, flags))?;
+                inner.announce(sql, Changed::Content, path)
+            })
+            .map_err(at(path))
+    }
+
+    fn removexattr(&self, path: &str, name: &str) -> FsResult<()> {
+        let inner = &self.inner;
+        inner
+            .write(Lock::Rows, |sql| {
+                tree::removexattr_in(sql, inner.root, path, name)?;
+                inner.announce(sql, Changed::Content, path)
+            })
+            .map_err(at(path))
+    }
+
+    fn watch(&self, report: Box<dyn Fn(RemoteChange) + Send + Sync>) {
+        self.inner.listener.start(report);
+    }
+}
