@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine (run as root):
-# shell tools the tests drive, the pjdfstest POSIX conformance suite, the official MCP
-# Python SDK (the control socket's MCP test runs a real MCP client), Deep Agents and pytest
-# (the Python package's tests).
+# shell tools the tests drive, PostgreSQL (the tests run a private server of their own, never
+# the system's), the pjdfstest POSIX conformance suite, the official MCP Python SDK (the
+# control socket's MCP test runs a real MCP client), Deep Agents and pytest (the Python
+# package's tests).
 set -euo pipefail
 
 need_apt=()
@@ -13,6 +14,8 @@ for tool in setfattr:attr git:git unshare:util-linux setpriv:util-linux tar:tar 
 done
 # The race tests run Python as an unprivileged user: the system's interpreter, not one in root's home.
 [[ -x /usr/bin/python3 ]] || need_apt+=(python3)
+# The postgres route's tests start a private PostgreSQL server from Debian's packages.
+compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || need_apt+=(postgresql)
 # pjdfstest links against libacl.
 [[ -e /usr/include/sys/acl.h ]] || need_apt+=(libacl1-dev)
 if ((${#need_apt[@]})); then

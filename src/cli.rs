@@ -286,6 +286,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     crate::config::BackendConfig::Sqlite { database, namespace } => {
                         format!("sqlite {} (namespace {})", shown_path(database), escape(namespace))
                     }
+                    backend @ crate::config::BackendConfig::Postgres { schema, namespace, .. } => format!(
+                        "postgres {} (schema {schema}, namespace {})",
+                        escape(&backend.location().unwrap_or_default()),
+                        escape(namespace)
+                    ),
                 };
                 println!("  {:<20} {}", escape(route.path.as_str()), detail);
             }

@@ -39,19 +39,64 @@ impl std::error::Error for ConfigError {}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackendConfig {
-    Host { root: PathBuf },
-    Memory { max_bytes: Option<u64>, store: MemoryStore },
-    Sqlite { database: PathBuf, namespace: String },
+    Host {
+        root: PathBuf,
+    },
+    Memory {
+        max_bytes: Option<u64>,
+        store: MemoryStore,
+    },
+    Sqlite {
+        database: PathBuf,
+        namespace: String,
+    },
+    /// `url` may hold a password: show [`BackendConfig::location`], never the URL.
+    Postgres {
+        url: String,
+        schema: String,
+        namespace: String,
+    },
 }
 
 impl BackendConfig {
-    /// Both are one namespace of one sqlite database (which serves one route at a time).
+    /// Both are one namespace of one database (which serves one route of a daemon at a time).
     fn shares_namespace_with(&self, other: &BackendConfig) -> bool {
-        matches!(
-            (self, other),
-            (BackendConfig::Sqlite { database: a, namespace: m }, BackendConfig::Sqlite { database: b, namespace: n })
-                if a == b && m == n
-        )
+        match (self, other) {
+            (
+                BackendConfig::Sqlite { database: a, namespace: m },
+                BackendConfig::Sqlite { database: b, namespace: n },
+            ) => a == b && m == n,
+            (
+                BackendConfig::Postgres { url: a, schema: s, namespace: m },
+                BackendConfig::Postgres { url: b, schema: t, namespace: n },
+            ) => a == b && s == t && m == n,
+            _ => false,
+        }
+    }
+
+    /// The namespace of a database backend.
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            BackendConfig::Sqlite { namespace, .. } | BackendConfig::Postgres { namespace, .. } => {
+                Some(namespace)
+            }
+            BackendConfig::Host { .. } | BackendConfig::Memory { .. } => None,
+        }
+    }
+
+    /// Where the route's data lives, for people: a host path, a database file, or a server
+    /// (`user@host:port/db`, never the password); `None` for memory.
+    pub fn location(&self) -> Option<String> {
+        match self {
+            BackendConfig::Host { root } => Some(root.display().to_string()),
+            BackendConfig::Sqlite { database, .. } => Some(database.display().to_string()),
+            BackendConfig::Postgres { url, schema, .. } => Some(
+                crate::backend::postgres::PgSettings::new(url, schema)
+                    .map(|s| s.server())
+                    .unwrap_or_default(),
+            ),
+            BackendConfig::Memory { .. } => None,
+        }
     }
 }
 
@@ -65,13 +110,35 @@ pub enum MemoryStore {
     Daemon,
 }
 
+/// What a backend kind is, in one place: its config name, the kernel cache lifetime it gets
+/// when the config does not say, and whether others than this daemon change its tree.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KindDefaults {
+    pub name: &'static str,
+    pub cache_ttl: Duration,
+    /// Changed behind this daemon's back (other programs on the host, other daemons on a
+    /// shared store), so the daemon must watch it to keep a long cache lifetime honest.
+    pub changed_by_others: bool,
+}
+
 impl BackendConfig {
+    /// The defaults of this backend's kind. A new kind is a new arm here.
+    pub fn defaults(&self) -> KindDefaults {
+        let hour = Duration::from_secs(3600);
+        let (name, cache_ttl, changed_by_others) = match self {
+            // Short until the host-changes watcher is known to work (see daemon.rs).
+            BackendConfig::Host { .. } => ("host", Duration::from_secs(1), true),
+            BackendConfig::Memory { .. } => ("memory", hour, false),
+            BackendConfig::Sqlite { .. } => ("sqlite", hour, false),
+            // Other daemons' changes arrive as notifications, which invalidate the kernel's
+            // caches, so a long lifetime stays correct.
+            BackendConfig::Postgres { .. } => ("postgres", hour, true),
+        };
+        KindDefaults { name, cache_ttl, changed_by_others }
+    }
+
     pub fn kind(&self) -> &'static str {
-        match self {
-            BackendConfig::Host { .. } => "host",
-            BackendConfig::Memory { .. } => "memory",
-            BackendConfig::Sqlite { .. } => "sqlite",
-        }
+        self.defaults().name
     }
 }
 
@@ -208,6 +275,8 @@ struct RawControl {
 #[serde(deny_unknown_fields)]
 struct RawBackend {
     backend: Spanned<String>,
+    url: Option<Spanned<String>>,
+    schema: Option<Spanned<String>>,
     root: Option<Spanned<String>>,
     database: Option<Spanned<String>>,
     namespace: Option<String>,
@@ -222,6 +291,8 @@ struct RawBackend {
 struct RawRoute {
     path: Spanned<String>,
     backend: Spanned<String>,
+    url: Option<Spanned<String>>,
+    schema: Option<Spanned<String>>,
     root: Option<Spanned<String>>,
     database: Option<Spanned<String>>,
     namespace: Option<String>,
@@ -332,6 +403,7 @@ impl Parser<'_> {
         namespace: &Option<String>,
         max_bytes: Option<u64>,
         store: &Option<Spanned<String>>,
+        (url, schema): (&Option<Spanned<String>>, &Option<Spanned<String>>),
         span: Range<usize>,
     ) -> Result<BackendConfig, ConfigError> {
         let only = |allowed: &[&str]| -> Result<(), ConfigError> {
@@ -341,6 +413,8 @@ impl Parser<'_> {
                 ("namespace", namespace.is_some()),
                 ("max_bytes", max_bytes.is_some()),
                 ("store", store.is_some()),
+                ("url", url.is_some()),
+                ("schema", schema.is_some()),
             ] {
                 if present && !allowed.contains(&key) {
                     return Err(self.err(
@@ -394,9 +468,29 @@ impl Parser<'_> {
                     namespace: namespace.clone().unwrap_or_else(|| "default".to_string()),
                 })
             }
+            "postgres" => {
+                only(&["url", "schema", "namespace"])?;
+                let url = url.as_ref().ok_or_else(|| {
+                    self.err(
+                        Some(span.clone()),
+                        "backend \"postgres\" needs `url` (postgresql://user@host/db)",
+                    )
+                })?;
+                let at = schema.as_ref().map(|s| s.span()).unwrap_or_else(|| url.span());
+                let schema = schema.as_ref().map_or("agentvfs", |s| s.get_ref().as_str());
+                crate::backend::postgres::PgSettings::new(url.get_ref(), schema)
+                    .map_err(|e| self.err(Some(at), format!("backend \"postgres\": {e}")))?;
+                Ok(BackendConfig::Postgres {
+                    url: url.get_ref().clone(),
+                    schema: schema.to_string(),
+                    namespace: namespace.clone().unwrap_or_else(|| "default".to_string()),
+                })
+            }
             other => Err(self.err(
                 Some(kind.span()),
-                format!("unknown backend {other:?} (expected \"memory\", \"host\" or \"sqlite\")"),
+                format!(
+                    "unknown backend {other:?} (expected \"memory\", \"host\", \"sqlite\" or \"postgres\")"
+                ),
             )),
         }
     }
@@ -412,12 +506,7 @@ impl Parser<'_> {
                 Err(self.err(Some(span), format!("cache_ttl_seconds {s} is out of range")))
             }
             Some(s) => Ok(Duration::from_secs_f64(s)),
-            // Only the host route can change behind the daemon's back (other programs on the
-            // host), so it gets a short default; the others are only changed through us.
-            None => Ok(match kind {
-                BackendConfig::Host { .. } => Duration::from_secs(1),
-                _ => Duration::from_secs(3600),
-            }),
+            None => Ok(kind.defaults().cache_ttl),
         }
     }
 
@@ -436,6 +525,7 @@ impl Parser<'_> {
                     &b.namespace,
                     b.max_bytes,
                     &b.store,
+                    (&b.url, &b.schema),
                     d.span(),
                 )?;
                 let ttl = self.ttl(b.cache_ttl_seconds, &cfg, d.span())?;
@@ -483,14 +573,14 @@ impl Parser<'_> {
                 &r.namespace,
                 r.max_bytes,
                 &r.store,
+                (&r.url, &r.schema),
                 span.clone(),
             )?;
-            if let BackendConfig::Sqlite { database, namespace } = &backend {
+            if let (Some(namespace), Some(store)) = (backend.namespace(), backend.location()) {
                 if let Some(other) = routes.iter().find(|x| x.backend.shares_namespace_with(&backend)) {
                     let message = format!(
-                        "route {text:?} uses namespace {namespace:?} of {}, as route \"{}\" does; \
+                        "route {text:?} uses namespace {namespace:?} of {store}, as route \"{}\" does; \
                          give each route a namespace of its own",
-                        database.display(),
                         other.path
                     );
                     return Err(self.err(Some(span), message));

@@ -15,6 +15,7 @@ use signal_hook::iterator::Signals;
 use crate::audit::Audit;
 use crate::backend::host::HostBackend;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::postgres::{PgSettings, PostgresBackend};
 use crate::backend::sqlite::SqliteBackend;
 use crate::backend::Backend;
 use crate::config::{BackendConfig, Config, MemoryStore, RouteConfig};
@@ -66,6 +67,14 @@ pub fn open_backend(
                 false => SqliteBackend::open(database, namespace),
             };
             Arc::new(opened.map_err(|e| anyhow!("cannot open sqlite store {}: {e}", database.display()))?)
+        }
+        BackendConfig::Postgres { url, schema, namespace } => {
+            let settings = PgSettings::new(url, schema).map_err(|e| anyhow!("postgres route: {e}"))?;
+            let server = settings.server();
+            Arc::new(
+                PostgresBackend::open(settings, namespace)
+                    .map_err(|e| anyhow!("cannot open postgres store {server} (schema {schema}): {e}"))?,
+            )
         }
     })
 }
@@ -429,6 +438,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         replaced: door_replaced,
     });
     engine.set_observer(invalidator.clone());
+    let forgetter = invalidator.clone();
+    engine.watch_shared_routes(invalidator.clone(), Arc::new(move || forgetter.forget_everything()));
     if let Some(changes) = host_changes {
         let forgetter = invalidator.clone();
         changes.start(invalidator.clone(), move || {

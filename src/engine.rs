@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::audit::{command_line, Audit, AuditEvent};
-use crate::backend::{Attr, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
+use crate::backend::{Attr, Caller, DirEntry, FileKind, OpenFile, RemoteChange, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
 use crate::policy::approvals::{ApprovalId, Interrupted};
 use crate::policy::{Gate, Mode, Op, Permit, Refusal};
@@ -191,6 +191,24 @@ impl Engine {
     #[cfg(test)]
     pub fn router_for_tests(&self) -> &Router {
         &self.router
+    }
+
+    /// Has every backend that others change too (a store shared by several daemons) report
+    /// their changes to `observer`, under its route's prefix; `forget` is called when changes
+    /// may have been missed (the kernel should then forget everything it cached).
+    pub fn watch_shared_routes(
+        &self,
+        observer: Arc<dyn ChangeObserver>,
+        forget: Arc<dyn Fn() + Send + Sync>,
+    ) {
+        for route in self.router.routes() {
+            let (prefix, observer, forget) = (route.prefix.clone(), observer.clone(), forget.clone());
+            route.backend.watch(Box::new(move |change| match change {
+                RemoteChange::Name(rel) => observer.changed(&prefix.join_rel(&rel)),
+                RemoteChange::Content(rel) => observer.content_changed(&prefix.join_rel(&rel)),
+                RemoteChange::Everything => forget(),
+            }));
+        }
     }
 
     /// Installs the observer of changes made behind the kernel's back (once).

@@ -283,6 +283,10 @@ impl State {
                 let mut route = json!({"path": r.path.as_str(), "backend": r.backend.kind(), "location": location(&r.backend), "read_only": r.read_only});
                 match &r.backend {
                     BackendConfig::Sqlite { namespace, .. } => route["namespace"] = json!(namespace),
+                    BackendConfig::Postgres { namespace, schema, .. } => {
+                        route["namespace"] = json!(namespace);
+                        route["schema"] = json!(schema);
+                    }
                     BackendConfig::Memory { max_bytes, .. } => route["max_bytes"] = json!(max_bytes),
                     BackendConfig::Host { .. } => {}
                 }
@@ -374,6 +378,7 @@ fn location(backend: &BackendConfig) -> Value {
     match backend {
         BackendConfig::Host { root } => json!(root),
         BackendConfig::Sqlite { database, .. } => json!(database),
+        BackendConfig::Postgres { .. } => json!(backend.location()),
         BackendConfig::Memory { .. } => Value::Null,
     }
 }

@@ -26,6 +26,7 @@ entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
 const KNOWN_HOST: &[&str] = &[];
 const KNOWN_MEMORY: &[&str] = &[];
 const KNOWN_SQLITE: &[&str] = &[];
+const KNOWN_POSTGRES: &[&str] = &[];
 /// Tests pjdfstest skips on any FUSE mount (it cannot learn LINK_MAX there).
 const KNOWN_SKIPS: &[&str] = &["link::link_count_max"];
 
@@ -121,4 +122,10 @@ fn pjdfstest_memory_route_in_the_daemon() {
 #[test]
 fn pjdfstest_sqlite_route() {
     check_route("/db", KNOWN_SQLITE, "");
+}
+
+/// The postgres route, on the tests' private server.
+#[test]
+fn pjdfstest_postgres_route() {
+    check_route("/pg", KNOWN_POSTGRES, "");
 }

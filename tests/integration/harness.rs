@@ -175,7 +175,13 @@ pub fn sh_ok(cwd: &Path, script: &str) -> String {
     out
 }
 
-/// A config with `/` memory, `/host` → `host_root`, `/db` → sqlite in `state`, plus `rules`.
+/// The private PostgreSQL server of this test process (started on first use, stopped at exit).
+pub fn pg() -> &'static agentvfs::backend::postgres::testing::TestServer {
+    agentvfs::backend::postgres::testing::TestServer::shared()
+}
+
+/// A config with `/` memory, `/host` → `host_root`, `/db` → sqlite in `state`, `/pg` →
+/// postgres (the test server, a namespace named after `state`), plus `rules`.
 /// The control socket is `state/agentvfs.sock`, so daemons of parallel tests never collide.
 pub fn config(state: &Path, host_root: &Path, rules: &str) -> PathBuf {
     let text = format!(
@@ -195,6 +201,12 @@ path = "/db"
 backend = "sqlite"
 database = "{db}"
 
+[[routes]]
+path = "/pg"
+backend = "postgres"
+url = "{pg}"
+namespace = "{namespace}"
+
 [audit]
 database = "{audit}"
 
@@ -203,6 +215,8 @@ database = "{audit}"
         socket = state.join("agentvfs.sock").display(),
         host = host_root.display(),
         db = state.join("store.db").display(),
+        pg = pg().url(),
+        namespace = state.file_name().unwrap().to_string_lossy(),
         audit = state.join("audit.db").display(),
     );
     let path = state.join("agentvfs.toml");
@@ -274,7 +288,7 @@ pub fn within(what: &str, limit: Duration, check: impl Fn() -> bool) {
 }
 
 /// The routes every file-semantics test runs against.
-pub const ROUTES: [&str; 3] = ["/host", "/mem", "/db"];
+pub const ROUTES: [&str; 4] = ["/host", "/mem", "/db", "/pg"];
 
 /// Calls a tool through `client` and says whether it succeeded, with the text it returned.
 pub fn call_tool(

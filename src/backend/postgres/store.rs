@@ -171,12 +171,7 @@ impl<'a> Sql<'a> {
 
     /// The stored chunks of `ino` from `first` to `last`, and the file's size (`None` when the
     /// inode is gone).
-    pub fn read_chunks(
-        &self,
-        ino: u64,
-        first: u64,
-        last: u64,
-    ) -> FsResult<Option<(u64, Chunks)>> {
+    pub fn read_chunks(&self, ino: u64, first: u64, last: u64) -> FsResult<Option<(u64, Chunks)>> {
         let rows = self.rows(
             "SELECT i.size, c.idx, c.data FROM inodes i
              LEFT JOIN chunks c ON c.ino = i.ino AND c.idx BETWEEN $2 AND $3 WHERE i.ino = $1",
