@@ -23,6 +23,7 @@ mod roles;
 mod rules;
 mod run;
 mod security;
+mod shared_store;
 mod stress;
 mod trailing_slash;
 mod transport;

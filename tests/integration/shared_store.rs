@@ -1,0 +1,183 @@
+//! Several daemons on one namespace of the postgres route: each sees the others' changes
+//! (names, listings, attributes, content, tool writes) within 100 ms by notification, with
+//! the kernel's long cache lifetimes; concurrent writers and renames keep the tree whole; a
+//! tool edit of a file changed elsewhere is stale; acknowledged writes survive `kill -9`.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agentvfs::control::client::Client;
+use serde_json::json;
+
+use crate::harness::{call_tool, config, scratch, within, Mount};
+
+/// A daemon of its own (its scratch directory kept alive beside it), mounting `/pg` on
+/// `namespace` of the test server.
+pub struct Daemon {
+    pub mount: Mount,
+    pub scratch: tempfile::TempDir,
+}
+
+impl Daemon {
+    pub fn start(namespace: &str) -> Daemon {
+        Self::start_with(namespace, &crate::harness::pg().url())
+    }
+
+    /// Like [`Daemon::start`], on the server at `url`.
+    pub fn start_with(namespace: &str, url: &str) -> Daemon {
+        let scratch = scratch();
+        let host_root = scratch.path().join("host-root");
+        fs::create_dir_all(&host_root).unwrap();
+        let cfg = config(scratch.path(), &host_root, "");
+        let own = scratch.path().file_name().unwrap().to_string_lossy().to_string();
+        let text = fs::read_to_string(&cfg)
+            .unwrap()
+            .replace(&format!("namespace = \"{own}\""), &format!("namespace = \"{namespace}\""))
+            .replace(&crate::harness::pg().url(), url);
+        fs::write(&cfg, text).unwrap();
+        let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
+        Daemon { mount, scratch }
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.mount.path(&format!("/pg/{}", rel.trim_start_matches('/')))
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.scratch.path().join("agentvfs.sock")).unwrap()
+    }
+}
+
+/// A namespace no other test uses.
+pub fn namespace(test: &str) -> String {
+    format!("{test}-{}", std::process::id())
+}
+
+/// How long `check` took to hold (it must within 100 ms).
+fn seen_within_100ms(what: &str, check: impl Fn() -> bool) -> Duration {
+    let started = Instant::now();
+    within(what, Duration::from_millis(100), check);
+    started.elapsed()
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+#[test]
+fn changes_on_one_daemon_are_seen_on_another_within_100ms() {
+    let ns = namespace("visible");
+    let (a, b) = (Daemon::start(&ns), Daemon::start(&ns));
+    // A looks first, so its kernel caches the answers (for an hour: the route's default).
+    assert!(!a.p("f").exists());
+    fs::create_dir(a.p("d")).unwrap();
+    assert!(fs::read_dir(a.p("d")).unwrap().next().is_none());
+
+    // A new name, and its content.
+    fs::write(b.p("f"), "one").unwrap();
+    let mut worst = seen_within_100ms("a new file", || read(&a.p("f")) == "one");
+    // Content A has in its page cache changes.
+    fs::write(b.p("f"), "two!").unwrap();
+    worst = worst.max(seen_within_100ms("new content", || read(&a.p("f")) == "two!"));
+    // A listing A has read.
+    fs::write(b.p("d/x"), "").unwrap();
+    worst = worst.max(seen_within_100ms("a listing", || {
+        fs::read_dir(a.p("d")).unwrap().flatten().any(|e| e.file_name() == "x")
+    }));
+    // An attribute.
+    fs::set_permissions(b.p("f"), fs::Permissions::from_mode(0o600)).unwrap();
+    worst = worst.max(seen_within_100ms("a mode", || {
+        fs::metadata(a.p("f")).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600)
+    }));
+    // A rename and a deletion.
+    fs::rename(b.p("f"), b.p("d/g")).unwrap();
+    worst = worst.max(seen_within_100ms("a rename", || !a.p("f").exists() && read(&a.p("d/g")) == "two!"));
+    fs::remove_file(b.p("d/x")).unwrap();
+    worst = worst.max(seen_within_100ms("a deletion", || !a.p("d/x").exists()));
+    // A tool write on B (the other door).
+    let mut client = b.client();
+    let (ok, text) =
+        call_tool(&mut client, "write_file", json!({"file_path": "/pg/tool.txt", "content": "by tool"}));
+    assert!(ok, "{text}");
+    worst = worst.max(seen_within_100ms("a tool write", || read(&a.p("tool.txt")) == "by tool"));
+    // And the other way round.
+    fs::write(a.p("back"), "from a").unwrap();
+    worst = worst.max(seen_within_100ms("a change from A on B", || read(&b.p("back")) == "from a"));
+    eprintln!("slowest change seen on the other daemon after {worst:?}");
+}
+
+#[test]
+fn a_tool_edit_of_a_file_changed_on_another_daemon_is_stale() {
+    let ns = namespace("stale");
+    let (a, b) = (Daemon::start(&ns), Daemon::start(&ns));
+    fs::write(a.p("notes.md"), "alpha\n").unwrap();
+    let mut client = a.client();
+    let (ok, text) = call_tool(&mut client, "read_file", json!({"file_path": "/pg/notes.md"}));
+    assert!(ok && text.contains("alpha"), "{text}");
+    std::thread::sleep(Duration::from_millis(5));
+    fs::write(b.p("notes.md"), "alpha beta\n").unwrap();
+    let params = json!({"name": "edit_file", "arguments":
+        {"file_path": "/pg/notes.md", "old_string": "alpha", "new_string": "gamma"}});
+    let result = client.call("tools/call", Some(params)).unwrap();
+    assert_eq!(result["structuredContent"]["error_code"], "FS_STALE_VERSION", "{result}");
+    assert_eq!(read(&b.p("notes.md")), "alpha beta\n");
+}
+
+#[test]
+fn concurrent_writers_on_two_daemons_keep_the_tree_whole() {
+    let ns = namespace("concurrent");
+    let (a, b) = (Daemon::start(&ns), Daemon::start(&ns));
+    fs::create_dir(a.p("shared")).unwrap();
+    fs::create_dir(a.p("x")).unwrap();
+    fs::create_dir(a.p("y")).unwrap();
+    let run = |d: &Daemon, tag: &'static str, other: (&'static str, &'static str)| {
+        let root = d.p("");
+        std::thread::spawn(move || {
+            for i in 0..60 {
+                let tmp = root.join(format!("{tag}{i}.tmp"));
+                fs::write(&tmp, format!("{tag} {i}\n").repeat(100)).unwrap();
+                fs::rename(&tmp, root.join(format!("shared/{tag}{i}"))).unwrap();
+                // Crossed directory moves: at most one of each pair can succeed, never a cycle.
+                let _ = fs::rename(root.join(other.0), root.join(other.1).join(other.0));
+                let _ = fs::rename(root.join(other.1).join(other.0), root.join(other.0));
+            }
+        })
+    };
+    let ta = run(&a, "a", ("x", "y"));
+    let tb = run(&b, "b", ("y", "x"));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    for d in [&a, &b] {
+        let mut names: Vec<String> = fs::read_dir(d.p("shared"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 120, "{names:?}");
+        for name in &names {
+            let (tag, i) = name.split_at(1);
+            let want = format!("{tag} {i}\n").repeat(100);
+            within("content seen", Duration::from_secs(1), || read(&d.p(&format!("shared/{name}"))) == want);
+        }
+        // x and y: both at the top, or one inside the other, never both inside each other.
+        let top: Vec<bool> = ["x", "y"].iter().map(|n| d.p(n).is_dir()).collect();
+        assert!(top.iter().any(|t| *t), "x and y both vanished from the top: a cycle");
+        assert!(!(d.p("x/y").is_dir() && d.p("y/x").is_dir()));
+    }
+}
+
+#[test]
+fn kill_9_loses_nothing_acknowledged() {
+    let ns = namespace("kill9");
+    let mut a = Daemon::start(&ns);
+    fs::write(a.p("closed.txt"), "closed before the kill").unwrap();
+    let mut f = fs::File::create(a.p("open.txt")).unwrap();
+    std::io::Write::write_all(&mut f, b"written, never closed").unwrap();
+    f.sync_all().unwrap();
+    a.mount.stop_with(libc::SIGKILL);
+    let b = Daemon::start(&ns);
+    assert_eq!(read(&b.p("closed.txt")), "closed before the kill");
+    assert_eq!(read(&b.p("open.txt")), "written, never closed");
+}
