@@ -17,6 +17,7 @@ mod memory_cap;
 mod model;
 mod pauses;
 mod persistence;
+mod pg_faults;
 mod races;
 mod requests;
 mod roles;

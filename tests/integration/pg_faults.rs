@@ -1,0 +1,83 @@
+//! The postgres route when its server goes away: operations fail with EIO within seconds
+//! (never a hang), the log says why, the daemon stays up, and once the server is back the
+//! mount works again by itself; a restart in the middle of a copy loses nothing acknowledged.
+//! Each test runs a server of its own, so stopping it disturbs no other test.
+
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+use std::time::{Duration, Instant};
+
+use agentvfs::backend::postgres::testing::TestServer;
+
+use crate::harness::{status_at, within};
+use crate::shared_store::{namespace, Daemon};
+
+#[test]
+fn a_database_that_goes_away_answers_eio_and_comes_back_by_itself() {
+    let server = TestServer::start().unwrap();
+    let a = Daemon::start_with(&namespace("down"), &server.url());
+    fs::write(a.p("before"), "kept").unwrap();
+    server.stop().unwrap();
+
+    let started = Instant::now();
+    let e = fs::write(a.p("during"), "x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    // A name nobody looked up is not reported absent: the store cannot say.
+    let e = fs::metadata(a.p("never-seen")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let status = status_at(&a.scratch.path().join("agentvfs.sock"));
+    assert!(status["routes"].is_array(), "{status}");
+    within("the log line", Duration::from_secs(5), || a.mount.log_text().contains("cannot reach"));
+
+    server.start_again().unwrap();
+    within("the mount works again", Duration::from_secs(15), || fs::write(a.p("after"), "back").is_ok());
+    assert_eq!(fs::read_to_string(a.p("before")).unwrap(), "kept");
+    assert_eq!(fs::read_to_string(a.p("after")).unwrap(), "back");
+    assert!(!a.p("during").exists());
+}
+
+#[test]
+fn a_restart_in_the_middle_of_a_copy_loses_nothing_acknowledged() {
+    const BLOCK: usize = 4096;
+    const BLOCKS: usize = 400;
+    let server = TestServer::start().unwrap();
+    let ns = namespace("restart");
+    let a = Daemon::start_with(&ns, &server.url());
+    let block = |i: usize| -> Vec<u8> { (0..BLOCK).map(|j| ((i * 31 + j) % 251) as u8).collect() };
+    let path = a.p("copy.bin");
+    let writer = std::thread::spawn(move || {
+        let mut f = fs::File::create(&path).unwrap();
+        let mut acknowledged = 0;
+        let mut failures = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while acknowledged < BLOCKS && Instant::now() < deadline {
+            let written = f
+                .seek(SeekFrom::Start((acknowledged * BLOCK) as u64))
+                .and_then(|_| f.write_all(&block(acknowledged)))
+                .and_then(|_| f.sync_data());
+            match written {
+                Ok(()) => acknowledged += 1,
+                Err(_) => {
+                    failures += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        (acknowledged, failures)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    server.stop().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    server.start_again().unwrap();
+    let (acknowledged, failures) = writer.join().unwrap();
+    assert_eq!(acknowledged, BLOCKS, "the copy did not finish after the restart");
+    assert!(failures > 0, "the restart came too late to interrupt the copy");
+    // What a fresh daemon reads: every acknowledged block, exactly.
+    let b = Daemon::start_with(&ns, &server.url());
+    let data = fs::read(b.p("copy.bin")).unwrap();
+    assert_eq!(data.len(), BLOCKS * BLOCK);
+    for i in 0..BLOCKS {
+        assert!(data[i * BLOCK..][..BLOCK] == block(i)[..], "block {i} differs");
+    }
+}
