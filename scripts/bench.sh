@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks: the same work on a plain host directory and through agentvfs's host, memory and
-# sqlite routes, and through two peer FUSE filesystems installable by package name (Debian's
+# Benchmarks: the same work on a plain host directory and through agentvfs's host, memory,
+# sqlite and postgres routes (the last against a private local server this script starts), and through two peer FUSE filesystems installable by package name (Debian's
 # `bindfs`, and libfuse's `passthrough_ll` example compiled from `libfuse3-dev`), all in one run
 # (this machine's disk speed drifts between runs). Prints medians and ratios (route time / native
 # time; for throughput rows, route MB/s / native MB/s), then the gate's cost with 1, 100 and
@@ -38,6 +38,7 @@ stop_mount() {
 cleanup() {
   local i
   for i in "${!MOUNTS[@]}"; do stop_mount "${MOUNTS[$i]}" "${PIDS[$i]}"; done
+  [[ -n ${PG_BIN:-} && -d $W/pg ]] && as_pg "$PG_BIN/pg_ctl" -D "$W/pg/data" -m immediate stop >/dev/null 2>&1
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -72,6 +73,7 @@ command -v git >/dev/null || PKGS+=(git)
 command -v bc >/dev/null || PKGS+=(bc)
 command -v fio >/dev/null || PKGS+=(fio)
 command -v python3 >/dev/null || PKGS+=(python3)
+compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || PKGS+=(postgresql)
 if ((${#PKGS[@]})); then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PKGS[@]}"; } >/dev/null
 fi
@@ -80,6 +82,17 @@ for f in passthrough_ll.c passthrough_helpers.h; do
 done
 # shellcheck disable=SC2046
 gcc -O2 -w -I"$W" -o "$W/passthrough_ll" "$W/passthrough_ll.c" $(pkg-config --cflags --libs fuse3)
+
+# The postgres route's server: private (its own data directory, port and socket directory),
+# run as the unprivileged `postgres` user, with the server's default durability (fsync on,
+# synchronous_commit on), reached through its Unix socket.
+as_pg() { setpriv --reuid postgres --regid postgres --init-groups -- "$@"; }
+PG_BIN=$(find /usr/lib/postgresql -maxdepth 2 -name bin | sort -V | tail -1)
+PG_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$W/pg" && chown postgres: "$W/pg"
+as_pg "$PG_BIN/initdb" -D "$W/pg/data" -U postgres -A trust -E UTF8 --locale=C >/dev/null
+as_pg "$PG_BIN/pg_ctl" -D "$W/pg/data" -l "$W/pg/log" -w -o "-p $PG_PORT -k $W/pg -c listen_addresses=''" start >/dev/null
+PG_URL="postgresql://postgres@${W//\//%2F}%2Fpg:$PG_PORT/postgres"
 
 mkdir -p "$W/native" "$W/host-root/bench" "$MNT" "$W/bindfs-root" "$W/ll-root"
 cat > "$W/config.toml" <<TOML
@@ -94,6 +107,10 @@ root = "$W/host-root"
 path = "/db"
 backend = "sqlite"
 database = "$W/store.db"
+[[routes]]
+path = "/pg"
+backend = "postgres"
+url = "$PG_URL"
 [[rules]]
 operations = ["read", "write"]
 paths = ["/**/.env", "/**/secrets/**"]
@@ -212,7 +229,7 @@ run() {
 
 declare -A RESULT
 # BENCH_TARGETS picks a subset (native is always measured: every ratio needs it).
-read -r -a TARGETS <<< "native ${BENCH_TARGETS:-host memory sqlite bindfs ll}"
+read -r -a TARGETS <<< "native ${BENCH_TARGETS:-host memory sqlite postgres bindfs ll}"
 # BENCH_PARTS picks sections: main (the table), gate, floor, rss, tools.
 PARTS=" ${BENCH_PARTS:-main gate floor rss tools} "
 part() { [[ $PARTS == *" $1 "* ]]; }
@@ -222,6 +239,7 @@ dir_of() {
     host) echo "$MNT/host/bench" ;;
     memory) echo "$MNT/mem" ;;
     sqlite) echo "$MNT/db" ;;
+    postgres) echo "$MNT/pg" ;;
     bindfs) echo "$W/mnt-bindfs" ;;
     ll) echo "$W/mnt-ll" ;;
   esac

@@ -5,9 +5,35 @@
 //! that no chunk holds read as zeros (sparse files). Invariant: no chunk holds bytes at or past
 //! the file size, so growing a file never exposes old data.
 
+use crate::error::{Errno, FsError, FsResult};
+
 /// Size of one content row. A 4 KiB write into a large file rewrites one chunk (two if it
 /// straddles a boundary).
 pub const CHUNK_SIZE: u64 = 64 * 1024;
+
+/// The largest file: chunk indexes up to 2^28 (the sqlite store's key layout), 16 TiB.
+pub const MAX_FILE_SIZE: u64 = CHUNK_SIZE << 28;
+
+const FALLOC_FL_KEEP_SIZE: i32 = 1;
+
+/// The end of a write or allocation of `len` bytes at `offset`; EFBIG past [`MAX_FILE_SIZE`].
+pub fn end_of(offset: u64, len: u64) -> FsResult<u64> {
+    offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| FsError::errno(Errno::EFBIG))
+}
+
+/// The size an `fallocate(mode, offset, length)` asks for, `None` when it leaves the size as
+/// it is (`FALLOC_FL_KEEP_SIZE`: the database stores reserve no space). Other modes are
+/// EOPNOTSUPP, an empty range EINVAL.
+pub fn fallocate_end(offset: u64, length: u64, mode: i32) -> FsResult<Option<u64>> {
+    if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+        return Err(FsError::errno(Errno::EOPNOTSUPP));
+    }
+    if length == 0 {
+        return Err(FsError::errno(Errno::EINVAL));
+    }
+    let end = end_of(offset, length)?;
+    Ok((mode & FALLOC_FL_KEEP_SIZE == 0).then_some(end))
+}
 
 /// The part of a byte range that falls in one chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

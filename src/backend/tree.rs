@@ -100,6 +100,24 @@ pub struct NewNode<'a> {
     pub now: i64,
 }
 
+impl NewNode<'static> {
+    /// The root directory of a new namespace of `ns`, the daemon's user's.
+    pub fn root(ns: i64) -> NewNode<'static> {
+        let owner = Caller::daemon();
+        NewNode {
+            ns,
+            kind: FileKind::Dir,
+            perm: 0o755,
+            uid: owner.uid,
+            gid: owner.gid,
+            rdev: 0,
+            nlink: 2,
+            target: None,
+            now: now_ns(),
+        }
+    }
+}
+
 impl NewNode<'_> {
     /// The node as it is once inserted as `ino`.
     pub fn node(&self, ino: u64) -> Node {
@@ -172,7 +190,12 @@ pub trait Tree {
     fn update_attrs(&self, n: &Node) -> FsResult<()>;
     /// Drops the content at and past `size`.
     fn truncate_chunks(&self, ino: u64, size: u64) -> FsResult<()>;
-    fn xattr_exists(&self, ino: u64, name: &str) -> FsResult<bool>;
+    fn get_xattr(&self, ino: u64, name: &str) -> FsResult<Option<Vec<u8>>>;
+    /// The names of the node's extended attributes, in order.
+    fn xattr_names(&self, ino: u64) -> FsResult<Vec<String>>;
+    fn xattr_exists(&self, ino: u64, name: &str) -> FsResult<bool> {
+        Ok(self.get_xattr(ino, name)?.is_some())
+    }
     fn put_xattr(&self, ino: u64, name: &str, value: &[u8]) -> FsResult<()>;
     /// Whether there was one to delete.
     fn delete_xattr(&self, ino: u64, name: &str) -> FsResult<bool>;
@@ -500,6 +523,21 @@ pub fn check_xattr(name: &str, value: &[u8], flags: i32) -> FsResult<()> {
         return Err(err(Errno::E2BIG));
     }
     Ok(())
+}
+
+/// Extended attribute `name` of the node at `path` (ENODATA if it has none).
+pub fn getxattr_in<T: Tree + ?Sized>(t: &T, root: u64, path: &str, name: &str) -> FsResult<Vec<u8>> {
+    t.get_xattr(resolve(t, root, path)?, name)?.ok_or_else(|| err(Errno::ENODATA))
+}
+
+/// The extended attribute names of the node at `path`, each followed by a NUL byte.
+pub fn listxattr_in<T: Tree + ?Sized>(t: &T, root: u64, path: &str) -> FsResult<Vec<u8>> {
+    let mut out = Vec::new();
+    for name in t.xattr_names(resolve(t, root, path)?)? {
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+    }
+    Ok(out)
 }
 
 /// Sets extended attribute `name` of the node at `path`; returns its inode.

@@ -475,6 +475,10 @@ fn status_paths_and_tools_from_the_cli() {
             ),
         ]
     );
+    // The postgres route's server, never its URL (which may hold a password).
+    let namespace = f.scratch.path().file_name().unwrap().to_string_lossy().to_string();
+    assert!(lines[9].starts_with("  /pg                  postgres postgres@/tmp/agentvfs-pg-"), "{out}");
+    assert!(lines[9].ends_with(&format!("/postgres (namespace {namespace})")), "{out}");
     // Which transport is the transport tests' business; here, how it is shown.
     let status = crate::harness::status(&f);
     let transport = match status["fuse_transport"].as_str() {
@@ -485,7 +489,7 @@ fn status_paths_and_tools_from_the_cli() {
         _ => "FUSE transport: /dev/fuse".to_string(),
     };
     assert_eq!(
-        lines[9..14],
+        lines[10..15],
         [
             "rules: 1 (observation: strict)",
             &transport,
@@ -494,7 +498,7 @@ fn status_paths_and_tools_from_the_cli() {
             "audit records: 0 (0 dropped)"
         ]
     );
-    assert!(lines[14].starts_with("connections: 1 open, "), "{out}");
+    assert!(lines[15].starts_with("connections: 1 open, "), "{out}");
 
     let status: Value = serde_json::from_str(&cli_ok(&["status", "--socket", &socket, "--json"])).unwrap();
     assert_eq!(status["mountpoint"], json!(mount));
@@ -522,7 +526,7 @@ fn status_paths_and_tools_from_the_cli() {
     let prompt = paths["prompt"].as_str().unwrap();
     assert!(prompt.starts_with("## Shell paths vs. virtual paths\n"), "{prompt}");
     assert!(prompt.ends_with(&format!(
-        "Host path mappings:\n- `/host/` -> `{mount}/host/` (e.g. `/host/dir/x.py` -> `{mount}/host/dir/x.py`)\n- `/db/` -> `{mount}/db/` (e.g. `/db/dir/x.py` -> `{mount}/db/dir/x.py`)\n- `/` -> `{mount}/` (e.g. `/dir/x.py` -> `{mount}/dir/x.py`)"
+        "Host path mappings:\n- `/host/` -> `{mount}/host/` (e.g. `/host/dir/x.py` -> `{mount}/host/dir/x.py`)\n- `/db/` -> `{mount}/db/` (e.g. `/db/dir/x.py` -> `{mount}/db/dir/x.py`)\n- `/pg/` -> `{mount}/pg/` (e.g. `/pg/dir/x.py` -> `{mount}/pg/dir/x.py`)\n- `/` -> `{mount}/` (e.g. `/dir/x.py` -> `{mount}/dir/x.py`)"
     )), "{prompt}");
     // Every mapping really is the shell path of its route.
     std::fs::write(f.p("/db/via-shell"), "x").unwrap();

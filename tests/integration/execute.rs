@@ -161,7 +161,7 @@ fn the_host_is_out_of_sight() {
 
 /// `ls /` inside: the tree's entries and the system layout, in `ls` order.
 fn sorted_root() -> String {
-    let mut names = vec!["db", "host", "mem", "bin", "dev", "etc", "proc", "sbin", "tmp", "usr"];
+    let mut names = vec!["db", "host", "mem", "pg", "bin", "dev", "etc", "proc", "sbin", "tmp", "usr"];
     for lib in ["lib", "lib32", "lib64", "libx32"] {
         if Path::new("/").join(lib).exists() {
             names.push(lib);

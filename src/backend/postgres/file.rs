@@ -8,14 +8,12 @@ use std::sync::Arc;
 
 use super::ops::{at, Changed};
 use super::{Inner, Lock};
-use crate::backend::chunks::{self, CHUNK_SIZE};
+use crate::backend::chunks;
 use crate::backend::tree::{self, Tree};
 use crate::backend::{Attr, FileKind, OpenFile, SetAttr};
 use crate::error::{Errno, FsError, FsResult};
 
-const FALLOC_FL_KEEP_SIZE: i32 = 1;
-/// As the sqlite route: chunk indexes up to 2^28, so files up to 16 TiB.
-pub(super) const MAX_FILE_SIZE: u64 = CHUNK_SIZE << 28;
+pub(super) use crate::backend::chunks::MAX_FILE_SIZE;
 
 /// A handle on an inode, valid after rename or unlink (this daemon keeps an unlinked inode's
 /// rows until its last handle closes). An inode deleted by another daemon answers ESTALE.
@@ -84,10 +82,7 @@ impl OpenFile for PgFile {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
+        let end = chunks::end_of(offset, data.len() as u64)?;
         let inner = &self.inner;
         inner
             .write(Lock::Rows, |sql| {
@@ -143,21 +138,11 @@ impl OpenFile for PgFile {
             FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
             _ => return Err(FsError::errno(Errno::ENODEV)),
         }
-        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
-            return Err(FsError::errno(Errno::EOPNOTSUPP));
+        match chunks::fallocate_end(offset, length, mode)? {
+            // Space is not reserved (the server has no such request); the size is what callers see.
+            Some(end) => self.grow_to(end),
+            None => Ok(()),
         }
-        if length == 0 {
-            return Err(FsError::errno(Errno::EINVAL));
-        }
-        let end = offset
-            .checked_add(length)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
-        if mode & FALLOC_FL_KEEP_SIZE != 0 {
-            return Ok(());
-        }
-        // Space is not reserved (the server has no such request); the size is what callers see.
-        self.grow_to(end)
     }
 
     fn getattr(&self) -> FsResult<Attr> {

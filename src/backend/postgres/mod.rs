@@ -132,6 +132,9 @@ enum Lock {
     Rows,
     /// The namespace's name lock too.
     Tree,
+    /// The name lock shared: waits for the name changes under way to commit, and lets none
+    /// start meanwhile (an open making sure its inode survived them).
+    TreeShared,
 }
 
 impl PostgresBackend {
@@ -196,6 +199,9 @@ impl Inner {
         let begin = match lock {
             Lock::Rows => "BEGIN".to_string(),
             Lock::Tree => format!("BEGIN; {}", self.tree_lock),
+            Lock::TreeShared => {
+                format!("BEGIN; {}", self.tree_lock.replace("_xact_lock(", "_xact_lock_shared("))
+            }
         };
         let mut tries = 0;
         loop {

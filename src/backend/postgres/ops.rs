@@ -4,7 +4,7 @@
 use super::file::PgFile;
 use super::store::Sql;
 use super::{Inner, Lock, PostgresBackend};
-use crate::backend::tree::{self, Spec};
+use crate::backend::tree::{self, Spec, Tree};
 use crate::backend::{Attr, Backend, Caller, DirEntry, FileKind, OpenFile, RemoteChange, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
 
@@ -114,17 +114,31 @@ impl Backend for PostgresBackend {
 
     fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
         let inner = &self.inner;
-        let node = inner.read(|sql| tree::resolve_node(sql, inner.root, path)).map_err(at(path))?;
-        inner.opened(node.ino);
-        // An unlink that committed between the lookup and the registration deleted the rows
-        // without seeing the handle: report the name as gone rather than hand out a dead file.
-        match inner.read(|sql| crate::backend::tree::Tree::node(sql, node.ino)) {
-            Ok(Some(_)) => Ok(Box::new(self.file(node.ino, node.kind, path))),
-            other => {
-                inner.closed(node.ino);
-                Err(other.err().unwrap_or_else(|| err(Errno::ENOENT))).map_err(at(path))
+        let mut vanished = None;
+        for _ in 0..100 {
+            let node = inner.read(|sql| tree::resolve_node(sql, inner.root, path)).map_err(at(path))?;
+            inner.opened(node.ino);
+            // A name change that deleted the inode without seeing the registration is under way
+            // or committed: once the shared name lock is held, the inode's rows are there for
+            // good (the next unlink sees the handle) or gone.
+            match inner.write(Lock::TreeShared, |sql| Tree::node(sql, node.ino)) {
+                Ok(Some(_)) => return Ok(Box::new(self.file(node.ino, node.kind, path))),
+                Ok(None) => {
+                    inner.closed(node.ino);
+                    // Replaced meanwhile (the name may lead to another node now): look again,
+                    // unless it vanished twice.
+                    if vanished == Some(node.ino) {
+                        return Err(err(Errno::ENOENT)).map_err(at(path));
+                    }
+                    vanished = Some(node.ino);
+                }
+                Err(e) => {
+                    inner.closed(node.ino);
+                    return Err(e).map_err(at(path));
+                }
             }
         }
+        Err(FsError::new(Errno::EAGAIN, format!("{path}: replaced faster than it could be opened")))
     }
 
     fn create(
@@ -168,7 +182,7 @@ impl Backend for PostgresBackend {
                 let ino = tree::link_in(sql, inner.root, existing, new_path)?;
                 inner.announce(sql, Changed::Name, new_path)?;
                 inner.announce(sql, Changed::Content, existing)?;
-                crate::backend::tree::Tree::must_node(sql, ino)
+                Tree::must_node(sql, ino)
             })
             .map_err(at(new_path))?;
         Ok(node.attr())
@@ -249,27 +263,12 @@ impl Backend for PostgresBackend {
 
     fn getxattr(&self, path: &str, name: &str) -> FsResult<Vec<u8>> {
         let inner = &self.inner;
-        inner
-            .read(|sql| {
-                let ino = tree::resolve(sql, inner.root, path)?;
-                sql.getxattr(ino, name)?.ok_or_else(|| err(Errno::ENODATA))
-            })
-            .map_err(at(path))
+        inner.read(|sql| tree::getxattr_in(sql, inner.root, path, name)).map_err(at(path))
     }
 
     fn listxattr(&self, path: &str) -> FsResult<Vec<u8>> {
         let inner = &self.inner;
-        inner
-            .read(|sql| {
-                let ino = tree::resolve(sql, inner.root, path)?;
-                let mut out = Vec::new();
-                for name in sql.xattr_names(ino)? {
-                    out.extend_from_slice(name.as_bytes());
-                    out.push(0);
-                }
-                Ok(out)
-            })
-            .map_err(at(path))
+        inner.read(|sql| tree::listxattr_in(sql, inner.root, path)).map_err(at(path))
     }
 
     fn setxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> FsResult<()> {

@@ -12,8 +12,7 @@ use postgres::Client;
 
 use super::store::Sql;
 use super::PgSettings;
-use crate::backend::tree::{now_ns, NewNode};
-use crate::backend::FileKind;
+use crate::backend::tree::NewNode;
 use crate::error::{Errno, FsError, FsResult};
 
 /// The layouts, oldest first: entry `i` makes version `i + 1`. To change the layout, append a
@@ -144,19 +143,7 @@ pub(super) fn namespace(client: &mut Client, settings: &PgSettings, name: &str) 
         }
         let ns = sql.insert_namespace(name)?;
         let root = sql.reserve_inos()?;
-        let owner = crate::backend::Caller::daemon();
-        let node = NewNode {
-            ns,
-            kind: FileKind::Dir,
-            perm: 0o755,
-            uid: owner.uid,
-            gid: owner.gid,
-            rdev: 0,
-            nlink: 2,
-            target: None,
-            now: now_ns(),
-        };
-        crate::backend::tree::Tree::insert_node(&sql, root, &node)?;
+        crate::backend::tree::Tree::insert_node(&sql, root, &NewNode::root(ns))?;
         sql.set_namespace_root(ns, root)?;
         Ok((ns, root))
     })();

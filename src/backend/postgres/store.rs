@@ -158,17 +158,6 @@ impl<'a> Sql<'a> {
         Ok(row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)).unwrap_or_default())
     }
 
-    pub fn getxattr(&self, ino: u64, name: &str) -> FsResult<Option<Vec<u8>>> {
-        let row =
-            self.row("SELECT value FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])?;
-        Ok(row.map(|r| r.get(0)))
-    }
-
-    pub fn xattr_names(&self, ino: u64) -> FsResult<Vec<String>> {
-        let rows = self.rows("SELECT name FROM xattrs WHERE ino = $1 ORDER BY name", &[&(ino as i64)])?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
     /// The stored chunks of `ino` from `first` to `last`, and the file's size (`None` when the
     /// inode is gone).
     pub fn read_chunks(&self, ino: u64, first: u64, last: u64) -> FsResult<Option<(u64, Chunks)>> {
@@ -384,8 +373,15 @@ impl Tree for Sql<'_> {
         Ok(())
     }
 
-    fn xattr_exists(&self, ino: u64, name: &str) -> FsResult<bool> {
-        Ok(self.getxattr(ino, name)?.is_some())
+    fn get_xattr(&self, ino: u64, name: &str) -> FsResult<Option<Vec<u8>>> {
+        let row =
+            self.row("SELECT value FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    fn xattr_names(&self, ino: u64) -> FsResult<Vec<String>> {
+        let rows = self.rows("SELECT name FROM xattrs WHERE ino = $1 ORDER BY name", &[&(ino as i64)])?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     fn put_xattr(&self, ino: u64, name: &str, value: &[u8]) -> FsResult<()> {

@@ -26,8 +26,7 @@ const INODE_FLUSH_BYTES: usize = 8 << 20;
 /// Buffered bytes of all inodes past which a write commits its own inode's buffer first.
 const TOTAL_FLUSH_BYTES: usize = 256 << 20;
 
-const FALLOC_FL_KEEP_SIZE: i32 = 1;
-const MAX_FILE_SIZE: u64 = CHUNK_SIZE << CHUNK_BITS;
+use crate::backend::chunks::MAX_FILE_SIZE;
 
 /// What is known and buffered about one inode while it is open or in use. Guarded by a mutex;
 /// every change of a file's size or content happens under it.
@@ -233,10 +232,7 @@ impl Inner {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
+        let end = chunks::end_of(offset, data.len() as u64)?;
         // A full buffer is committed before this write joins it, so that a failing commit
         // (ENOSPC) fails this write rather than one the caller was told had succeeded.
         if st.dirty_bytes >= INODE_FLUSH_BYTES
@@ -398,19 +394,9 @@ impl Inner {
         length: u64,
         mode: i32,
     ) -> FsResult<()> {
-        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
-            return Err(FsError::errno(Errno::EOPNOTSUPP));
-        }
-        if length == 0 {
-            return Err(FsError::errno(Errno::EINVAL));
-        }
-        let end = offset
-            .checked_add(length)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
-        if mode & FALLOC_FL_KEEP_SIZE != 0 {
+        let Some(end) = chunks::fallocate_end(offset, length, mode)? else {
             return Ok(());
-        }
+        };
         // Space is not reserved (SQLite cannot); extending the size is what callers observe.
         let size = self.size_locked(ino, st)?;
         if end > size {

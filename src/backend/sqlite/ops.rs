@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::TransactionBehavior;
 
 use super::file::{InodeState, SqliteFile};
 use super::store::{self, Ctx, Node};
@@ -278,31 +278,12 @@ impl Backend for SqliteBackend {
 
     fn getxattr(&self, path: &str, name: &str) -> FsResult<Vec<u8>> {
         let inner = &self.inner;
-        inner
-            .read_tx(|c| {
-                let ino = tree::resolve(c, inner.root, path)?;
-                c.prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")?
-                    .query_row(params![ino as i64, name], |r| r.get(0))
-                    .optional()?
-                    .ok_or_else(|| err(Errno::ENODATA))
-            })
-            .map_err(at(path))
+        inner.read_tx(|c| tree::getxattr_in(c, inner.root, path, name)).map_err(at(path))
     }
 
     fn listxattr(&self, path: &str) -> FsResult<Vec<u8>> {
         let inner = &self.inner;
-        inner
-            .read_tx(|c| {
-                let ino = tree::resolve(c, inner.root, path)?;
-                let mut stmt = c.prepare_cached("SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name")?;
-                let mut out = Vec::new();
-                for name in stmt.query_map([ino as i64], |r| r.get::<_, String>(0))? {
-                    out.extend_from_slice(name?.as_bytes());
-                    out.push(0);
-                }
-                Ok(out)
-            })
-            .map_err(at(path))
+        inner.read_tx(|c| tree::listxattr_in(c, inner.root, path)).map_err(at(path))
     }
 
     fn setxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> FsResult<()> {

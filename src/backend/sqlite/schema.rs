@@ -15,7 +15,6 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::store::{self, NewNode};
-use crate::backend::FileKind;
 use crate::error::{Errno, FsError, FsResult};
 
 /// The version this build writes; stored in `PRAGMA user_version`.
@@ -264,23 +263,8 @@ pub(super) fn namespace(conn: &mut Connection, name: &str, path: &Path) -> FsRes
         None => {
             tx.execute("INSERT INTO namespaces (name, root) VALUES (?1, 0)", [name]).map_err(sql)?;
             let ns = tx.last_insert_rowid();
-            let owner = crate::backend::Caller::daemon();
             let root = reserve_inos(&tx, 1)? - 1;
-            store::insert_node(
-                &tx,
-                root,
-                &NewNode {
-                    ns,
-                    kind: FileKind::Dir,
-                    perm: 0o755,
-                    uid: owner.uid,
-                    gid: owner.gid,
-                    rdev: 0,
-                    nlink: 2,
-                    target: None,
-                    now: store::now_ns(),
-                },
-            )?;
+            store::insert_node(&tx, root, &NewNode::root(ns))?;
             tx.execute("UPDATE namespaces SET root = ?2 WHERE id = ?1", params![ns, root as i64])
                 .map_err(sql)?;
             (ns, root)

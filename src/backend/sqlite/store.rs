@@ -292,12 +292,16 @@ impl Tree for Ctx<'_> {
     fn truncate_chunks(&self, ino: u64, size: u64) -> FsResult<()> {
         truncate_chunks(self, ino, size)
     }
-    fn xattr_exists(&self, ino: u64, name: &str) -> FsResult<bool> {
+    fn get_xattr(&self, ino: u64, name: &str) -> FsResult<Option<Vec<u8>>> {
         Ok(self
-            .prepare_cached("SELECT 1 FROM xattrs WHERE ino = ?1 AND name = ?2")?
-            .query_row(params![ino as i64, name], |_| Ok(()))
-            .optional()?
-            .is_some())
+            .prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")?
+            .query_row(params![ino as i64, name], |r| r.get(0))
+            .optional()?)
+    }
+    fn xattr_names(&self, ino: u64) -> FsResult<Vec<String>> {
+        let mut stmt = self.prepare_cached("SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name")?;
+        let names = stmt.query_map([ino as i64], |r| r.get::<_, String>(0))?;
+        Ok(names.collect::<rusqlite::Result<_>>()?)
     }
     fn put_xattr(&self, ino: u64, name: &str, value: &[u8]) -> FsResult<()> {
         self.prepare_cached(
