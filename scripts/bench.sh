@@ -38,7 +38,7 @@ stop_mount() {
 cleanup() {
   local i
   for i in "${!MOUNTS[@]}"; do stop_mount "${MOUNTS[$i]}" "${PIDS[$i]}"; done
-  [[ -n ${PG_BIN:-} && -d $W/pg ]] && as_pg "$PG_BIN/pg_ctl" -D "$W/pg/data" -m immediate stop >/dev/null 2>&1
+  if [[ -n ${PGW:-} ]]; then as_pg "$PG_BIN/pg_ctl" -D "$PGW/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$PGW"; fi
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -89,10 +89,11 @@ gcc -O2 -w -I"$W" -o "$W/passthrough_ll" "$W/passthrough_ll.c" $(pkg-config --cf
 as_pg() { setpriv --reuid postgres --regid postgres --init-groups -- "$@"; }
 PG_BIN=$(find /usr/lib/postgresql -maxdepth 2 -name bin | sort -V | tail -1)
 PG_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-mkdir -p "$W/pg" && chown postgres: "$W/pg"
-as_pg "$PG_BIN/initdb" -D "$W/pg/data" -U postgres -A trust -E UTF8 --locale=C >/dev/null
-as_pg "$PG_BIN/pg_ctl" -D "$W/pg/data" -l "$W/pg/log" -w -o "-p $PG_PORT -k $W/pg -c listen_addresses=''" start >/dev/null
-PG_URL="postgresql://postgres@${W//\//%2F}%2Fpg:$PG_PORT/postgres"
+# Beside $W, which only root may enter.
+PGW=$(mktemp -d /tmp/agentvfs-bench-pg.XXXXXX) && chown postgres: "$PGW"
+as_pg "$PG_BIN/initdb" -D "$PGW/data" -U postgres -A trust -E UTF8 --locale=C >/dev/null
+as_pg "$PG_BIN/pg_ctl" -D "$PGW/data" -l "$PGW/log" -w -o "-p $PG_PORT -k $PGW -c listen_addresses=''" start >/dev/null
+PG_URL="postgresql://postgres@${PGW//\//%2F}:$PG_PORT/postgres"
 
 mkdir -p "$W/native" "$W/host-root/bench" "$MNT" "$W/bindfs-root" "$W/ll-root"
 cat > "$W/config.toml" <<TOML
