@@ -254,3 +254,35 @@ fn pending_approvals_freeze_nothing_in_their_directory() {
     assert!(now.iter().any(|t| t["operation"] == "rmdir"), "{now:?}");
     assert_eq!(now.iter().filter(|t| t["operation"] == "unlink").count(), 1, "{now:?}");
 }
+
+#[test]
+fn an_approved_retry_is_only_for_the_user_who_asked() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let f = Fixture::new(WORKSPACE_RULES);
+    let ws = f.host_root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = f.p("/host/ws");
+    let as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups mkdir guarded-d";
+    assert_ne!(timed(&dir, as_nobody).1, 0);
+    let t = listed(&f).remove(0);
+    assert_eq!(
+        (&t["uid"], &t["operation"], &t["retry"]),
+        (&json!(65534), &json!("mkdir"), &json!(true)),
+        "{t}"
+    );
+    let mut approver =
+        agentvfs::control::client::Client::connect(&f.scratch.path().join("agentvfs.sock")).unwrap();
+    approver.call("interrupts/resolve", Some(json!({"id": t["id"], "decision": "approve"}))).unwrap();
+    // Root trying the same change does not ride on nobody's approval: it gets a ticket of its own.
+    assert_ne!(timed(&dir, "mkdir guarded-d").1, 0);
+    let now = listed(&f);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now[0]["uid"], json!(0));
+    assert!(!ws.join("guarded-d").exists());
+    // The user who asked passes, once.
+    assert_eq!(timed(&dir, as_nobody).1, 0);
+    assert!(ws.join("guarded-d").is_dir());
+    assert_ne!(timed(&dir, "setpriv --reuid=65534 --regid=65534 --clear-groups rmdir guarded-d").1, 0);
+    assert!(ws.join("guarded-d").is_dir());
+}
