@@ -3,7 +3,8 @@
 //! A directory has one path. A file reached through several hard links is one inode with
 //! several paths (so `st_ino` and the page cache are shared, as POSIX tools expect), keyed by
 //! the backend's own identity of the node; the engine judges an inode-level operation on every
-//! path the inode is known by. Numbers are never reused, so the generation is always 0.
+//! path the inode is known by. A number is reused only for the backend node it stood for
+//! (see [`Tables::retired`]), so the generation is always 0.
 //! Renames move the paths of a node and of everything the kernel knows beneath it; unlink
 //! removes one path, and a node without paths lives on only for its open handles.
 
@@ -74,7 +75,16 @@ struct Tables {
     /// Inodes whose last name an unlink through the mount removed (not a rename's
     /// replacement), until the kernel forgets them.
     deleted: HashSet<u64>,
+    /// The numbers of forgotten non-directories, by identity: a node the kernel looks up
+    /// again gets its old number back, so `st_ino` stays what programs saw (git compares it
+    /// with its index and rereads every file whose number changed, after the kernel dropped
+    /// its inodes under memory pressure). Only that node ever gets the number again, so it
+    /// never names two things; once [`RETIRED_MOST`] are kept, the map starts over.
+    retired: HashMap<Identity, u64>,
 }
+
+/// Forgotten numbers kept at most (about 40 bytes each).
+const RETIRED_MOST: usize = 1 << 20;
 
 pub struct Inodes {
     tables: RwLock<Tables>,
@@ -200,7 +210,8 @@ impl Inodes {
                 }
             }
         }
-        let ino = self.next.fetch_add(1, Ordering::Relaxed);
+        let reused = identity.and_then(|id| tables.retired.remove(&id));
+        let ino = reused.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
         let node = Node::new(path.clone(), identity);
         tables.by_ino.insert(ino, node);
         tables.by_path.insert(path.clone(), ino);
@@ -245,6 +256,10 @@ impl Inodes {
                 if tables.by_identity.get(&id) == Some(&ino) {
                     tables.by_identity.remove(&id);
                 }
+                if tables.retired.len() >= RETIRED_MOST {
+                    tables.retired.clear();
+                }
+                tables.retired.insert(id, ino);
             }
             tables.went_stale.remove(&ino);
             tables.deleted.remove(&ino);
@@ -370,7 +385,15 @@ mod tests {
         assert_eq!(t.path(a).unwrap(), p("/a"));
         t.forget(a, 1);
         assert!(t.path(a).is_err());
-        assert_ne!(t.remember(&p("/a"), Some((0, 7))), a, "numbers are not reused");
+        assert_eq!(t.remember(&p("/a"), Some((0, 7))), a, "the same node gets its number back");
+        t.forget(a, 1);
+        let b = t.remember(&p("/b"), Some((0, 8)));
+        assert_ne!(b, a, "another node never gets it");
+        assert_eq!(t.remember(&p("/c"), Some((0, 7))), a, "nor does a new name lose it");
+        // Directories have no identity: a forgotten one comes back with a new number.
+        let d = t.remember(&p("/d"), None);
+        t.forget(d, 1);
+        assert_ne!(t.remember(&p("/d"), None), d);
     }
 
     #[test]
