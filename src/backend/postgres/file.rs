@@ -111,8 +111,7 @@ impl OpenFile for PgFile {
                     chunks::splice(&mut buf, span.within, &data[span.from..][..span.len]);
                     out.push((span.idx, buf));
                 }
-                sql.put_chunks(self.ino, &out)?;
-                sql.set_data_attrs(self.ino, size.max(end), tree::now_ns())?;
+                sql.put_chunks(self.ino, &out, size.max(end), tree::now_ns())?;
                 inner.announce(sql, Changed::Content, &self.path)
             })
             .map_err(at(&self.path))?;

@@ -207,12 +207,22 @@ impl Inner {
         loop {
             tries += 1;
             client.batch_execute(&begin).map_err(|e| self.settings.error(e))?;
-            let outcome = f(&Sql::new(client, stmts, &self.settings));
+            let sql = Sql::new(client, stmts, &self.settings);
+            let outcome = f(&sql);
+            let commit = sql.commit_batch();
+            drop(sql);
             match outcome {
-                Ok(value) => match client.batch_execute("COMMIT") {
+                Ok(value) => match client.batch_execute(&commit) {
                     Ok(()) => return Ok(value),
-                    Err(e) if connect::retryable(&e) && tries < TX_TRIES => continue,
-                    Err(e) => return Err(self.settings.error(e)),
+                    Err(e) => {
+                        // A failed statement before the COMMIT leaves the transaction open
+                        // and aborted; a failed COMMIT has ended it already (harmless then).
+                        let _ = client.batch_execute("ROLLBACK");
+                        if connect::retryable(&e) && tries < TX_TRIES {
+                            continue;
+                        }
+                        return Err(self.settings.error(e));
+                    }
                 },
                 Err(e) => {
                     let _ = client.batch_execute("ROLLBACK");

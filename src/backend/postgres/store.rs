@@ -23,6 +23,15 @@ pub(super) struct Sql<'a> {
     /// Nodes read by the last walk, so that looking at them again costs no query; forgotten
     /// at every change.
     walked: RefCell<HashMap<u64, Node>>,
+    /// Notifications to send at commit, as `SELECT pg_notify(..)` statements: sent in the
+    /// same round trip as the COMMIT rather than one each.
+    notifications: RefCell<Vec<String>>,
+}
+
+/// `text` as an SQL string literal whatever `standard_conforming_strings` says: the escape
+/// form, in which a quote and a backslash are each doubled.
+fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 fn row_to_node(r: &Row) -> FsResult<Node> {
@@ -62,6 +71,7 @@ impl<'a> Sql<'a> {
             stmts: RefCell::new(stmts),
             settings,
             walked: RefCell::new(HashMap::new()),
+            notifications: RefCell::new(Vec::new()),
         }
     }
 
@@ -177,14 +187,17 @@ impl<'a> Sql<'a> {
         Ok(Some((size, found)))
     }
 
-    /// Stores whole chunk contents.
-    pub fn put_chunks(&self, ino: u64, chunks: &[(u64, Vec<u8>)]) -> FsResult<()> {
+    /// Stores whole chunk contents and, in the same statement (one round trip), a data
+    /// write's size and times as [`Sql::set_data_attrs`] does.
+    pub fn put_chunks(&self, ino: u64, chunks: &[(u64, Vec<u8>)], size: u64, now: i64) -> FsResult<()> {
         let idx: Vec<i64> = chunks.iter().map(|(i, _)| *i as i64).collect();
         let data: Vec<&[u8]> = chunks.iter().map(|(_, d)| d.as_slice()).collect();
         self.exec(
-            "INSERT INTO chunks (ino, idx, data) SELECT $1, i, d FROM unnest($2::bigint[], $3::bytea[]) AS u(i, d)
-             ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data",
-            &[&(ino as i64), &idx, &data],
+            "WITH c AS (INSERT INTO chunks (ino, idx, data)
+                 SELECT $1, i, d FROM unnest($2::bigint[], $3::bytea[]) AS u(i, d)
+                 ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data)
+             UPDATE inodes SET size = $4, mtime = $5, ctime = greatest(ctime, $5) WHERE ino = $1",
+            &[&(ino as i64), &idx, &data, &(size as i64), &now],
         )?;
         Ok(())
     }
@@ -198,10 +211,20 @@ impl<'a> Sql<'a> {
         Ok(())
     }
 
+    /// Queues a notification on `channel` (a plain SQL name of ours) for [`Sql::commit_batch`].
     pub fn notify(&self, channel: &str, payload: &str) -> FsResult<()> {
-        self.rows("SELECT pg_notify($1, $2)", &[&channel, &payload])?;
+        self.notifications.borrow_mut().push(format!("SELECT pg_notify('{channel}', {});", literal(payload)));
         Ok(())
     }
+
+    /// The statements that end this transaction: the queued notifications, then COMMIT, for
+    /// one simple-query round trip (the server delivers the notifications at the commit).
+    pub fn commit_batch(&self) -> String {
+        let mut batch: String = self.notifications.borrow_mut().drain(..).collect();
+        batch.push_str("COMMIT");
+        batch
+    }
+
 
     pub fn mark_orphan(&self, ino: u64, instance: i64) -> FsResult<()> {
         self.exec("UPDATE inodes SET orphan_of = $2 WHERE ino = $1", &[&(ino as i64), &(instance as i32)])?;
@@ -290,6 +313,33 @@ impl Tree for Sql<'_> {
                 &(n.nlink as i32),
                 &n.now,
                 &n.target,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn insert_named(&self, ino: u64, n: &NewNode<'_>, (parent, name): (u64, &str), nlink_delta: i64) -> FsResult<()> {
+        let size = n.target.map_or(0, |t| t.len() as i64);
+        self.exec(
+            "WITH n AS (INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime,
+                 crtime, target) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $10, $11)),
+             e AS (INSERT INTO dentries (parent, name, child) VALUES ($12, $13, $1))
+             UPDATE inodes SET nlink = nlink + $14, mtime = $10, ctime = $10 WHERE ino = $12",
+            &[
+                &(ino as i64),
+                &(n.ns as i32),
+                &(n.kind.mode_bits() as i32),
+                &(n.perm as i32),
+                &i64::from(n.uid),
+                &i64::from(n.gid),
+                &i64::from(n.rdev),
+                &size,
+                &(n.nlink as i32),
+                &n.now,
+                &n.target,
+                &(parent as i64),
+                &name,
+                &(nlink_delta as i32),
             ],
         )?;
         Ok(())
@@ -395,5 +445,14 @@ impl Tree for Sql<'_> {
 
     fn delete_xattr(&self, ino: u64, name: &str) -> FsResult<bool> {
         Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? != 0)
+    }
+}
+
+#[cfg(test)]
+mod literal_tests {
+    #[test]
+    fn quotes_and_backslashes_are_escaped() {
+        assert_eq!(super::literal(r"a'b\c"), r"E'a''b\\c'");
+        assert_eq!(super::literal("plain/path"), "E'plain/path'");
     }
 }
