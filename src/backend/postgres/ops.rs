@@ -105,10 +105,7 @@ impl Backend for PostgresBackend {
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
         let inner = &self.inner;
         inner
-            .read(|sql| {
-                let dir = tree::resolve_dir(sql, inner.root, path)?;
-                sql.list_dir(dir.ino)
-            })
+            .read(|sql| sql.list_path(inner.root, path))
             .map_err(at(path))
     }
 

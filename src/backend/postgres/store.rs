@@ -148,6 +148,40 @@ impl<'a> Sql<'a> {
             .collect()
     }
 
+    /// The entries of the directory at `path` below `root`, walked and listed in one query
+    /// (a listing is most of what `git status` asks, one per directory). A path that does
+    /// not lead to a directory is walked again by [`Tree::walk`], for its errno.
+    pub fn list_path(&self, root: u64, path: &str) -> FsResult<Vec<DirEntry>> {
+        let comps: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
+        for comp in &comps {
+            tree::check_name(comp)?;
+        }
+        let rows = self.rows(
+            "WITH RECURSIVE w(depth, ino) AS (
+                 SELECT 0, $1::bigint
+               UNION ALL
+                 SELECT w.depth + 1, d.child FROM w
+                 JOIN dentries d ON d.parent = w.ino AND d.name = ($2::text[])[w.depth + 1]
+                 WHERE w.depth < cardinality($2::text[]))
+             SELECT d.name, c.kind FROM w JOIN inodes i ON i.ino = w.ino AND i.kind = $3
+             LEFT JOIN (dentries d JOIN inodes c ON c.ino = d.child) ON d.parent = i.ino
+             WHERE w.depth = cardinality($2::text[])",
+            &[&(root as i64), &comps, &(FileKind::Dir.mode_bits() as i32)],
+        )?;
+        if rows.is_empty() {
+            // The errno of the walk, or (made meanwhile) the listing.
+            let dir = tree::resolve_dir(self, root, path)?;
+            return self.list_dir(dir.ino);
+        }
+        rows.iter()
+            .filter_map(|r| Some((r.get::<_, Option<String>>(0)?, r.get::<_, Option<i32>>(1)?)))
+            .map(|(name, kind)| {
+                let kind = FileKind::from_mode(kind as u32).ok_or_else(|| FsError::errno(Errno::EIO))?;
+                Ok(DirEntry { name, kind })
+            })
+            .collect()
+    }
+
     /// The nodes of the named entries of directory `dir` (one query for a readdirplus batch).
     pub fn entries(&self, dir: u64, names: &[&str]) -> FsResult<HashMap<String, Node>> {
         let rows = self.rows(
