@@ -202,7 +202,13 @@ pub trait Tree {
 
     /// A new node `ino` named `name` in directory `parent`, which [`Tree::touch_dir`]s by
     /// `nlink_delta`. A store whose statements cost a round trip each does it in one.
-    fn insert_named(&self, ino: u64, n: &NewNode<'_>, (parent, name): (u64, &str), nlink_delta: i64) -> FsResult<()> {
+    fn insert_named(
+        &self,
+        ino: u64,
+        n: &NewNode<'_>,
+        (parent, name): (u64, &str),
+        nlink_delta: i64,
+    ) -> FsResult<()> {
         self.insert_node(ino, n)?;
         self.insert_dentry(parent, name, ino)?;
         self.touch_dir(parent, nlink_delta, n.now)

@@ -104,9 +104,7 @@ impl Backend for PostgresBackend {
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
         let inner = &self.inner;
-        inner
-            .read(|sql| sql.list_path(inner.root, path))
-            .map_err(at(path))
+        inner.read(|sql| sql.list_path(inner.root, path)).map_err(at(path))
     }
 
     fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {

@@ -259,7 +259,6 @@ impl<'a> Sql<'a> {
         batch
     }
 
-
     pub fn mark_orphan(&self, ino: u64, instance: i64) -> FsResult<()> {
         self.exec("UPDATE inodes SET orphan_of = $2 WHERE ino = $1", &[&(ino as i64), &(instance as i32)])?;
         Ok(())
@@ -352,7 +351,13 @@ impl Tree for Sql<'_> {
         Ok(())
     }
 
-    fn insert_named(&self, ino: u64, n: &NewNode<'_>, (parent, name): (u64, &str), nlink_delta: i64) -> FsResult<()> {
+    fn insert_named(
+        &self,
+        ino: u64,
+        n: &NewNode<'_>,
+        (parent, name): (u64, &str),
+        nlink_delta: i64,
+    ) -> FsResult<()> {
         let size = n.target.map_or(0, |t| t.len() as i64);
         self.exec(
             "WITH n AS (INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime,
