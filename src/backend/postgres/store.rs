@@ -12,6 +12,20 @@ use crate::backend::tree::{self, NewNode, Node, Tree};
 use crate::backend::{chunks, DirEntry, FileKind};
 use crate::error::{Errno, FsError, FsResult};
 
+/// The walk from the route's root along `$2` (the path's components), one row per depth:
+/// the start of every query that resolves a path in one round trip.
+macro_rules! walk_cte {
+    () => {
+        "WITH RECURSIVE w(depth, ino) AS (
+             SELECT 0, $1::bigint
+           UNION ALL
+             SELECT w.depth + 1, d.child FROM w
+             JOIN dentries d ON d.parent = w.ino AND d.name = ($2::text[])[w.depth + 1]
+             WHERE w.depth < cardinality($2::text[]))
+         "
+    };
+}
+
 /// Stored chunks: index and content.
 pub(super) type Chunks = Vec<(u64, Vec<u8>)>;
 
@@ -152,20 +166,14 @@ impl<'a> Sql<'a> {
     /// (a listing is most of what `git status` asks, one per directory). A path that does
     /// not lead to a directory is walked again by [`Tree::walk`], for its errno.
     pub fn list_path(&self, root: u64, path: &str) -> FsResult<Vec<DirEntry>> {
-        let comps: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
-        for comp in &comps {
-            tree::check_name(comp)?;
-        }
+        let comps = components(path)?;
         let rows = self.rows(
-            "WITH RECURSIVE w(depth, ino) AS (
-                 SELECT 0, $1::bigint
-               UNION ALL
-                 SELECT w.depth + 1, d.child FROM w
-                 JOIN dentries d ON d.parent = w.ino AND d.name = ($2::text[])[w.depth + 1]
-                 WHERE w.depth < cardinality($2::text[]))
-             SELECT d.name, c.kind FROM w JOIN inodes i ON i.ino = w.ino AND i.kind = $3
+            concat!(
+                walk_cte!(),
+                "SELECT d.name, c.kind FROM w JOIN inodes i ON i.ino = w.ino AND i.kind = $3
              LEFT JOIN (dentries d JOIN inodes c ON c.ino = d.child) ON d.parent = i.ino
-             WHERE w.depth = cardinality($2::text[])",
+             WHERE w.depth = cardinality($2::text[])"
+            ),
             &[&(root as i64), &comps, &(FileKind::Dir.mode_bits() as i32)],
         )?;
         if rows.is_empty() {
@@ -299,20 +307,14 @@ impl Tree for Sql<'_> {
 
     /// The whole path in one recursive query, which also reads every node on the way.
     fn walk(&self, root: u64, path: &str) -> FsResult<Vec<u64>> {
-        let comps: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
-        for comp in &comps {
-            tree::check_name(comp)?;
-        }
+        let comps = components(path)?;
         let rows = self.rows(
-            "WITH RECURSIVE w(depth, ino) AS (
-                 SELECT 0, $1::bigint
-               UNION ALL
-                 SELECT w.depth + 1, d.child FROM w
-                 JOIN dentries d ON d.parent = w.ino AND d.name = ($2::text[])[w.depth + 1]
-                 WHERE w.depth < cardinality($2::text[]))
-             SELECT i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime, i.mtime, i.ctime,
+            concat!(
+                walk_cte!(),
+                "SELECT i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime, i.mtime, i.ctime,
                     i.crtime
-             FROM w JOIN inodes i ON i.ino = w.ino ORDER BY w.depth",
+             FROM w JOIN inodes i ON i.ino = w.ino ORDER BY w.depth"
+            ),
             &[&(root as i64), &comps],
         )?;
         let nodes = rows.iter().map(row_to_node).collect::<FsResult<Vec<Node>>>()?;
@@ -485,6 +487,15 @@ impl Tree for Sql<'_> {
     fn delete_xattr(&self, ino: u64, name: &str) -> FsResult<bool> {
         Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? != 0)
     }
+}
+
+/// The components of a path below the route's root, each checked as a name.
+fn components(path: &str) -> FsResult<Vec<&str>> {
+    let comps: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
+    for comp in &comps {
+        tree::check_name(comp)?;
+    }
+    Ok(comps)
 }
 
 #[cfg(test)]
