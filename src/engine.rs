@@ -670,6 +670,11 @@ impl Engine {
         Ok(self.shown(path, attr))
     }
 
+    /// `fsync` of a directory opened (and judged) by `opendir`.
+    pub fn fsyncdir(&self, path: &VPath) -> FsResult<()> {
+        self.router.fsyncdir(path)
+    }
+
     pub fn statfs(&self, path: &VPath) -> FsResult<StatFs> {
         self.router.statfs(path)
     }

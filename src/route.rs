@@ -234,6 +234,11 @@ impl Router {
         route.backend.setattr(rel, changes)
     }
 
+    pub fn fsyncdir(&self, path: &VPath) -> FsResult<()> {
+        let (route, rel) = self.resolve(path);
+        route.backend.fsyncdir(rel)
+    }
+
     pub fn statfs(&self, path: &VPath) -> FsResult<StatFs> {
         let (route, rel) = self.resolve(path);
         route.backend.statfs(rel)

@@ -276,6 +276,11 @@ pub trait Backend: Send + Sync {
     fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()>;
     fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr>;
     fn statfs(&self, path: &str) -> FsResult<StatFs>;
+    /// `fsync` of a directory: makes the names in it (its creations, removals and renames)
+    /// durable. Backends whose name changes are durable when they return have nothing to do.
+    fn fsyncdir(&self, _path: &str) -> FsResult<()> {
+        Ok(())
+    }
 
     fn getxattr(&self, _path: &str, _name: &str) -> FsResult<Vec<u8>> {
         Err(FsError::errno(Errno::ENODATA))

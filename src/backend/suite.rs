@@ -20,7 +20,7 @@ pub const ME: Caller = Caller { uid: 1000, gid: 1000, pid: 1 };
 /// `(guard, backend)`; the guard lives as long as the test).
 macro_rules! backend_suite {
     ($make:expr) => {
-        $crate::backend::suite::backend_suite!(@each $make; create_write_read_and_attributes, mkdir_rmdir_and_link_counts, names_longer_than_255_bytes, rename_directories, rename_noreplace_exchange_and_hard_link_noop, hard_links, symlinks_and_special_nodes, setgid_directories_pass_on_their_group, times_follow_posix, xattrs, explicit_mtime_wins_over_buffered_writes, truncate_by_path_is_seen_by_open_handles, data_operations_on_a_directory_handle, lookups_follow_renames_and_replacements);
+        $crate::backend::suite::backend_suite!(@each $make; create_write_read_and_attributes, mkdir_rmdir_and_link_counts, names_longer_than_255_bytes, rename_directories, rename_noreplace_exchange_and_hard_link_noop, hard_links, symlinks_and_special_nodes, setgid_directories_pass_on_their_group, times_follow_posix, xattrs, explicit_mtime_wins_over_buffered_writes, writes_keep_the_bytes_around_them, truncate_by_path_is_seen_by_open_handles, data_operations_on_a_directory_handle, lookups_follow_renames_and_replacements);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(
@@ -374,6 +374,47 @@ pub fn explicit_mtime_wins_over_buffered_writes(b: &dyn Backend) {
     let a = b.getattr("f").unwrap();
     assert_eq!((a.mtime, a.size), (mt, 8));
     assert_eq!(get(b, "f"), b"buffered");
+}
+
+/// Writes that start or end inside a chunk, beyond the end, across chunk boundaries, after a
+/// truncation and through two handles keep every byte around them: the file always reads as
+/// a plain buffer given the same writes.
+pub fn writes_keep_the_bytes_around_them(b: &dyn Backend) {
+    const C: u64 = crate::backend::chunks::CHUNK_SIZE;
+    let (_, f) = b.create("w", 0o644, 0, &ME).unwrap();
+    let g = b.open("w", libc::O_RDWR).unwrap();
+    let mut model: Vec<u8> = Vec::new();
+    let steps: [(u64, usize, u8); 9] = [
+        (0, (C + 100) as usize, 1), // a new file: one whole chunk and a part
+        (C + 50, 10, 2),            // inside the stored part of chunk 1
+        (3 * C + 7, 20, 3),         // past the end, a hole before it
+        (C - 5, 10, 4),             // across the boundary of chunks 0 and 1
+        (2 * C, C as usize, 5),     // a whole chunk inside the hole
+        (3 * C, 3, 6),              // the start of a chunk that holds bytes after it
+        (0, 1, 7),
+        (5 * C, 1, 8), // past the end again
+        (4 * C, C as usize, 9),
+    ];
+    for (i, (offset, len, seed)) in steps.into_iter().enumerate() {
+        let data = pattern(len, seed);
+        let handle = if i % 2 == 0 { &f } else { &g };
+        assert_eq!(handle.write(offset, &data).unwrap(), len as u32);
+        let end = offset as usize + len;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[offset as usize..end].copy_from_slice(&data);
+        if i == 5 {
+            // A truncation into chunk 3 drops what was written there past it.
+            f.setattr(&SetAttr { size: Some(3 * C + 10), ..Default::default() }).unwrap();
+            model.truncate((3 * C + 10) as usize);
+        }
+        assert_eq!(read_all(&*g), model, "after step {i}");
+    }
+    f.flush().unwrap();
+    g.flush().unwrap();
+    drop((f, g));
+    assert_eq!(get(b, "w"), model);
 }
 
 pub fn truncate_by_path_is_seen_by_open_handles(b: &dyn Backend) {

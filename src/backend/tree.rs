@@ -201,17 +201,32 @@ pub trait Tree {
     fn delete_xattr(&self, ino: u64, name: &str) -> FsResult<bool>;
 
     /// A new node `ino` named `name` in directory `parent`, which [`Tree::touch_dir`]s by
-    /// `nlink_delta`. A store whose statements cost a round trip each does it in one.
+    /// `nlink_delta`; false (and nothing changed) if `parent` has the name already. A store
+    /// whose statements cost a round trip each does it in one.
     fn insert_named(
         &self,
         ino: u64,
         n: &NewNode<'_>,
         (parent, name): (u64, &str),
         nlink_delta: i64,
-    ) -> FsResult<()> {
+    ) -> FsResult<bool> {
+        if self.lookup(parent, name)?.is_some() {
+            return Ok(false);
+        }
         self.insert_node(ino, n)?;
         self.insert_dentry(parent, name, ino)?;
-        self.touch_dir(parent, nlink_delta, n.now)
+        self.touch_dir(parent, nlink_delta, n.now)?;
+        Ok(true)
+    }
+
+    /// Takes the name `name` of non-directory `ino` from directory `parent`: the entry goes,
+    /// `ino`'s link count drops by one and the directory is touched. Returns the link count
+    /// left. A store whose statements cost a round trip each does it in one.
+    fn unlink_named(&self, (parent, name): (u64, &str), ino: u64, now: i64) -> FsResult<u32> {
+        self.remove_dentry(parent, name)?;
+        let left = self.add_nlink(ino, -1, now)?;
+        self.touch_dir(parent, 0, now)?;
+        Ok(left)
     }
 
     fn must_node(&self, ino: u64) -> FsResult<Node> {
@@ -284,9 +299,6 @@ pub fn create_in<T: Tree + ?Sized>(
     check_name(name)?;
     let now = now_ns();
     let parent = resolve_dir(t, root, parent_path)?;
-    if t.lookup(parent.ino, name)?.is_some() {
-        return Err(err(Errno::EEXIST));
-    }
     let (gid, perm) = ownership(&parent, caller, spec.perm, spec.kind);
     let is_dir = spec.kind == FileKind::Dir;
     let new = NewNode {
@@ -300,7 +312,9 @@ pub fn create_in<T: Tree + ?Sized>(
         target: spec.target,
         now,
     };
-    t.insert_named(ino, &new, (parent.ino, name), i64::from(is_dir))?;
+    if !t.insert_named(ino, &new, (parent.ino, name), i64::from(is_dir))? {
+        return Err(err(Errno::EEXIST));
+    }
     Ok(new.node(ino))
 }
 
@@ -338,17 +352,15 @@ pub fn unlink_in<T: Tree + ?Sized>(
     if path.is_empty() {
         return Err(err(Errno::EISDIR));
     }
-    let (parent_path, name) = split_parent(path);
-    let parent = resolve_dir(t, root, parent_path)?;
-    check_name(name)?;
-    let ino = t.lookup(parent.ino, name)?.ok_or_else(|| err(Errno::ENOENT))?;
+    let name = split_parent(path).1;
+    // One walk to the name itself: ENOENT if it or a directory above is missing, ENOTDIR if
+    // something above is not a directory.
+    let chain = t.walk(root, path)?;
+    let (parent, ino) = (chain[chain.len() - 2], chain[chain.len() - 1]);
     if t.must_node(ino)?.is_dir() {
         return Err(err(Errno::EISDIR));
     }
-    let now = now_ns();
-    t.remove_dentry(parent.ino, name)?;
-    let left = t.add_nlink(ino, -1, now)?;
-    t.touch_dir(parent.ino, 0, now)?;
+    let left = t.unlink_named((parent, name), ino, now_ns())?;
     Ok((left == 0 && last_name_gone(t, ino)?).then_some(ino))
 }
 

@@ -74,19 +74,20 @@ impl FuseDoor {
             }
             next = 2;
         }
-        // The kernel takes as many entries as fit in its buffer; look up a window of them in
-        // one engine call (the host backend then resolves the directory once for all).
+        // The kernel takes as many entries as fit in its buffer (often over a hundred); look
+        // them up a window at a time, each window in one engine call (the host backend then
+        // resolves the directory once per window, a database backend asks one query).
         const WINDOW: usize = 32;
         let start = (next - 2) as usize;
-        let window: Vec<&str> =
-            dir.entries.iter().skip(start).take(WINDOW).map(|e| e.name.as_str()).collect();
-        let mut looked_up = self.engine.lookup_entries(&caller, &dir.path, &window).into_iter();
+        let mut looked_up = Vec::new().into_iter();
         for (i, entry) in dir.entries.iter().enumerate().skip(start) {
             let path = dir.path.join(&entry.name);
-            let found = match looked_up.next() {
-                Some(result) => result,
-                None => self.engine.lookup(&caller, &path),
-            };
+            if looked_up.len() == 0 {
+                let window: Vec<&str> =
+                    dir.entries[i..].iter().take(WINDOW).map(|e| e.name.as_str()).collect();
+                looked_up = self.engine.lookup_entries(&caller, &dir.path, &window).into_iter();
+            }
+            let found = looked_up.next().expect("a window holds the entry");
             let (child, ttl, attr) = match found {
                 Ok(attr) => (self.remember(&path, &attr), self.engine.ttl(&path), attr),
                 // Listed but not readable (a deny rule with `hide = false`): the name is shown

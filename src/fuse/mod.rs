@@ -581,8 +581,14 @@ impl Filesystem for FuseDoor {
         reply.ok()
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.ok()
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
+            return reply.error(FuseErrno::EBADF);
+        };
+        match self.engine.fsyncdir(&dir.path) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -1,6 +1,7 @@
 //! The postgres route when its server goes away: operations fail with EIO within seconds
 //! (never a hang), the log says why, the daemon stays up, and once the server is back the
-//! mount works again by itself; a restart in the middle of a copy loses nothing acknowledged.
+//! mount works again by itself; a restart in the middle of a copy loses nothing acknowledged;
+//! after a crash of the server, what a `close`, `fsync` or `fsyncdir` acknowledged is there.
 //! Each test runs a server of its own, so stopping it disturbs no other test.
 
 use std::fs;
@@ -79,5 +80,52 @@ fn a_restart_in_the_middle_of_a_copy_loses_nothing_acknowledged() {
     assert_eq!(data.len(), BLOCKS * BLOCK);
     for i in 0..BLOCKS {
         assert!(data[i * BLOCK..][..BLOCK] == block(i)[..], "block {i} differs");
+    }
+}
+
+/// Commits do not wait for the server's disk, except where POSIX says data must be durable:
+/// the close of a descriptor that wrote, `fsync`, and `fsync` of a directory (for the names in
+/// it). Each is followed by a crash of the server at once (its WAL writer flushes only every
+/// 200 ms, so what no commit waited for is lost).
+#[test]
+fn what_close_fsync_and_fsyncdir_acknowledged_survives_a_server_crash() {
+    let server = TestServer::start().unwrap();
+    let ns = namespace("crash");
+    type Step<'a> = (&'a str, &'a dyn Fn(&Daemon));
+    let steps: [Step; 3] = [
+        ("close", &|a| fs::write(a.p("closed.txt"), "written, then closed").unwrap()),
+        ("fsync", &|a| {
+            let mut f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(a.p("synced.txt"))
+                .unwrap();
+            f.write_all(b"written, then synced").unwrap();
+            f.sync_all().unwrap();
+            std::mem::forget(f); // not closed before the crash
+        }),
+        ("fsyncdir", &|a| {
+            fs::create_dir(a.p("d")).unwrap();
+            fs::File::create(a.p("d/first")).unwrap();
+            fs::rename(a.p("d/first"), a.p("d/renamed")).unwrap();
+            fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+        }),
+    ];
+    for (what, step) in steps {
+        let a = Daemon::start_with(&ns, &server.url());
+        step(&a);
+        server.crash().unwrap();
+        drop(a);
+        server.start_again().unwrap();
+        let b = Daemon::start_with(&ns, &server.url());
+        match what {
+            "close" => assert_eq!(fs::read_to_string(b.p("closed.txt")).unwrap(), "written, then closed"),
+            "fsync" => assert_eq!(fs::read_to_string(b.p("synced.txt")).unwrap(), "written, then synced"),
+            _ => {
+                assert!(b.p("d/renamed").exists(), "{what}: the renamed name is lost");
+                assert!(!b.p("d/first").exists(), "{what}: the old name came back");
+            }
+        }
     }
 }

@@ -294,6 +294,14 @@ impl Backend for HostBackend {
         Ok(sys::attr_from_stat(&sys::fstat(node.as_fd())?))
     }
 
+    fn fsyncdir(&self, path: &str) -> FsResult<()> {
+        let fd = sys::open_beneath(self.root.as_fd(), path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        if unsafe { libc::fsync(fd.as_raw_fd()) } < 0 {
+            return Err(FsError::errno(Errno::last()));
+        }
+        Ok(())
+    }
+
     fn statfs(&self, _path: &str) -> FsResult<StatFs> {
         let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstatvfs(self.root.as_raw_fd(), &mut s) } < 0 {

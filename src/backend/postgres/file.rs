@@ -1,9 +1,10 @@
 //! Open files of the postgres route. Every write is one transaction, committed before it
 //! returns: it locks the inode's row, reads the chunks it only partly overwrites, stores the
-//! chunks it touches and the new size, and announces the change. Nothing is buffered, so
-//! `flush`, `fsync` and `close` have nothing left to commit, and every daemon on the namespace
-//! reads what was acknowledged.
+//! chunks it touches and the new size, and announces the change. Nothing is buffered, so every
+//! daemon on the namespace reads what was acknowledged; `fsync`, and the `close` of a
+//! descriptor that changed the file, wait until the server has it on disk.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::ops::{at, Changed};
@@ -23,6 +24,8 @@ pub(super) struct PgFile {
     kind: FileKind,
     /// The name it was opened by, for the change notifications of its writes.
     path: String,
+    /// Changed through this handle since the server last synced its disk for it.
+    changed: AtomicBool,
 }
 
 fn stale() -> FsError {
@@ -32,7 +35,7 @@ fn stale() -> FsError {
 impl PgFile {
     /// A handle on `ino`, already registered with [`Inner::opened`].
     pub fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, path: &str) -> PgFile {
-        PgFile { inner, ino, kind, path: path.to_string() }
+        PgFile { inner, ino, kind, path: path.to_string(), changed: AtomicBool::new(false) }
     }
 
     fn check_data(&self) -> FsResult<()> {
@@ -43,9 +46,34 @@ impl PgFile {
         }
     }
 
+    /// A write that keeps no stored byte of the chunks it touches (a new file's, an append at a
+    /// chunk boundary, whole chunks) in one round trip, if the file's size still allows it;
+    /// false to take the general path.
+    fn write_fresh(&self, offset: u64, data: &[u8], end: u64) -> FsResult<bool> {
+        let limit = chunks::fresh_below(offset, data.len() as u64);
+        let fresh: Vec<(u64, Vec<u8>)> = chunks::spans(offset, data.len() as u64)
+            .map(|span| {
+                let mut buf = Vec::with_capacity(span.within + span.len);
+                chunks::splice(&mut buf, span.within, &data[span.from..][..span.len]);
+                (span.idx, buf)
+            })
+            .collect();
+        let inner = &self.inner;
+        let payload = inner.payload(Changed::Content, &self.path);
+        let done = inner.read(|sql| {
+            sql.put_fresh_chunks(self.ino, &fresh, (end, limit), tree::now_ns(), (&inner.channel, &payload))
+        });
+        match done {
+            // A deadlock or serialization failure: the general path tries again.
+            Err(e) if e.is(Errno::EAGAIN) => Ok(false),
+            done => done.map_err(at(&self.path)),
+        }
+    }
+
     /// Sets the size to `size` if that grows the file (fallocate).
     fn grow_to(&self, size: u64) -> FsResult<()> {
         let inner = &self.inner;
+        self.changed.store(true, Ordering::Release);
         inner.write(Lock::Rows, |sql| {
             let n = sql.lock_node(self.ino)?.ok_or_else(stale)?;
             if size > n.size {
@@ -83,6 +111,10 @@ impl OpenFile for PgFile {
             return Ok(0);
         }
         let end = chunks::end_of(offset, data.len() as u64)?;
+        if self.write_fresh(offset, data, end)? {
+            self.changed.store(true, Ordering::Release);
+            return Ok(data.len() as u32);
+        }
         let inner = &self.inner;
         inner
             .write(Lock::Rows, |sql| {
@@ -115,20 +147,23 @@ impl OpenFile for PgFile {
                 inner.announce(sql, Changed::Content, &self.path)
             })
             .map_err(at(&self.path))?;
+        self.changed.store(true, Ordering::Release);
         Ok(data.len() as u32)
     }
 
     fn flush(&self) -> FsResult<()> {
-        Ok(())
-    }
-
-    fn needs_flush(&self) -> bool {
-        false
+        match self.changed.swap(false, Ordering::AcqRel) {
+            true => {
+                self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
+            }
+            false => Ok(()),
+        }
     }
 
     fn fsync(&self, _datasync: bool) -> FsResult<()> {
-        // Every write committed before it returned (with the server's synchronous_commit).
-        Ok(())
+        // Also for a handle that wrote nothing: its file's creation may not be on disk yet.
+        self.changed.store(false, Ordering::Release);
+        self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
     }
 
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
@@ -150,6 +185,7 @@ impl OpenFile for PgFile {
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
         let inner = &self.inner;
+        self.changed.store(true, Ordering::Release);
         inner.write(Lock::Rows, |sql| {
             let node = sql.lock_node(self.ino)?.ok_or_else(stale)?;
             let node = tree::setattr_in(sql, node, changes, MAX_FILE_SIZE)?;

@@ -8,7 +8,8 @@
 //!
 //! Every operation is one transaction committed before it returns, file writes included, so
 //! what a call acknowledged survives a `kill -9` of the daemon and is seen by every other
-//! daemon at once; `fsync` and `close` have nothing left to do. Name changes (create, link,
+//! daemon at once. Commits do not wait for the server's disk; `fsync`, `fsyncdir` and the
+//! `close` of a descriptor that wrote do (`Inner::sync_durable`). Name changes (create, link,
 //! unlink, rmdir, rename) of one namespace take a transaction-scoped advisory lock, so that
 //! concurrent renames on two hosts cannot cut a subtree loose; writes and attribute changes
 //! lock the inode's row. Each committed change sends a notification carrying the changed
@@ -233,6 +234,27 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Makes everything committed so far survive a crash of the server: one commit with the
+    /// server's own `synchronous_commit` (the configured value, which the session's `off`
+    /// does not change) waits for the WAL to reach the disk up to it, and so for every commit
+    /// before it, of any daemon. The server waits only for a transaction that wrote to the
+    /// WAL, so this one rewrites a row unchanged: `ino`'s (whose writers it then waits for),
+    /// or the namespace's if that inode is gone.
+    fn sync_durable(&self, ino: u64) -> FsResult<()> {
+        let mut conn = self.conn()?;
+        let done = conn.client.batch_execute(&format!(
+            "BEGIN; SET LOCAL synchronous_commit TO DEFAULT;
+             WITH f AS (UPDATE inodes SET ctime = ctime WHERE ino = {ino} RETURNING 1)
+             UPDATE namespaces SET root = root WHERE id = {ns} AND NOT EXISTS (SELECT 1 FROM f);
+             COMMIT",
+            ns = self.ns
+        ));
+        done.map_err(|e| {
+            let _ = conn.client.batch_execute("ROLLBACK");
+            self.settings.error(e)
+        })
     }
 
     /// A new inode number, from a block reserved by one `nextval` (outside any transaction:

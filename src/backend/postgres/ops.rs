@@ -35,15 +35,19 @@ impl Inner {
     /// Tells the other daemons on the namespace, at this transaction's commit, that `path`
     /// changed.
     pub(super) fn announce(&self, sql: &Sql<'_>, what: Changed, path: &str) -> FsResult<()> {
+        sql.notify(&self.channel, &self.payload(what, path))
+    }
+
+    /// What the notification of a change to `path` says.
+    pub(super) fn payload(&self, what: Changed, path: &str) -> String {
         let kind = match what {
             Changed::Name => 'n',
             Changed::Content => 'c',
         };
-        let payload = match path.len() <= PAYLOAD_MAX {
+        match path.len() <= PAYLOAD_MAX {
             true => format!("{}\t{kind}\t{path}", self.instance),
             false => format!("{}\t*\t", self.instance),
-        };
-        sql.notify(&self.channel, &payload)
+        }
     }
 
     /// Creates a node at `path`. A file about to be opened (`open`) is registered as open
@@ -241,6 +245,10 @@ impl Backend for PostgresBackend {
                 Ok(node.attr())
             })
             .map_err(at(path))
+    }
+
+    fn fsyncdir(&self, _path: &str) -> FsResult<()> {
+        self.inner.sync_durable(self.inner.root)
     }
 
     fn statfs(&self, _path: &str) -> FsResult<StatFs> {

@@ -16,11 +16,18 @@ use crate::error::{Errno, FsError, FsResult};
 /// the start of every query that resolves a path in one round trip.
 macro_rules! walk_cte {
     () => {
-        "WITH RECURSIVE w(depth, ino) AS (
-             SELECT 0, $1::bigint
+        // Each step reads the node it reaches by its key, inside the recursion: joined after
+        // it, the planner may scan the whole inode table to hash a handful of rows.
+        "WITH RECURSIVE w(depth, ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime) AS (
+             SELECT 0, i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime, i.mtime,
+                 i.ctime, i.crtime
+             FROM inodes i WHERE i.ino = $1::bigint
            UNION ALL
-             SELECT w.depth + 1, d.child FROM w
+             SELECT w.depth + 1, i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime,
+                 i.mtime, i.ctime, i.crtime
+             FROM w
              JOIN dentries d ON d.parent = w.ino AND d.name = ($2::text[])[w.depth + 1]
+             JOIN inodes i ON i.ino = d.child
              WHERE w.depth < cardinality($2::text[]))
          "
     };
@@ -170,9 +177,9 @@ impl<'a> Sql<'a> {
         let rows = self.rows(
             concat!(
                 walk_cte!(),
-                "SELECT d.name, c.kind FROM w JOIN inodes i ON i.ino = w.ino AND i.kind = $3
-             LEFT JOIN (dentries d JOIN inodes c ON c.ino = d.child) ON d.parent = i.ino
-             WHERE w.depth = cardinality($2::text[])"
+                "SELECT d.name, c.kind FROM w
+             LEFT JOIN (dentries d JOIN inodes c ON c.ino = d.child) ON d.parent = w.ino
+             WHERE w.depth = cardinality($2::text[]) AND w.kind = $3"
             ),
             &[&(root as i64), &comps, &(FileKind::Dir.mode_bits() as i32)],
         )?;
@@ -244,6 +251,45 @@ impl<'a> Sql<'a> {
         Ok(())
     }
 
+    /// A write that keeps none of the stored bytes of the chunks it touches, in one statement
+    /// (its own transaction): stores `chunks`, grows the size to `end`, sets the times and
+    /// announces `payload` on `channel`, if the file is still there and its size is at most
+    /// `size_limit` (beyond which some chunk holds bytes the write must keep). The size is
+    /// checked on the locked row, so a concurrent write that grew the file is seen. Whether it
+    /// was done.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_fresh_chunks(
+        &self,
+        ino: u64,
+        chunks: &[(u64, Vec<u8>)],
+        (end, size_limit): (u64, u64),
+        now: i64,
+        (channel, payload): (&str, &str),
+    ) -> FsResult<bool> {
+        let idx: Vec<i64> = chunks.iter().map(|(i, _)| *i as i64).collect();
+        let data: Vec<&[u8]> = chunks.iter().map(|(_, d)| d.as_slice()).collect();
+        let row = self.row(
+            "WITH u AS (UPDATE inodes SET size = greatest(size, $4), mtime = $5, ctime = greatest(ctime, $5)
+                 WHERE ino = $1 AND size <= $6 RETURNING ino),
+             c AS (INSERT INTO chunks (ino, idx, data)
+                 SELECT u.ino, x.i, x.d FROM u, unnest($2::bigint[], $3::bytea[]) AS x(i, d)
+                 ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data),
+             n AS (SELECT pg_notify($7, $8) FROM u)
+             SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n)",
+            &[
+                &(ino as i64),
+                &idx,
+                &data,
+                &(end as i64),
+                &now,
+                &(size_limit.min(i64::MAX as u64) as i64),
+                &channel,
+                &payload,
+            ],
+        )?;
+        Ok(row.is_some_and(|r| r.get::<_, i64>(0) == 1))
+    }
+
     /// A data write's size and times: the size becomes `size`, mtime and ctime `now`.
     pub fn set_data_attrs(&self, ino: u64, size: u64, now: i64) -> FsResult<()> {
         self.exec(
@@ -311,9 +357,8 @@ impl Tree for Sql<'_> {
         let rows = self.rows(
             concat!(
                 walk_cte!(),
-                "SELECT i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime, i.mtime, i.ctime,
-                    i.crtime
-             FROM w JOIN inodes i ON i.ino = w.ino ORDER BY w.depth"
+                "SELECT ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime
+             FROM w ORDER BY depth"
             ),
             &[&(root as i64), &comps],
         )?;
@@ -359,13 +404,18 @@ impl Tree for Sql<'_> {
         n: &NewNode<'_>,
         (parent, name): (u64, &str),
         nlink_delta: i64,
-    ) -> FsResult<()> {
+    ) -> FsResult<bool> {
         let size = n.target.map_or(0, |t| t.len() as i64);
-        self.exec(
-            "WITH n AS (INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime,
-                 crtime, target) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $10, $11)),
-             e AS (INSERT INTO dentries (parent, name, child) VALUES ($12, $13, $1))
-             UPDATE inodes SET nlink = nlink + $14, mtime = $10, ctime = $10 WHERE ino = $12",
+        // The name's key decides whether it is new (no separate lookup first; a taken name
+        // is no error on the server, which would log it).
+        let made = self.exec(
+            "WITH e AS (INSERT INTO dentries (parent, name, child) VALUES ($12, $13, $1)
+                 ON CONFLICT (parent, name) DO NOTHING RETURNING child),
+             n AS (INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime,
+                 crtime, target)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $10, $11 FROM e)
+             UPDATE inodes SET nlink = nlink + $14, mtime = $10, ctime = $10
+             WHERE ino = $12 AND EXISTS (SELECT 1 FROM e)",
             &[
                 &(ino as i64),
                 &(n.ns as i32),
@@ -383,7 +433,18 @@ impl Tree for Sql<'_> {
                 &(nlink_delta as i32),
             ],
         )?;
-        Ok(())
+        Ok(made == 1)
+    }
+
+    fn unlink_named(&self, (parent, name): (u64, &str), ino: u64, now: i64) -> FsResult<u32> {
+        self.walked.borrow_mut().clear();
+        let row = self.row(
+            "WITH d AS (DELETE FROM dentries WHERE parent = $1 AND name = $2),
+             p AS (UPDATE inodes SET mtime = $4, ctime = $4 WHERE ino = $1)
+             UPDATE inodes SET nlink = greatest(nlink - 1, 0), ctime = $4 WHERE ino = $3 RETURNING nlink",
+            &[&(parent as i64), &name, &(ino as i64), &now],
+        )?;
+        Ok(row.ok_or_else(|| FsError::errno(Errno::ENOENT))?.get::<_, i32>(0) as u32)
     }
 
     fn insert_dentry(&self, parent: u64, name: &str, child: u64) -> FsResult<()> {

@@ -145,6 +145,12 @@ impl TestServer {
         self.run(&["pg_ctl", "-D", &self.data(), "-w", "-m", "fast", "stop"])
     }
 
+    /// Stops the server as a crash would (immediate shutdown: what its WAL buffers held and no
+    /// commit waited for is lost).
+    pub fn crash(&self) -> Result<(), String> {
+        self.run(&["pg_ctl", "-D", &self.data(), "-w", "-m", "immediate", "stop"])
+    }
+
     /// A URL reaching the server by its Unix socket (no password), database `postgres`.
     pub fn url(&self) -> String {
         let dir = self.dir.display().to_string().replace('/', "%2F");

@@ -258,6 +258,11 @@ impl Backend for SqliteBackend {
         }
     }
 
+    fn fsyncdir(&self, _path: &str) -> FsResult<()> {
+        // Name changes are committed to the WAL (surviving a kill -9); this syncs it to disk.
+        self.inner.sync_durable()
+    }
+
     fn statfs(&self, _path: &str) -> FsResult<StatFs> {
         let dir = match self.inner.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
