@@ -286,11 +286,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     crate::config::BackendConfig::Sqlite { database, namespace } => {
                         format!("sqlite {} (namespace {})", shown_path(database), escape(namespace))
                     }
-                    backend @ crate::config::BackendConfig::Postgres { schema, namespace, .. } => format!(
-                        "postgres {} (schema {schema}, namespace {})",
-                        escape(&backend.location().unwrap_or_default()),
-                        escape(namespace)
-                    ),
+                    backend @ crate::config::BackendConfig::Postgres { schema, namespace, layout, .. } => {
+                        format!(
+                            "postgres {} (schema {schema}, namespace {}{})",
+                            escape(&backend.location().unwrap_or_default()),
+                            escape(namespace),
+                            match layout {
+                                crate::config::PgLayout::Tree => "",
+                                crate::config::PgLayout::LangGraph => ", layout langgraph",
+                            }
+                        )
+                    }
                 };
                 println!("  {:<20} {}", escape(route.path.as_str()), detail);
             }

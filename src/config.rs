@@ -55,7 +55,19 @@ pub enum BackendConfig {
         url: String,
         schema: String,
         namespace: String,
+        /// `tree` (agentvfs's own tables) or `langgraph` (LangGraph's `store` table).
+        layout: PgLayout,
     },
+}
+
+/// How a postgres route keeps its files (`layout = "tree" | "langgraph"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PgLayout {
+    /// A POSIX tree in agentvfs's own tables.
+    Tree,
+    /// The files of Deep Agents' `StoreBackend` in LangGraph's `PostgresStore` table
+    /// (see `backend::postgres::langgraph`).
+    LangGraph,
 }
 
 #[path = "config_backend.rs"]
@@ -207,6 +219,7 @@ struct RawBackend {
     backend: Spanned<String>,
     url: Option<Spanned<String>>,
     schema: Option<Spanned<String>>,
+    layout: Option<Spanned<String>>,
     root: Option<Spanned<String>>,
     database: Option<Spanned<String>>,
     namespace: Option<String>,
@@ -223,6 +236,7 @@ struct RawRoute {
     backend: Spanned<String>,
     url: Option<Spanned<String>>,
     schema: Option<Spanned<String>>,
+    layout: Option<Spanned<String>>,
     root: Option<Spanned<String>>,
     database: Option<Spanned<String>>,
     namespace: Option<String>,
@@ -333,7 +347,7 @@ impl Parser<'_> {
         namespace: &Option<String>,
         max_bytes: Option<u64>,
         store: &Option<Spanned<String>>,
-        (url, schema): (&Option<Spanned<String>>, &Option<Spanned<String>>),
+        (url, schema, layout): (&Option<Spanned<String>>, &Option<Spanned<String>>, &Option<Spanned<String>>),
         span: Range<usize>,
     ) -> Result<BackendConfig, ConfigError> {
         let only = |allowed: &[&str]| -> Result<(), ConfigError> {
@@ -345,6 +359,7 @@ impl Parser<'_> {
                 ("store", store.is_some()),
                 ("url", url.is_some()),
                 ("schema", schema.is_some()),
+                ("layout", layout.is_some()),
             ] {
                 if present && !allowed.contains(&key) {
                     return Err(self.err(
@@ -399,7 +414,7 @@ impl Parser<'_> {
                 })
             }
             "postgres" => {
-                only(&["url", "schema", "namespace"])?;
+                only(&["url", "schema", "namespace", "layout"])?;
                 let url = url.as_ref().ok_or_else(|| {
                     self.err(
                         Some(span.clone()),
@@ -410,10 +425,21 @@ impl Parser<'_> {
                 let schema = schema.as_ref().map_or("agentvfs", |s| s.get_ref().as_str());
                 crate::backend::postgres::PgSettings::new(url.get_ref(), schema)
                     .map_err(|e| self.err(Some(at), format!("backend \"postgres\": {e}")))?;
+                let layout = match layout.as_ref().map(|l| (l.get_ref().as_str(), l.span())) {
+                    None | Some(("tree", _)) => PgLayout::Tree,
+                    Some(("langgraph", _)) => PgLayout::LangGraph,
+                    Some((other, at)) => {
+                        return Err(self.err(
+                            Some(at),
+                            format!("unknown postgres layout {other:?} (expected \"tree\" or \"langgraph\")"),
+                        ))
+                    }
+                };
                 Ok(BackendConfig::Postgres {
                     url: url.get_ref().clone(),
                     schema: schema.to_string(),
                     namespace: namespace.clone().unwrap_or_else(|| "default".to_string()),
+                    layout,
                 })
             }
             other => Err(self.err(
@@ -455,7 +481,7 @@ impl Parser<'_> {
                     &b.namespace,
                     b.max_bytes,
                     &b.store,
-                    (&b.url, &b.schema),
+                    (&b.url, &b.schema, &b.layout),
                     d.span(),
                 )?;
                 let ttl = self.ttl(b.cache_ttl_seconds, &cfg, d.span())?;
@@ -503,7 +529,7 @@ impl Parser<'_> {
                 &r.namespace,
                 r.max_bytes,
                 &r.store,
-                (&r.url, &r.schema),
+                (&r.url, &r.schema, &r.layout),
                 span.clone(),
             )?;
             if let (Some(namespace), Some(store)) = (backend.namespace(), backend.location()) {

@@ -46,9 +46,9 @@ impl BackendConfig {
                 BackendConfig::Sqlite { database: b, namespace: n },
             ) => a == b && m == n,
             (
-                BackendConfig::Postgres { url: a, schema: s, namespace: m },
-                BackendConfig::Postgres { url: b, schema: t, namespace: n },
-            ) => a == b && s == t && m == n,
+                BackendConfig::Postgres { url: a, schema: s, namespace: m, layout: x },
+                BackendConfig::Postgres { url: b, schema: t, namespace: n, layout: y },
+            ) => a == b && s == t && m == n && x == y,
             _ => false,
         }
     }

@@ -15,10 +15,10 @@ use signal_hook::iterator::Signals;
 use crate::audit::Audit;
 use crate::backend::host::HostBackend;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::postgres::{PgSettings, PostgresBackend};
+use crate::backend::postgres::{LangGraphBackend, PgSettings, PostgresBackend};
 use crate::backend::sqlite::SqliteBackend;
 use crate::backend::Backend;
-use crate::config::{BackendConfig, Config, MemoryStore, RouteConfig};
+use crate::config::{BackendConfig, Config, MemoryStore, PgLayout, RouteConfig};
 use crate::control::methods::{ReloadFn, Reloaded, State};
 use crate::control::roles::{Roles, Socket};
 use crate::control::server::{self, Listener};
@@ -68,13 +68,14 @@ pub fn open_backend(
             };
             Arc::new(opened.map_err(|e| anyhow!("cannot open sqlite store {}: {e}", database.display()))?)
         }
-        BackendConfig::Postgres { url, schema, namespace } => {
+        BackendConfig::Postgres { url, schema, namespace, layout } => {
             let settings = PgSettings::new(url, schema).map_err(|e| anyhow!("postgres route: {e}"))?;
             let server = settings.server();
-            Arc::new(
-                PostgresBackend::open(settings, namespace)
-                    .map_err(|e| anyhow!("cannot open postgres store {server} (schema {schema}): {e}"))?,
-            )
+            let fail = |e| anyhow!("cannot open postgres store {server} (schema {schema}): {e}");
+            match layout {
+                PgLayout::Tree => Arc::new(PostgresBackend::open(settings, namespace).map_err(fail)?),
+                PgLayout::LangGraph => Arc::new(LangGraphBackend::open(settings, namespace).map_err(fail)?),
+            }
         }
     })
 }

@@ -12,6 +12,7 @@ mod file_ops;
 mod harness_api;
 mod host_changes;
 mod interrupts;
+mod langgraph_store;
 mod lifecycle;
 mod memory_cap;
 mod model;

@@ -4,7 +4,7 @@
 //! Layout and migrations are in `schema`, the rows (and the shared tree logic on them) in
 //! `store`, the path operations of [`Backend`](crate::backend::Backend) in `ops`, open files in
 //! `file`, other daemons' changes in `notify`, connection settings (URL, password files) in
-//! `connect`.
+//! `connect`. `langgraph` is the other layout: the files of LangGraph's `store` table.
 //!
 //! Every operation is one transaction committed before it returns, file writes included, so
 //! what a call acknowledged survives a `kill -9` of the daemon and is seen by every other
@@ -22,6 +22,7 @@
 
 mod connect;
 mod file;
+mod langgraph;
 mod notify;
 mod ops;
 mod schema;
@@ -40,6 +41,7 @@ use postgres::{Client, Statement};
 use crate::backend::tree::Tree;
 use crate::error::{Errno, FsError, FsResult};
 pub use connect::PgSettings;
+pub use langgraph::LangGraphBackend;
 use store::Sql;
 
 /// How long an operation waits for a connection before answering EIO.

@@ -46,6 +46,11 @@ impl Listener {
     /// the connection until [`Listener::start`]).
     pub fn new(settings: Arc<PgSettings>, instance: i64, ns: i64) -> FsResult<Listener> {
         let channel = channel(&settings.schema, ns);
+        Self::on_channel(settings, instance, channel)
+    }
+
+    /// Like [`Listener::new`], on a channel named by the caller (the langgraph layout's).
+    pub fn on_channel(settings: Arc<PgSettings>, instance: i64, channel: String) -> FsResult<Listener> {
         let client = listen(&settings, instance, &channel).map_err(|e| settings.error(e))?;
         Ok(Listener {
             settings,

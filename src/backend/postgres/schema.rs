@@ -17,7 +17,8 @@ use crate::error::{Errno, FsError, FsResult};
 
 /// The layouts, oldest first: entry `i` makes version `i + 1`. To change the layout, append a
 /// migration; a daemon upgrades an older schema at start and refuses a newer one.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE SEQUENCE inode_seq INCREMENT BY 1024 START WITH 1;
 CREATE SEQUENCE instance_seq;
 CREATE TABLE namespaces (
@@ -62,7 +63,9 @@ CREATE TABLE xattrs (
     value bytea NOT NULL,
     PRIMARY KEY (ino, name)
 );
-"];
+",
+    super::langgraph::SIDE_TABLES,
+];
 
 /// A stable 32-bit key for advisory locks of `purpose` in `schema` (FNV-1a).
 fn key(schema: &str, purpose: &str) -> i32 {
@@ -71,6 +74,12 @@ fn key(schema: &str, purpose: &str) -> i32 {
         h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
     }
     h as i32
+}
+
+/// The statement that takes, for the current transaction, the lock under which the schema is
+/// created or migrated.
+pub(super) fn migrate_lock(schema: &str) -> String {
+    format!("SELECT pg_advisory_xact_lock({}, 0)", key(schema, "migrate"))
 }
 
 /// The statement that takes the name lock of namespace `ns` for the current transaction.
