@@ -43,6 +43,10 @@ pip_install() {
 # Deep Agents 0.7.32's own file tools are the reference the tool texts are compared with
 # (tests/reference/; scripts/test.sh makes that comparison mandatory).
 pip_install 'import importlib.metadata as m; assert m.version("deepagents") == "0.7.32"' deepagents==0.7.32
+# LangGraph's PostgresStore and its driver: the postgres route's langgraph layout is tested
+# against the real store (python/tests/test_langgraph_store.py).
+pip_install 'import importlib.metadata as m; assert m.version("langgraph-checkpoint-postgres") == "3.2.0"' langgraph-checkpoint-postgres==3.2.0
+pip_install 'import importlib.metadata as m; assert m.version("psycopg") == "3.3.9"; assert m.version("psycopg-binary") == "3.3.9"' 'psycopg[binary]==3.3.9'
 # The official MCP Python SDK: the control socket's MCP test runs a real MCP client.
 pip_install 'import mcp' mcp
 # pytest runs the Python package's tests (python/tests: the Deep Agents backend on a real mount).

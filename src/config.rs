@@ -312,6 +312,9 @@ struct RawAudit {
 /// secrets are denied.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
 
+/// The postgres route's own keys: `url`, `schema`, `layout`.
+type PgKeys<'a> = (&'a Option<Spanned<String>>, &'a Option<Spanned<String>>, &'a Option<Spanned<String>>);
+
 struct Parser<'a> {
     file: &'a str,
     text: &'a str,
@@ -347,7 +350,7 @@ impl Parser<'_> {
         namespace: &Option<String>,
         max_bytes: Option<u64>,
         store: &Option<Spanned<String>>,
-        (url, schema, layout): (&Option<Spanned<String>>, &Option<Spanned<String>>, &Option<Spanned<String>>),
+        (url, schema, layout): PgKeys<'_>,
         span: Range<usize>,
     ) -> Result<BackendConfig, ConfigError> {
         let only = |allowed: &[&str]| -> Result<(), ConfigError> {

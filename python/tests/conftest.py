@@ -66,10 +66,12 @@ def _mounted(path: Path) -> bool:
         return any(line.split(" ")[4] == want for line in f)
 
 
-def start_daemon(state: Path, rules: str = DEFAULT_RULES, approval_timeout: int = 120, execute: bool = True) -> Daemon:
+def start_daemon(
+    state: Path, rules: str = DEFAULT_RULES, approval_timeout: int = 120, execute: bool = True, routes: str = ""
+) -> Daemon:
     """Writes a config under `state` and starts `agentvfs mount`; returns once it is live.
     Unanswered approvals expire after `approval_timeout` seconds; `execute` says whether
-    the daemon offers the execute tool."""
+    the daemon offers the execute tool; `routes` are more `[[routes]]` tables."""
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing: build it first (`cargo build`; scripts/test.sh does)")
     state.mkdir(parents=True, exist_ok=True)
@@ -99,7 +101,7 @@ root = "{host_root}"
 path = "/memories"
 backend = "sqlite"
 database = "{state / 'memories.db'}"
-
+{routes}
 [audit]
 database = "{state / 'audit.db'}"
 
