@@ -48,7 +48,9 @@ impl BackendConfig {
             (
                 BackendConfig::Postgres { url: a, schema: s, namespace: m, layout: x },
                 BackendConfig::Postgres { url: b, schema: t, namespace: n, layout: y },
-            ) => a == b && s == t && m == n && x == y,
+                // Every schema's langgraph routes read the one store table: the schema (of the
+                // side table) does not set them apart.
+            ) => a == b && m == n && x == y && (s == t || *x == crate::config::PgLayout::LangGraph),
             _ => false,
         }
     }
@@ -108,6 +110,27 @@ mod tests {
         assert!(e.message.contains("schema \"No-Such\" must be a plain lowercase SQL name"), "{e}");
         let e = parse(&format!("{PG}url = \"postgresql://a@h/d\"\nroot = \"/\"\n")).unwrap_err();
         assert!(e.message.contains("key `root` does not apply to backend \"postgres\""), "{e}");
+        let lg = format!(
+            "{PG}url = \"postgresql://a@h/d\"\nlayout = \"langgraph\"\nnamespace = \"alice.filesystem\"\n"
+        );
+        let c = parse(&lg).unwrap();
+        assert!(matches!(
+            &c.routes[1].backend,
+            BackendConfig::Postgres { layout: crate::config::PgLayout::LangGraph, namespace, .. } if namespace == "alice.filesystem"
+        ));
+        let e = parse(&format!("{PG}url = \"postgresql://a@h/d\"\nlayout = \"flat\"\n")).unwrap_err();
+        assert!(
+            e.message.contains("unknown postgres layout \"flat\" (expected \"tree\" or \"langgraph\")"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "[[routes]]\npath = \"/s\"\nbackend = \"sqlite\"\ndatabase = \"s.db\"\nlayout = \"tree\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("key `layout` does not apply to backend \"sqlite\""), "{e}");
+        // Two langgraph routes on one prefix read the same rows, whatever their schemas.
+        let e = parse(&format!("{lg}{}schema = \"other\"\n", lg.replace("/pg", "/pg2"))).unwrap_err();
+        assert!(e.message.contains("give each route a namespace of its own"), "{e}");
         let twice = format!(
             "{PG}url = \"postgresql://a@h/d\"\n{}url = \"postgresql://a@h/d\"\n",
             PG.replace("/pg", "/pg2")

@@ -283,9 +283,13 @@ impl State {
                 let mut route = json!({"path": r.path.as_str(), "backend": r.backend.kind(), "location": location(&r.backend), "read_only": r.read_only});
                 match &r.backend {
                     BackendConfig::Sqlite { namespace, .. } => route["namespace"] = json!(namespace),
-                    BackendConfig::Postgres { namespace, schema, .. } => {
+                    BackendConfig::Postgres { namespace, schema, layout, .. } => {
                         route["namespace"] = json!(namespace);
                         route["schema"] = json!(schema);
+                        route["layout"] = json!(match layout {
+                            crate::config::PgLayout::Tree => "tree",
+                            crate::config::PgLayout::LangGraph => "langgraph",
+                        });
                     }
                     BackendConfig::Memory { max_bytes, .. } => route["max_bytes"] = json!(max_bytes),
                     BackendConfig::Host { .. } => {}

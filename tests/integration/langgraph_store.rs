@@ -156,7 +156,23 @@ fn shell_operations_are_rows_of_the_store_table() {
         [row("/blob", "/wBiaW4=", "base64"), row("/moved/e/g.txt", "x\ny", "utf-8")]
     );
     assert_eq!(sh_ok(&root, "ls -A; ls -A moved"), "blob\nmoved\ne\n");
-    sh_ok(&root, "rm -r moved blob");
+    // An open file keeps its writes across a rename, and its content after an unlink.
+    assert_eq!(
+        sh_ok(
+            &root,
+            "exec 3> open.txt; echo one >&3; mv open.txt renamed.txt; echo two >&3; exec 3>&-; \
+             cat renamed.txt; test ! -e open.txt && exec 4< renamed.txt && rm renamed.txt && cat <&4"
+        ),
+        "one\ntwo\none\ntwo\n"
+    );
+    // Writes are kept until fsync or close, which commit them.
+    let mut f = fs::File::create(d.p("synced.txt")).unwrap();
+    std::io::Write::write_all(&mut f, b"not yet").unwrap();
+    assert_eq!(rows(&mut db, &pfx).iter().find(|r| r.0 == "/synced.txt").unwrap().1, "");
+    f.sync_all().unwrap();
+    assert_eq!(rows(&mut db, &pfx).iter().find(|r| r.0 == "/synced.txt").unwrap().1, "not yet");
+    drop(f);
+    sh_ok(&root, "rm -r moved blob synced.txt");
     assert!(rows(&mut db, &pfx).is_empty());
     assert_eq!(sh_ok(&root, "ls -A"), "");
 }

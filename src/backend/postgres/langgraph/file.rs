@@ -78,6 +78,7 @@ fn buffer<'a>(inner: &Inner, state: &'a mut State) -> FsResult<&'a mut Vec<u8>> 
 }
 
 /// Commits the buffer of `state` as the file's value, if it has one (and the file a name).
+/// The caller holds [`Inner::names`] shared.
 pub(super) fn commit(inner: &Inner, state: &mut State) -> FsResult<()> {
     if state.unlinked {
         return Ok(()); // nothing to commit to; the buffer stays readable for the handles
@@ -142,6 +143,7 @@ impl OpenFile for LgFile {
     }
 
     fn flush(&self) -> FsResult<()> {
+        let _names = self.inner.names.read();
         commit(&self.inner, &mut self.shared.state.lock())
     }
 
@@ -154,6 +156,7 @@ impl OpenFile for LgFile {
         let Some(end) = chunks::fallocate_end(offset, length, mode)? else {
             return Ok(());
         };
+        let _names = self.inner.names.read();
         let mut state = self.shared.state.lock();
         let len = buffer(&self.inner, &mut state)?.len() as u64;
         match end > len {
@@ -184,6 +187,7 @@ impl OpenFile for LgFile {
         }
         // Only the buffer is left to change.
         if let Some(size) = changes.size {
+            let _names = self.inner.names.read();
             resize(&self.inner, &mut self.shared.state.lock(), size)?;
         }
         self.getattr()

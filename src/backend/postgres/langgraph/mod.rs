@@ -29,7 +29,7 @@ mod schema;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use super::store::Sql;
 use super::{connect, notify, Conn, Manager, PgSettings, PoolErrors, CONNECT_WAIT, POOL_SIZE, TX_TRIES};
@@ -55,6 +55,10 @@ struct Inner {
     name_lock: String,
     /// The open files of this daemon by path: the handles of one file share its buffer.
     open: Mutex<HashMap<String, Arc<Shared>>>,
+    /// Held exclusively by renames and unlinks from their transaction until the open files
+    /// carry their new names, and shared by commits of buffers: so no buffer is committed
+    /// under a name that just went. Taken before any open file's state.
+    names: RwLock<()>,
     listener: notify::Listener,
 }
 
@@ -88,6 +92,7 @@ impl LangGraphBackend {
             channel,
             name_lock,
             open: Mutex::new(HashMap::new()),
+            names: RwLock::new(()),
             listener,
         };
         inner.write(|sql| rows::ensure_root(sql, &inner.prefix))?;

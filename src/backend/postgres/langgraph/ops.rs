@@ -92,6 +92,7 @@ pub(super) fn setattr_path(inner: &Inner, path: &str, changes: &SetAttr) -> FsRe
             _ => return Err(err(Errno::EINVAL)),
         }
         // Through the buffer of an open file, so that its writes and the truncation agree.
+        let _names = inner.names.read();
         match inner.open_at(path) {
             Some(shared) => file::resize(inner, &mut shared.state.lock(), size)?,
             None => {
@@ -232,6 +233,7 @@ impl Backend for LangGraphBackend {
         }
         // An open file's state is held until the deletion committed and the file is marked
         // unlinked, so that no flush meanwhile brings the value back.
+        let _names = inner.names.write();
         let shared = inner.open_at(path);
         let mut state = shared.as_ref().map(|s| s.state.lock());
         let need_content = state.as_ref().is_some_and(|s| s.data.is_none());
@@ -290,6 +292,7 @@ impl Backend for LangGraphBackend {
         tree::check_rename(from, to, flags).map_err(at(to))?;
         let inner = &self.inner;
         let prefix = &inner.prefix;
+        let _names = inner.names.write();
         let moved = inner
             .write(|sql| {
                 let src = rows::must_stat(sql, prefix, from)?;
