@@ -123,9 +123,9 @@ mod tests {
             e.message.contains("unknown postgres layout \"flat\" (expected \"tree\" or \"langgraph\")"),
             "{e}"
         );
-        let e = parse(&format!(
-            "[[routes]]\npath = \"/s\"\nbackend = \"sqlite\"\ndatabase = \"s.db\"\nlayout = \"tree\"\n"
-        ))
+        let e = parse(
+            "[[routes]]\npath = \"/s\"\nbackend = \"sqlite\"\ndatabase = \"s.db\"\nlayout = \"tree\"\n",
+        )
         .unwrap_err();
         assert!(e.message.contains("key `layout` does not apply to backend \"sqlite\""), "{e}");
         // Two langgraph routes on one prefix read the same rows, whatever their schemas.
