@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
 
-use crate::harness::{config, pg, scratch, sh, sh_ok, within, Mount};
+use serde_json::json;
+
+use crate::harness::{call_tool, config, pg, scratch, sh, sh_ok, within, Mount};
 
 /// A daemon whose `/lg` is the langgraph layout on `prefix` of the test server.
 struct Daemon {
     mount: Mount,
-    _scratch: tempfile::TempDir,
+    scratch: tempfile::TempDir,
 }
 
 impl Daemon {
@@ -32,7 +34,7 @@ impl Daemon {
         let text = text.replacen("[audit]", &format!("{route}\n[audit]"), 1);
         fs::write(&cfg, text).unwrap();
         let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
-        Daemon { mount, _scratch: scratch }
+        Daemon { mount, scratch }
     }
 
     fn p(&self, rel: &str) -> PathBuf {
@@ -233,6 +235,19 @@ fn two_daemons_on_one_prefix_see_each_other() {
     }));
     fs::remove_file(a.p("renamed/todo.md")).unwrap();
     worst = worst.max(seen_within_100ms("a deletion", || !b.p("renamed/todo.md").exists()));
+    // The tool door: a write_file and an edit_file on A, read on B.
+    let mut client =
+        agentvfs::control::client::Client::connect(&a.scratch.path().join("agentvfs.sock")).unwrap();
+    let (ok, text) =
+        call_tool(&mut client, "write_file", json!({"file_path": "/lg/tool.md", "content": "by tool\n"}));
+    assert!(ok, "{text}");
+    worst = worst.max(seen_within_100ms("a tool write", || read(&b.p("tool.md")) == "by tool\n"));
+    let (ok, text) = call_tool(&mut client, "read_file", json!({"file_path": "/lg/tool.md"}));
+    assert!(ok && text.contains("by tool"), "{text}");
+    let args = json!({"file_path": "/lg/tool.md", "old_string": "by", "new_string": "edited by"});
+    let (ok, text) = call_tool(&mut client, "edit_file", args);
+    assert!(ok, "{text}");
+    worst = worst.max(seen_within_100ms("a tool edit", || read(&b.p("tool.md")) == "edited by tool\n"));
     // Concurrent whole-value writers: every value read is one of the values written.
     let writer = |d: &Daemon, tag: char| {
         let path = d.p("race.txt");
