@@ -142,6 +142,11 @@ fn shell_operations_are_rows_of_the_store_table() {
     // Appending rewrites the whole value once, at close.
     sh_ok(&root, "for i in 1 2 3; do echo line$i; done >> d/f.md");
     assert_eq!(rows(&mut db, &pfx)[2], row("/d/f.md", "hello\nline1\nline2\nline3\n", "utf-8"));
+    // A directory's times move with its entries.
+    let before = sh_ok(&root, "stat -c %y empty");
+    std::thread::sleep(Duration::from_millis(20));
+    sh_ok(&root, "touch empty/x && rm empty/x");
+    assert_ne!(sh_ok(&root, "stat -c %y empty"), before);
     // What the store cannot hold.
     let (code, _, err) = sh(&root, "ln d/f.md hard");
     assert!(code != 0 && err.contains("Operation not permitted"), "{err}");

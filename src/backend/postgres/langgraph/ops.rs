@@ -68,6 +68,7 @@ impl Inner {
                 crtime: now,
             };
             rows::put_meta(sql, &self.prefix, path, &n)?;
+            rows::touch_dir(sql, &self.prefix, parent_path, now)?;
             match kind {
                 // The trigger announces the new key.
                 FileKind::File => rows::put(sql, &self.prefix, path, b"", now)?,
@@ -252,6 +253,7 @@ impl Backend for LangGraphBackend {
                     false => None,
                 };
                 rows::delete_file(sql, &inner.prefix, path)?;
+                rows::touch_dir(sql, &inner.prefix, parent, tree::now_ns())?;
                 Ok(content)
             })
             .map_err(at(path))?;
@@ -280,6 +282,7 @@ impl Backend for LangGraphBackend {
                     return Err(err(Errno::ENOTEMPTY));
                 }
                 rows::delete_meta(sql, &inner.prefix, path)?;
+                rows::touch_dir(sql, &inner.prefix, split_parent(path).0, tree::now_ns())?;
                 inner.announce(sql, 'n', path)
             })
             .map_err(at(path))
@@ -326,6 +329,9 @@ impl Backend for LangGraphBackend {
                     true => rows::move_dir(sql, prefix, from, to)?,
                     false => rows::move_file(sql, prefix, from, to)?,
                 }
+                let now = tree::now_ns();
+                rows::touch_dir(sql, prefix, split_parent(from).0, now)?;
+                rows::touch_dir(sql, prefix, split_parent(to).0, now)?;
                 // The trigger announces moved keys; an empty directory has none.
                 inner.announce(sql, 'n', from)?;
                 inner.announce(sql, 'n', to)?;

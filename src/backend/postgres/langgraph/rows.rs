@@ -268,6 +268,16 @@ pub(super) fn ensure_root(sql: &Sql<'_>, prefix: &str) -> FsResult<()> {
     Ok(())
 }
 
+/// An entry of directory `path` came or went: its mtime and ctime become `now` (when it has a
+/// side-table row; an implied directory's times are its newest key's).
+pub(super) fn touch_dir(sql: &Sql<'_>, prefix: &str, path: &str, now: i64) -> FsResult<()> {
+    sql.exec(
+        "UPDATE lg_nodes SET mtime = $3, ctime = $3 WHERE prefix = $1 AND path = $2 AND kind = $4",
+        &[&prefix, &path, &now, &KIND_DIR],
+    )?;
+    Ok(())
+}
+
 /// Deletes the file at `path`: its key and its side-table row.
 pub(super) fn delete_file(sql: &Sql<'_>, prefix: &str, path: &str) -> FsResult<()> {
     sql.exec("DELETE FROM public.store WHERE prefix = $1 AND key = $2", &[&prefix, &key(path)])?;
