@@ -1,6 +1,7 @@
 """The postgres route's `layout = "langgraph"` with the real packages: Deep Agents'
 `StoreBackend` on LangGraph's `PostgresStore` (langgraph-checkpoint-postgres) and an agentvfs
-mount see the same files, both ways, with exact content, text and binary.
+mount see the same files, both ways, with exact content, text and binary; so does a real
+`create_deep_agent` graph whose `/memories/` is that StoreBackend.
 
 A private PostgreSQL server (its own data directory, port and socket directory, run as the
 `postgres` user, as the Rust tests' `src/backend/postgres/testing.rs` does) serves the module;
@@ -24,8 +25,11 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import Daemon, start_daemon, stop_daemon
-from deepagents.backends import StoreBackend
+from deepagents import create_deep_agent
+from deepagents.backends import CompositeBackend, StateBackend, StoreBackend
+from langchain_core.messages import ToolMessage
 from langgraph.store.postgres import PostgresStore
+from scripted import answer, scripted, tool_call
 
 
 def namespace_of(test: str) -> tuple[str, ...]:
@@ -214,3 +218,31 @@ def test_a_file_written_through_the_mount_is_read_by_the_store_backend(both: Bot
     assert backend.read("/mounted.md").error is not None
     assert backend.edit("/shell/moved.md", "two", "2").error is None
     _eventually("the agent's edit", lambda: (root / "shell" / "moved.md").read_text() == "line one\nline 2\n")
+
+
+def test_a_deep_agent_with_store_memories_shares_them_with_the_mount(both: Both) -> None:
+    """The setup the layout is for: a real `create_deep_agent` graph whose `/memories/` is a
+    StoreBackend (through CompositeBackend, which strips the route) on the PostgresStore."""
+    (both.root / "from-shell.md").write_text("written in the mount\n")
+    steps = [
+        ("read_file", {"file_path": "/memories/from-shell.md"}),
+        ("write_file", {"file_path": "/memories/agent/notes.md", "content": "the agent's memory\n"}),
+        ("edit_file", {"file_path": "/memories/from-shell.md", "old_string": "mount", "new_string": "mount, edited"}),
+    ]
+    model = scripted(*[tool_call(n, a, f"call_{i}") for i, (n, a) in enumerate(steps)], answer("Done."))
+    backend = CompositeBackend(
+        default=StateBackend(), routes={"/memories/": StoreBackend(namespace=lambda _rt: both.namespace)}
+    )
+    agent = create_deep_agent(model=model, backend=backend, store=both.store)
+    result = agent.invoke({"messages": [{"role": "user", "content": "Remember."}]})
+    shown = [m.content for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert "written in the mount" in shown[0], shown
+    assert shown[1:] == [
+        "Updated file /memories/agent/notes.md",
+        "Successfully replaced 1 instance(s) of the string in '/memories/from-shell.md'",
+    ]
+    # StoreBackend's keys are the paths below its route, with the leading slash.
+    assert sorted(i.key for i in both.store.search(both.namespace)) == ["/agent/notes.md", "/from-shell.md"]
+    _eventually("the agent's write", lambda: (both.root / "agent" / "notes.md").exists())
+    assert _sh(both.root, "cat agent/notes.md") == "the agent's memory\n"
+    _eventually("the agent's edit", lambda: (both.root / "from-shell.md").read_text() == "written in the mount, edited\n")
