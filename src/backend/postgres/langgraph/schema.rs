@@ -149,6 +149,11 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = {schema}, pg_catalog AS $$
 DECLARE
     who text := coalesce(nullif(current_setting('agentvfs.instance', true), ''), '0');
 BEGIN
+    -- Only the prefixes a daemon has served (they have a root row) are worth the work: the
+    -- store may hold much else of LangGraph's.
+    IF NOT EXISTS (SELECT 1 FROM lg_nodes m WHERE m.path = '' AND m.prefix IN (OLD.prefix, NEW.prefix)) THEN
+        RETURN NULL;
+    END IF;
     IF TG_OP = 'UPDATE' AND NEW.prefix = OLD.prefix AND NEW.key = OLD.key THEN
         PERFORM lg_announce(who, NEW.prefix, NEW.key, 'c');
         RETURN NULL;
