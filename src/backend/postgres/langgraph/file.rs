@@ -86,7 +86,7 @@ pub(super) fn commit(inner: &Inner, state: &mut State) -> FsResult<()> {
     let Some(data) = &state.data else {
         return Ok(());
     };
-    inner.write(|sql| rows::put(sql, &inner.prefix, &state.path, data, tree::now_ns()))?;
+    inner.write_durable(|sql| rows::put(sql, &inner.prefix, &state.path, data, tree::now_ns()))?;
     state.data = None;
     Ok(())
 }

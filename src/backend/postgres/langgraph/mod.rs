@@ -124,10 +124,20 @@ impl Inner {
     /// the daemons on the prefix (LangGraph's own writes are single statements), and commits
     /// it with the notifications `f` queued; an error rolls it back. Deadlocks are tried again.
     fn write<T>(&self, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.transact("", f)
+    }
+
+    /// Like [`Inner::write`], for a file's content at `close` or `fsync`: the commit waits for
+    /// the server's disk (with its configured `synchronous_commit`; the session's is `off`).
+    fn write_durable<T>(&self, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.transact("SET LOCAL synchronous_commit TO DEFAULT;", f)
+    }
+
+    fn transact<T>(&self, settings: &str, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut conn = self.conn()?;
         let Conn { client, stmts } = &mut *conn;
         let begin = format!(
-            "BEGIN; SELECT set_config('agentvfs.instance', '{}', true); {}",
+            "BEGIN; {settings} SELECT set_config('agentvfs.instance', '{}', true); {}",
             self.instance, self.name_lock
         );
         let mut tries = 0;
