@@ -206,36 +206,7 @@ impl Inner {
                 format!("BEGIN; {}", self.tree_lock.replace("_xact_lock(", "_xact_lock_shared("))
             }
         };
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            client.batch_execute(&begin).map_err(|e| self.settings.error(e))?;
-            let sql = Sql::new(client, stmts, &self.settings);
-            let outcome = f(&sql);
-            let commit = sql.commit_batch();
-            drop(sql);
-            match outcome {
-                Ok(value) => match client.batch_execute(&commit) {
-                    Ok(()) => return Ok(value),
-                    Err(e) => {
-                        // A failed statement before the COMMIT leaves the transaction open
-                        // and aborted; a failed COMMIT has ended it already (harmless then).
-                        let _ = client.batch_execute("ROLLBACK");
-                        if connect::retryable(&e) && tries < TX_TRIES {
-                            continue;
-                        }
-                        return Err(self.settings.error(e));
-                    }
-                },
-                Err(e) => {
-                    let _ = client.batch_execute("ROLLBACK");
-                    if connect::is_retry(&e) && tries < TX_TRIES {
-                        continue;
-                    }
-                    return Err(e);
-                }
-            }
-        }
+        transaction(client, stmts, &self.settings, &begin, f)
     }
 
     /// Makes everything committed so far survive a crash of the server: one commit with the
@@ -312,6 +283,49 @@ impl Inner {
             });
             if let Err(e) = done {
                 tracing::warn!(ino, "postgres: deleting unlinked file failed (the next start does): {e}");
+            }
+        }
+    }
+}
+
+/// Runs `f` in one transaction opened by the simple-query batch `begin` (`BEGIN` and the
+/// statements that must precede everything, such as a lock) and commits it with the
+/// notifications `f` queued; an error rolls it back. Deadlocks and serialization failures are
+/// tried again, `f` and all.
+fn transaction<T>(
+    client: &mut Client,
+    stmts: &mut HashMap<&'static str, Statement>,
+    settings: &PgSettings,
+    begin: &str,
+    f: impl Fn(&Sql<'_>) -> FsResult<T>,
+) -> FsResult<T> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        client.batch_execute(begin).map_err(|e| settings.error(e))?;
+        let sql = Sql::new(client, stmts, settings);
+        let outcome = f(&sql);
+        let commit = sql.commit_batch();
+        drop(sql);
+        match outcome {
+            Ok(value) => match client.batch_execute(&commit) {
+                Ok(()) => return Ok(value),
+                Err(e) => {
+                    // A failed statement before the COMMIT leaves the transaction open
+                    // and aborted; a failed COMMIT has ended it already (harmless then).
+                    let _ = client.batch_execute("ROLLBACK");
+                    if connect::retryable(&e) && tries < TX_TRIES {
+                        continue;
+                    }
+                    return Err(settings.error(e));
+                }
+            },
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK");
+                if connect::is_retry(&e) && tries < TX_TRIES {
+                    continue;
+                }
+                return Err(e);
             }
         }
     }

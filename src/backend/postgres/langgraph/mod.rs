@@ -32,7 +32,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::store::Sql;
-use super::{connect, notify, Conn, Manager, PgSettings, PoolErrors, CONNECT_WAIT, POOL_SIZE, TX_TRIES};
+use super::{notify, Conn, Manager, PgSettings, PoolErrors, CONNECT_WAIT, POOL_SIZE};
 use crate::error::{Errno, FsError, FsResult};
 use file::Shared;
 pub(super) use schema::SIDE_TABLES;
@@ -140,34 +140,7 @@ impl Inner {
             "BEGIN; {settings} SELECT set_config('agentvfs.instance', '{}', true); {}",
             self.instance, self.name_lock
         );
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            client.batch_execute(&begin).map_err(|e| self.settings.error(e))?;
-            let sql = Sql::new(client, stmts, &self.settings);
-            let outcome = f(&sql);
-            let commit = sql.commit_batch();
-            drop(sql);
-            match outcome {
-                Ok(value) => match client.batch_execute(&commit) {
-                    Ok(()) => return Ok(value),
-                    Err(e) => {
-                        let _ = client.batch_execute("ROLLBACK");
-                        if connect::retryable(&e) && tries < TX_TRIES {
-                            continue;
-                        }
-                        return Err(self.settings.error(e));
-                    }
-                },
-                Err(e) => {
-                    let _ = client.batch_execute("ROLLBACK");
-                    if connect::is_retry(&e) && tries < TX_TRIES {
-                        continue;
-                    }
-                    return Err(e);
-                }
-            }
-        }
+        super::transaction(client, stmts, &self.settings, &begin, f)
     }
 
     /// Queues, for the commit, a notification that `path` changed (`'n'`: a name, `'c'`:
