@@ -749,7 +749,12 @@ impl Engine {
     /// The backend node behind a non-directory (route, backend inode), which tells hard links
     /// of one file apart from different files.
     pub fn identity(&self, path: &VPath, attr: &Attr) -> Option<(u32, u64)> {
-        (attr.kind != FileKind::Dir).then(|| (self.router.route_index(path) as u32, attr.ino))
+        self.identity_of(path, (attr.kind, attr.ino))
+    }
+
+    /// [`Engine::identity`] from the node's kind and backend inode number alone.
+    pub fn identity_of(&self, path: &VPath, (kind, ino): (FileKind, u64)) -> Option<(u32, u64)> {
+        (kind != FileKind::Dir).then(|| (self.router.route_index(path) as u32, ino))
     }
 
     /// The identity of what `path` leads to now, if anything. Asks no rule: the FUSE door's

@@ -220,6 +220,11 @@ pub trait OpenFile: Send + Sync {
     }
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()>;
     fn getattr(&self) -> FsResult<Attr>;
+    /// What the file's identity is made of: its kind and its backend inode number (as in
+    /// [`Attr`]). A backend that knows them without asking its store overrides it.
+    fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
+        self.getattr().map(|a| (a.kind, a.ino))
+    }
     /// `ftruncate`, `fchmod` and friends on the open file.
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr>;
     /// The same file opened anew with the kernel's open `flags`, as through `/proc/PID/fd/N`:

@@ -402,7 +402,7 @@ impl Filesystem for FuseDoor {
                 let handle = d.engine.open(c, &path, flags.0).map_err(went_stale)?;
                 // The name may lead to another file by now (replaced behind the kernel's
                 // back): the kernel must not take it for this inode.
-                d.check_identity(ino.0, &path, || handle.file.getattr())?;
+                d.check_identity(ino.0, &path, || handle.file.kind_and_ino())?;
                 Ok(handle)
             });
             match by_name {

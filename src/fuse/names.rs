@@ -3,7 +3,7 @@
 //! program): such names are checked against the backend's identity of the node and dropped.
 
 use super::FuseDoor;
-use crate::backend::Attr;
+use crate::backend::{Attr, FileKind};
 use crate::engine::Ctx;
 use crate::error::{Errno, FsError, FsResult};
 use crate::policy::Op;
@@ -81,10 +81,10 @@ impl FuseDoor {
         &self,
         ino: u64,
         path: &VPath,
-        attr: impl FnOnce() -> FsResult<Attr>,
+        node: impl FnOnce() -> FsResult<(FileKind, u64)>,
     ) -> FsResult<()> {
         match self.inodes.identity(ino) {
-            Some(id) if self.engine.identity(path, &attr()?) != Some(id) => {
+            Some(id) if self.engine.identity_of(path, node()?) != Some(id) => {
                 self.drop_stale_name(ino, path);
                 Err(FsError::new(Errno::ESTALE, "the name leads to another file now"))
             }
@@ -118,7 +118,7 @@ impl FuseDoor {
             .and_then(|(a, p)| {
                 // The name now leads to another file (replaced behind the kernel's back): its
                 // attributes are not this inode's.
-                self.check_identity(ino.0, &p, || Ok(a.clone()))?;
+                self.check_identity(ino.0, &p, || Ok((a.kind, a.ino)))?;
                 Ok((a, p))
             })
             .or_else(|e| {

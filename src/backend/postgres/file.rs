@@ -179,6 +179,10 @@ impl OpenFile for PgFile {
         }
     }
 
+    fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
+        Ok((self.kind, self.ino))
+    }
+
     fn getattr(&self) -> FsResult<Attr> {
         Ok(self.inner.read(|sql| sql.node(self.ino))?.ok_or_else(stale)?.attr())
     }
