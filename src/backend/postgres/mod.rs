@@ -135,6 +135,9 @@ enum Lock {
     Rows,
     /// The namespace's name lock too.
     Tree,
+    /// The name lock shared: waits for the name changes under way to commit, and lets none
+    /// start meanwhile (an open making sure its inode survived them).
+    TreeShared,
 }
 
 impl PostgresBackend {
@@ -199,28 +202,11 @@ impl Inner {
         let begin = match lock {
             Lock::Rows => "BEGIN".to_string(),
             Lock::Tree => format!("BEGIN; {}", self.tree_lock),
+            Lock::TreeShared => {
+                format!("BEGIN; {}", self.tree_lock.replace("_xact_lock(", "_xact_lock_shared("))
+            }
         };
         transaction(client, stmts, &self.settings, &begin, f)
-    }
-
-    /// Whether inode `ino` still exists once the name changes under way have committed: the
-    /// name lock, taken shared, waits for them and lets none start until the check is made.
-    /// One round trip: in a batch each statement sees what committed before it began.
-    fn survived(&self, ino: u64) -> FsResult<bool> {
-        const THERE: &str = "agentvfs: the inode is there";
-        let mut conn = self.conn()?;
-        let shared = self.tree_lock.replace("_xact_lock(", "_xact_lock_shared(");
-        let batch = format!("BEGIN; {shared}; SELECT '{THERE}' FROM inodes WHERE ino = {ino}; COMMIT");
-        match conn.client.simple_query(&batch) {
-            Ok(messages) => Ok(messages.iter().any(|m| match m {
-                postgres::SimpleQueryMessage::Row(row) => row.get(0) == Some(THERE),
-                _ => false,
-            })),
-            Err(e) => {
-                let _ = conn.client.batch_execute("ROLLBACK");
-                Err(self.settings.error(e))
-            }
-        }
     }
 
     /// Makes everything committed so far survive a crash of the server: one commit with the

@@ -120,9 +120,11 @@ impl Backend for PostgresBackend {
             // A name change that deleted the inode without seeing the registration is under way
             // or committed: once the shared name lock is held, the inode's rows are there for
             // good (the next unlink sees the handle) or gone.
-            match inner.survived(node.ino) {
-                Ok(true) => return Ok(Box::new(self.file(node.ino, node.kind, path))),
-                Ok(false) => {
+            // (Three round trips of prepared statements cost less than one simple-query batch
+            // of the same, which the server parses and plans each time.)
+            match inner.write(Lock::TreeShared, |sql| Tree::node(sql, node.ino)) {
+                Ok(Some(_)) => return Ok(Box::new(self.file(node.ino, node.kind, path))),
+                Ok(None) => {
                     inner.closed(node.ino);
                     // Replaced meanwhile (the name may lead to another node now): look again,
                     // unless it vanished twice.
