@@ -85,6 +85,19 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// A route's connections, made as they are needed.
+fn pool(settings: &Arc<PgSettings>) -> r2d2::Pool<Manager> {
+    r2d2::Pool::builder()
+        .max_size(POOL_SIZE)
+        .min_idle(Some(1))
+        .connection_timeout(CONNECT_WAIT)
+        // A check before every use would cost a round trip per operation; a broken
+        // connection fails its statement instead, and is dropped when it comes back.
+        .test_on_check_out(false)
+        .error_handler(Box::new(PoolErrors { server: settings.server() }))
+        .build_unchecked(Manager { settings: settings.clone() })
+}
+
 /// Where r2d2 reports connection failures: one rate-limited line each, naming the server.
 #[derive(Debug)]
 struct PoolErrors {
@@ -151,15 +164,7 @@ impl PostgresBackend {
         let instance = schema::new_instance(&mut client, &settings)?;
         let listener = notify::Listener::new(settings.clone(), instance, ns)?;
         schema::remove_dead_orphans(&mut client, &settings, ns)?;
-        let pool = r2d2::Pool::builder()
-            .max_size(POOL_SIZE)
-            .min_idle(Some(1))
-            .connection_timeout(CONNECT_WAIT)
-            // A check before every use would cost a round trip per operation; a broken
-            // connection fails its statement instead, and is dropped when it comes back.
-            .test_on_check_out(false)
-            .error_handler(Box::new(PoolErrors { server: settings.server() }))
-            .build_unchecked(Manager { settings: settings.clone() });
+        let pool = pool(&settings);
         let channel = notify::channel(&settings.schema, ns);
         Ok(PostgresBackend {
             inner: Arc::new(Inner {

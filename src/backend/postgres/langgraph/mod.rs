@@ -32,7 +32,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::store::Sql;
-use super::{notify, Conn, Manager, PgSettings, PoolErrors, CONNECT_WAIT, POOL_SIZE};
+use super::{notify, Conn, Manager, PgSettings};
 use crate::error::{Errno, FsError, FsResult};
 use file::Shared;
 pub(super) use schema::SIDE_TABLES;
@@ -73,13 +73,7 @@ impl LangGraphBackend {
         let instance = super::schema::new_instance(&mut client, &settings)?;
         let channel = schema::channel(&mut client, &settings, prefix)?;
         let listener = notify::Listener::on_channel(settings.clone(), instance, channel.clone())?;
-        let pool = r2d2::Pool::builder()
-            .max_size(POOL_SIZE)
-            .min_idle(Some(1))
-            .connection_timeout(CONNECT_WAIT)
-            .test_on_check_out(false)
-            .error_handler(Box::new(PoolErrors { server: settings.server() }))
-            .build_unchecked(Manager { settings: settings.clone() });
+        let pool = super::pool(&settings);
         let name_lock = format!(
             "SELECT pg_advisory_xact_lock(hashtext('agentvfs-langgraph'), hashtext({}))",
             quote(prefix)
