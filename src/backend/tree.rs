@@ -352,14 +352,11 @@ pub fn unlink_in<T: Tree + ?Sized>(
     if path.is_empty() {
         return Err(err(Errno::EISDIR));
     }
-    let name = split_parent(path).1;
-    // One walk to the name itself: ENOENT if it or a directory above is missing, ENOTDIR if
-    // something above is not a directory.
-    let chain = t.walk(root, path)?;
-    let (parent, ino) = (chain[chain.len() - 2], chain[chain.len() - 1]);
-    if t.must_node(ino)?.is_dir() {
+    let (parent, name, n) = walk_to_name(t, root, path)?;
+    if n.is_dir() {
         return Err(err(Errno::EISDIR));
     }
+    let ino = n.ino;
     let left = t.unlink_named((parent, name), ino, now_ns())?;
     Ok((left == 0 && last_name_gone(t, ino)?).then_some(ino))
 }
@@ -374,22 +371,28 @@ pub fn rmdir_in<T: Tree + ?Sized>(
     if path.is_empty() {
         return Err(err(Errno::EBUSY));
     }
-    let (parent_path, name) = split_parent(path);
-    let parent = resolve_dir(t, root, parent_path)?;
-    check_name(name)?;
-    let ino = t.lookup(parent.ino, name)?.ok_or_else(|| err(Errno::ENOENT))?;
-    let n = t.must_node(ino)?;
+    let (parent, name, n) = walk_to_name(t, root, path)?;
     if !n.is_dir() {
         return Err(err(Errno::ENOTDIR));
     }
+    let ino = n.ino;
     if t.has_children(ino)? {
         return Err(err(Errno::ENOTEMPTY));
     }
     let now = now_ns();
-    t.remove_dentry(parent.ino, name)?;
-    t.touch_dir(parent.ino, -1, now)?;
+    t.remove_dentry(parent, name)?;
+    t.touch_dir(parent, -1, now)?;
     t.add_nlink(ino, -i64::from(n.nlink), now)?;
     Ok(last_name_gone(t, ino)?.then_some(ino))
+}
+
+/// The directory holding the last name of the non-empty `path`, that name, and the node it
+/// names, in one walk: ENOENT if the name or a directory above is missing, ENOTDIR if
+/// something above is not a directory.
+fn walk_to_name<'p, T: Tree + ?Sized>(t: &T, root: u64, path: &'p str) -> FsResult<(u64, &'p str, Node)> {
+    let chain = t.walk(root, path)?;
+    let (parent, ino) = (chain[chain.len() - 2], chain[chain.len() - 1]);
+    Ok((parent, split_parent(path).1, t.must_node(ino)?))
 }
 
 /// The flags renameat2(2) accepts here, checked before anything is looked up.
