@@ -307,3 +307,21 @@ fn a_deleted_file_opens_again_through_its_descriptor() {
         assert_eq!(out.trim(), "100001", "{route}: a here-document read through /dev/stdin");
     }
 }
+
+/// `fsync` of a directory reaches every backend's own sync (host: the host directory's
+/// `fsync`; sqlite and postgres: their logs, see pg_faults for the postgres crash test) and
+/// succeeds, for a directory whose names just changed and for the route's root.
+#[test]
+fn fsync_of_a_directory_succeeds_on_every_route() {
+    let fx = Fixture::new("");
+    for route in ROUTES {
+        let dir = fx.p(route).join("synced");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("a"), "a").unwrap();
+        fs::rename(dir.join("a"), dir.join("b")).unwrap();
+        for d in [&dir, &fx.p(route)] {
+            fs::File::open(d).unwrap().sync_all().unwrap_or_else(|e| panic!("{route}: fsync of {d:?}: {e}"));
+        }
+        assert_eq!(fs::read_to_string(dir.join("b")).unwrap(), "a", "{route}");
+    }
+}

@@ -340,6 +340,53 @@ impl<'a> Sql<'a> {
     }
 }
 
+/// A new inode's column values as the server takes them, for the parameters `$1`–`$11` of
+/// the statements that insert one.
+struct InodeRow {
+    ino: i64,
+    ns: i32,
+    kind: i32,
+    perm: i32,
+    uid: i64,
+    gid: i64,
+    rdev: i64,
+    size: i64,
+    nlink: i32,
+}
+
+impl InodeRow {
+    fn new(ino: u64, n: &NewNode<'_>) -> InodeRow {
+        InodeRow {
+            ino: ino as i64,
+            ns: n.ns as i32,
+            kind: n.kind.mode_bits() as i32,
+            perm: n.perm as i32,
+            uid: i64::from(n.uid),
+            gid: i64::from(n.gid),
+            rdev: i64::from(n.rdev),
+            size: n.target.map_or(0, |t| t.len() as i64),
+            nlink: n.nlink as i32,
+        }
+    }
+
+    /// `ino, ns, kind, perm, uid, gid, rdev, size, nlink, now, target`.
+    fn params<'a>(&'a self, n: &'a NewNode<'_>) -> [&'a (dyn ToSql + Sync); 11] {
+        [
+            &self.ino,
+            &self.ns,
+            &self.kind,
+            &self.perm,
+            &self.uid,
+            &self.gid,
+            &self.rdev,
+            &self.size,
+            &self.nlink,
+            &n.now,
+            &n.target,
+        ]
+    }
+}
+
 impl Tree for Sql<'_> {
     fn lookup(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
         let row = self
@@ -385,23 +432,11 @@ impl Tree for Sql<'_> {
     }
 
     fn insert_node(&self, ino: u64, n: &NewNode<'_>) -> FsResult<()> {
-        let size = n.target.map_or(0, |t| t.len() as i64);
+        let row = InodeRow::new(ino, n);
         self.exec(
             "INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime,
              target) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $10, $11)",
-            &[
-                &(ino as i64),
-                &(n.ns as i32),
-                &(n.kind.mode_bits() as i32),
-                &(n.perm as i32),
-                &i64::from(n.uid),
-                &i64::from(n.gid),
-                &i64::from(n.rdev),
-                &size,
-                &(n.nlink as i32),
-                &n.now,
-                &n.target,
-            ],
+            &row.params(n),
         )?;
         Ok(())
     }
@@ -413,7 +448,7 @@ impl Tree for Sql<'_> {
         (parent, name): (u64, &str),
         nlink_delta: i64,
     ) -> FsResult<bool> {
-        let size = n.target.map_or(0, |t| t.len() as i64);
+        let row = InodeRow::new(ino, n);
         // The name's key decides whether it is new (no separate lookup first; a taken name
         // is no error on the server, which would log it).
         let made = self.exec(
@@ -424,22 +459,7 @@ impl Tree for Sql<'_> {
                  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $10, $11 FROM e)
              UPDATE inodes SET nlink = nlink + $14, mtime = $10, ctime = $10
              WHERE ino = $12 AND EXISTS (SELECT 1 FROM e)",
-            &[
-                &(ino as i64),
-                &(n.ns as i32),
-                &(n.kind.mode_bits() as i32),
-                &(n.perm as i32),
-                &i64::from(n.uid),
-                &i64::from(n.gid),
-                &i64::from(n.rdev),
-                &size,
-                &(n.nlink as i32),
-                &n.now,
-                &n.target,
-                &(parent as i64),
-                &name,
-                &(nlink_delta as i32),
-            ],
+            &[&row.params(n)[..], &[&(parent as i64), &name, &(nlink_delta as i32)]].concat(),
         )?;
         Ok(made == 1)
     }
