@@ -57,6 +57,9 @@ pub enum BackendConfig {
         namespace: String,
         /// `tree` (agentvfs's own tables) or `langgraph` (LangGraph's `store` table).
         layout: PgLayout,
+        /// Whether the close of a descriptor that wrote waits for the server's disk, as `fsync`
+        /// does (`sync_on_close`; tree layout).
+        sync_on_close: bool,
     },
 }
 
@@ -220,6 +223,7 @@ struct RawBackend {
     url: Option<Spanned<String>>,
     schema: Option<Spanned<String>>,
     layout: Option<Spanned<String>>,
+    sync_on_close: Option<Spanned<bool>>,
     root: Option<Spanned<String>>,
     database: Option<Spanned<String>>,
     namespace: Option<String>,
@@ -237,6 +241,7 @@ struct RawRoute {
     url: Option<Spanned<String>>,
     schema: Option<Spanned<String>>,
     layout: Option<Spanned<String>>,
+    sync_on_close: Option<Spanned<bool>>,
     root: Option<Spanned<String>>,
     database: Option<Spanned<String>>,
     namespace: Option<String>,
@@ -312,8 +317,13 @@ struct RawAudit {
 /// secrets are denied.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
 
-/// The postgres route's own keys: `url`, `schema`, `layout`.
-type PgKeys<'a> = (&'a Option<Spanned<String>>, &'a Option<Spanned<String>>, &'a Option<Spanned<String>>);
+/// The postgres route's own keys: `url`, `schema`, `layout`, `sync_on_close`.
+type PgKeys<'a> = (
+    &'a Option<Spanned<String>>,
+    &'a Option<Spanned<String>>,
+    &'a Option<Spanned<String>>,
+    &'a Option<Spanned<bool>>,
+);
 
 struct Parser<'a> {
     file: &'a str,
@@ -350,7 +360,7 @@ impl Parser<'_> {
         namespace: &Option<String>,
         max_bytes: Option<u64>,
         store: &Option<Spanned<String>>,
-        (url, schema, layout): PgKeys<'_>,
+        (url, schema, layout, sync_on_close): PgKeys<'_>,
         span: Range<usize>,
     ) -> Result<BackendConfig, ConfigError> {
         let only = |allowed: &[&str]| -> Result<(), ConfigError> {
@@ -363,6 +373,7 @@ impl Parser<'_> {
                 ("url", url.is_some()),
                 ("schema", schema.is_some()),
                 ("layout", layout.is_some()),
+                ("sync_on_close", sync_on_close.is_some()),
             ] {
                 if present && !allowed.contains(&key) {
                     return Err(self.err(
@@ -417,7 +428,7 @@ impl Parser<'_> {
                 })
             }
             "postgres" => {
-                only(&["url", "schema", "namespace", "layout"])?;
+                only(&["url", "schema", "namespace", "layout", "sync_on_close"])?;
                 let url = url.as_ref().ok_or_else(|| {
                     self.err(
                         Some(span.clone()),
@@ -438,11 +449,19 @@ impl Parser<'_> {
                         ))
                     }
                 };
+                if let (PgLayout::LangGraph, Some(s)) = (layout, sync_on_close) {
+                    return Err(self.err(
+                        Some(s.span()),
+                        "key `sync_on_close` does not apply to layout \"langgraph\", whose every close \
+                         waits for the server's disk",
+                    ));
+                }
                 Ok(BackendConfig::Postgres {
                     url: url.get_ref().clone(),
                     schema: schema.to_string(),
                     namespace: namespace.clone().unwrap_or_else(|| "default".to_string()),
                     layout,
+                    sync_on_close: sync_on_close.as_ref().is_some_and(|s| *s.get_ref()),
                 })
             }
             other => Err(self.err(
@@ -484,7 +503,7 @@ impl Parser<'_> {
                     &b.namespace,
                     b.max_bytes,
                     &b.store,
-                    (&b.url, &b.schema, &b.layout),
+                    (&b.url, &b.schema, &b.layout, &b.sync_on_close),
                     d.span(),
                 )?;
                 let ttl = self.ttl(b.cache_ttl_seconds, &cfg, d.span())?;
@@ -532,7 +551,7 @@ impl Parser<'_> {
                 &r.namespace,
                 r.max_bytes,
                 &r.store,
-                (&r.url, &r.schema, &r.layout),
+                (&r.url, &r.schema, &r.layout, &r.sync_on_close),
                 span.clone(),
             )?;
             if let (Some(namespace), Some(store)) = (backend.namespace(), backend.location()) {

@@ -46,8 +46,8 @@ impl BackendConfig {
                 BackendConfig::Sqlite { database: b, namespace: n },
             ) => a == b && m == n,
             (
-                BackendConfig::Postgres { url: a, schema: s, namespace: m, layout: x },
-                BackendConfig::Postgres { url: b, schema: t, namespace: n, layout: y },
+                BackendConfig::Postgres { url: a, schema: s, namespace: m, layout: x, .. },
+                BackendConfig::Postgres { url: b, schema: t, namespace: n, layout: y, .. },
                 // Every schema's langgraph routes read the one store table: the schema (of the
                 // side table) does not set them apart.
             ) => a == b && m == n && x == y && (s == t || *x == crate::config::PgLayout::LangGraph),
@@ -137,5 +137,27 @@ mod tests {
         );
         let e = parse(&twice).unwrap_err();
         assert!(e.message.contains("give each route a namespace of its own"), "{e}");
+    }
+
+    #[test]
+    fn a_postgres_close_waits_for_the_servers_disk_only_when_asked() {
+        let sync_of = |text: &str| match parse(text).unwrap().routes[1].backend {
+            BackendConfig::Postgres { sync_on_close, .. } => sync_on_close,
+            ref other => panic!("{other:?}"),
+        };
+        assert!(!sync_of(&format!("{PG}url = \"postgresql://a@h/d\"\n")));
+        assert!(sync_of(&format!("{PG}url = \"postgresql://a@h/d\"\nsync_on_close = true\n")));
+        let e = parse(&format!("{PG}url = \"postgresql://a@h/d\"\nsync_on_close = \"yes\"\n")).unwrap_err();
+        assert!(e.message.contains("expected a boolean"), "{e}");
+        let e = parse(&format!(
+            "{PG}url = \"postgresql://a@h/d\"\nlayout = \"langgraph\"\nsync_on_close = false\n"
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("`sync_on_close` does not apply to layout \"langgraph\""), "{e}");
+        let e = parse(
+            "[[routes]]\npath = \"/s\"\nbackend = \"sqlite\"\ndatabase = \"s.db\"\nsync_on_close = true\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("key `sync_on_close` does not apply to backend \"sqlite\""), "{e}");
     }
 }

@@ -68,8 +68,10 @@ pub fn open_backend(
             };
             Arc::new(opened.map_err(|e| anyhow!("cannot open sqlite store {}: {e}", database.display()))?)
         }
-        BackendConfig::Postgres { url, schema, namespace, layout } => {
-            let settings = PgSettings::new(url, schema).map_err(|e| anyhow!("postgres route: {e}"))?;
+        BackendConfig::Postgres { url, schema, namespace, layout, sync_on_close } => {
+            let settings = PgSettings::new(url, schema)
+                .map_err(|e| anyhow!("postgres route: {e}"))?
+                .sync_on_close(*sync_on_close);
             let server = settings.server();
             let fail = |e| anyhow!("cannot open postgres store {server} (schema {schema}): {e}");
             match layout {

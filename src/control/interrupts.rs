@@ -222,6 +222,7 @@ fn interrupted(approvals: &Approvals, id: ApprovalId, name: &str) -> ToolOutput 
 /// Opens the ticket for `request` and waits on this connection for its answer.
 fn block(env: &mut ToolEnv, approvals: &Arc<Approvals>, request: Request) -> (ApprovalId, Outcome) {
     let (tx, rx) = mpsc::channel();
+    let recording = env.session.submitting();
     let submitted =
         approvals.submit(request, None, Box::new(move |id, outcome| drop(tx.send((id, outcome)))));
     // The connection withdraws the ticket if its client goes away; if it already went, the
@@ -231,6 +232,7 @@ fn block(env: &mut ToolEnv, approvals: &Arc<Approvals>, request: Request) -> (Ap
             approvals.withdraw(id);
         }
     }
+    drop(recording);
     // The sweeper answers at the deadline; the margin only guards against its absence.
     let (id, outcome) =
         rx.recv_timeout(approvals.timeout() + Duration::from_secs(5)).unwrap_or((0, Outcome::TimedOut));

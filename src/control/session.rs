@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::backend::Attr;
 use crate::policy::approvals::ApprovalId;
@@ -42,6 +42,8 @@ pub struct Session {
     pub staging: crate::control::transfer::Staging,
     observed: Mutex<HashMap<VPath, Version>>,
     waiting: Mutex<Waiting>,
+    /// Signalled when a call's ticket is submitted and recorded.
+    submitted: Condvar,
 }
 
 /// The tickets this connection's calls wait on, and whether its client is gone.
@@ -49,6 +51,19 @@ pub struct Session {
 struct Waiting {
     closed: bool,
     tickets: Vec<ApprovalId>,
+    /// Calls whose ticket is being submitted: listed already, perhaps, and not yet recorded.
+    submitting: usize,
+}
+
+/// A call's ticket being submitted, until it is recorded with [`Session::wait_on`] (or was
+/// not opened) and this is dropped.
+pub struct Submitting<'a>(&'a Session);
+
+impl Drop for Submitting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.lock().submitting -= 1;
+        self.0.submitted.notify_all();
+    }
 }
 
 impl Session {
@@ -58,7 +73,16 @@ impl Session {
             staging: Default::default(),
             observed: Mutex::new(HashMap::new()),
             waiting: Mutex::default(),
+            submitted: Condvar::new(),
         }
+    }
+
+    /// Taken before a call submits the ticket it will wait on: until it is dropped,
+    /// [`Session::waits_on`] waits, since the ticket may be listed (and answered) before the
+    /// call can record it.
+    pub fn submitting(&self) -> Submitting<'_> {
+        self.waiting.lock().submitting += 1;
+        Submitting(self)
     }
 
     /// Records that a call of this connection waits on ticket `id`. False when the client is
@@ -71,9 +95,14 @@ impl Session {
         !waiting.closed
     }
 
-    /// Whether a call of this connection waits on ticket `id`.
+    /// Whether a call of this connection waits on ticket `id` (once the tickets being
+    /// submitted are recorded).
     pub fn waits_on(&self, id: ApprovalId) -> bool {
-        self.waiting.lock().tickets.contains(&id)
+        let mut waiting = self.waiting.lock();
+        while waiting.submitting > 0 {
+            self.submitted.wait(&mut waiting);
+        }
+        waiting.tickets.contains(&id)
     }
 
     /// The call waiting on `id` has its answer.
@@ -100,5 +129,25 @@ impl Session {
 
     pub fn forget(&self, path: &VPath) {
         self.observed.lock().remove(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ticket_being_submitted_counts_as_waited_on_once_recorded() {
+        let session = Session::new(Observation::Strict);
+        let submitting = session.submitting();
+        std::thread::scope(|s| {
+            let asked = s.spawn(|| session.waits_on(5));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!asked.is_finished(), "the answer waits for the submission");
+            assert!(session.wait_on(5));
+            drop(submitting);
+            assert!(asked.join().unwrap(), "the ticket its call waits on");
+        });
+        assert!(!session.waits_on(6));
     }
 }

@@ -1,7 +1,8 @@
 //! The postgres route when its server goes away: operations fail with EIO within seconds
 //! (never a hang), the log says why, the daemon stays up, and once the server is back the
 //! mount works again by itself; a restart in the middle of a copy loses nothing acknowledged;
-//! after a crash of the server, what a `close`, `fsync` or `fsyncdir` acknowledged is there.
+//! after a crash of the server, what an `fsync` or `fsyncdir` acknowledged is there, and what
+//! a `close` acknowledged with `sync_on_close`.
 //! Each test runs a server of its own, so stopping it disturbs no other test.
 
 use std::fs;
@@ -84,11 +85,11 @@ fn a_restart_in_the_middle_of_a_copy_loses_nothing_acknowledged() {
 }
 
 /// Commits do not wait for the server's disk, except where POSIX says data must be durable:
-/// the close of a descriptor that wrote, `fsync`, and `fsync` of a directory (for the names in
-/// it). Each is followed by a crash of the server at once (its WAL writer flushes only every
-/// 200 ms, so what no commit waited for is lost).
+/// `fsync`, and `fsync` of a directory (for the names in it); with `sync_on_close`, also the
+/// close of a descriptor that wrote. Each is followed by a crash of the server at once (its
+/// WAL writer flushes only every 200 ms, so what no commit waited for is lost).
 #[test]
-fn what_close_fsync_and_fsyncdir_acknowledged_survives_a_server_crash() {
+fn what_fsync_fsyncdir_and_a_synced_close_acknowledged_survives_a_server_crash() {
     let server = TestServer::start().unwrap();
     let ns = namespace("crash");
     type Step<'a> = (&'a str, &'a dyn Fn(&Daemon));
@@ -113,7 +114,8 @@ fn what_close_fsync_and_fsyncdir_acknowledged_survives_a_server_crash() {
         }),
     ];
     for (what, step) in steps {
-        let a = Daemon::start_with(&ns, &server.url());
+        let keys = if what == "close" { "sync_on_close = true" } else { "" };
+        let a = Daemon::start_configured(&ns, &server.url(), keys);
         step(&a);
         server.crash().unwrap();
         drop(a);

@@ -27,6 +27,11 @@ impl Daemon {
 
     /// Like [`Daemon::start`], on the server at `url`.
     pub fn start_with(namespace: &str, url: &str) -> Daemon {
+        Self::start_configured(namespace, url, "")
+    }
+
+    /// Like [`Daemon::start_with`], with `keys` (TOML lines) added to the `/pg` route.
+    pub fn start_configured(namespace: &str, url: &str, keys: &str) -> Daemon {
         let scratch = scratch();
         let host_root = scratch.path().join("host-root");
         fs::create_dir_all(&host_root).unwrap();
@@ -34,7 +39,7 @@ impl Daemon {
         let own = scratch.path().file_name().unwrap().to_string_lossy().to_string();
         let text = fs::read_to_string(&cfg)
             .unwrap()
-            .replace(&format!("namespace = \"{own}\""), &format!("namespace = \"{namespace}\""))
+            .replace(&format!("namespace = \"{own}\""), &format!("namespace = \"{namespace}\"\n{keys}"))
             .replace(&crate::harness::pg().url(), url);
         fs::write(&cfg, text).unwrap();
         let mount = Mount::start(&cfg, &scratch.path().join("mnt"));

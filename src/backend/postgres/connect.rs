@@ -26,6 +26,8 @@ pub struct PgSettings {
     pub schema: String,
     /// `user@host:port/db`, for messages (never the password).
     server: String,
+    /// Whether the close of a descriptor that wrote waits for the server's disk.
+    pub sync_on_close: bool,
 }
 
 impl PgSettings {
@@ -80,7 +82,12 @@ impl PgSettings {
         config.keepalives_retries(3);
         config.application_name("agentvfs");
         let server = describe(&config);
-        Ok(PgSettings { config, schema: schema.to_string(), server })
+        Ok(PgSettings { config, schema: schema.to_string(), server, sync_on_close: false })
+    }
+
+    /// The same settings, whose closes wait for the server's disk (`sync_on_close`) or not.
+    pub fn sync_on_close(self, sync: bool) -> PgSettings {
+        PgSettings { sync_on_close: sync, ..self }
     }
 
     /// A new connection whose unqualified table names are the route's schema.
@@ -88,8 +95,8 @@ impl PgSettings {
         let mut client = self.config.connect(NoTls)?;
         // Commits do not wait for the server's disk: what a call commits is seen by every
         // daemon and survives a kill -9 of this one at once, and becomes crash-proof on the
-        // server with the next `fsync`, `close` of written data or `fsyncdir`
-        // (`Inner::sync_durable`), or by the server itself within about 0.6 s.
+        // server with the next `fsync` or `fsyncdir` (and, with `sync_on_close`, `close` of
+        // written data: `Inner::sync_durable`), or by the server itself within about 0.6 s.
         client
             .batch_execute(&format!("SET search_path TO {}; SET synchronous_commit TO off", self.schema))?;
         Ok(client)

@@ -1,8 +1,9 @@
 //! Open files of the postgres route. Every write is one transaction, committed before it
 //! returns: it locks the inode's row, reads the chunks it only partly overwrites, stores the
 //! chunks it touches and the new size, and announces the change. Nothing is buffered, so every
-//! daemon on the namespace reads what was acknowledged; `fsync`, and the `close` of a
-//! descriptor that changed the file, wait until the server has it on disk.
+//! daemon on the namespace reads what was acknowledged; `fsync` waits until the server has it
+//! on disk, and so does the `close` of a descriptor that changed the file with the route's
+//! `sync_on_close` (without it, a close has nothing to do and the kernel does not ask).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -152,12 +153,19 @@ impl OpenFile for PgFile {
     }
 
     fn flush(&self) -> FsResult<()> {
+        if !self.inner.settings.sync_on_close {
+            return Ok(());
+        }
         match self.changed.swap(false, Ordering::AcqRel) {
             true => {
                 self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
             }
             false => Ok(()),
         }
+    }
+
+    fn needs_flush(&self) -> bool {
+        self.inner.settings.sync_on_close
     }
 
     fn fsync(&self, _datasync: bool) -> FsResult<()> {

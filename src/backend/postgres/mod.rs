@@ -8,8 +8,9 @@
 //!
 //! Every operation is one transaction committed before it returns, file writes included, so
 //! what a call acknowledged survives a `kill -9` of the daemon and is seen by every other
-//! daemon at once. Commits do not wait for the server's disk; `fsync`, `fsyncdir` and the
-//! `close` of a descriptor that wrote do (`Inner::sync_durable`). Name changes (create, link,
+//! daemon at once. Commits do not wait for the server's disk; `fsync` and `fsyncdir` do
+//! (`Inner::sync_durable`), and so does the `close` of a descriptor that wrote, with the
+//! route's `sync_on_close`. Name changes (create, link,
 //! unlink, rmdir, rename) of one namespace take a transaction-scoped advisory lock, so that
 //! concurrent renames on two hosts cannot cut a subtree loose; writes and attribute changes
 //! lock the inode's row. Each committed change sends a notification carrying the changed
@@ -22,6 +23,8 @@
 
 mod connect;
 mod file;
+mod functions;
+mod handles;
 mod langgraph;
 mod notify;
 mod ops;
@@ -31,7 +34,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,12 +133,14 @@ struct Inner {
     instance: i64,
     /// The statement taking the advisory lock that serialises name changes in this namespace.
     tree_lock: String,
+    /// That lock's first key.
+    tree_key: i32,
     /// The notification channel of this namespace.
     channel: String,
     /// Inode numbers reserved and not yet used: `(next, end)`.
     inos: Mutex<(u64, u64)>,
-    /// Open handles per inode, and the open inodes whose last name went (deleted at last close).
-    open: Mutex<(HashMap<u64, usize>, HashSet<u64>)>,
+    /// This daemon's open handles.
+    handles: handles::Handles,
     /// Keeps the instance's lock and listens for other daemons' changes (its thread, once
     /// started by [`PostgresBackend::watch`]).
     listener: notify::Listener,
@@ -148,9 +153,6 @@ enum Lock {
     Rows,
     /// The namespace's name lock too.
     Tree,
-    /// The name lock shared: waits for the name changes under way to commit, and lets none
-    /// start meanwhile (an open making sure its inode survived them).
-    TreeShared,
 }
 
 impl PostgresBackend {
@@ -169,6 +171,7 @@ impl PostgresBackend {
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
                 tree_lock: schema::tree_lock(&settings.schema, ns),
+                tree_key: schema::tree_lock_key(&settings.schema),
                 settings,
                 pool,
                 namespace: namespace.to_string(),
@@ -177,7 +180,7 @@ impl PostgresBackend {
                 instance,
                 channel,
                 inos: Mutex::new((0, 0)),
-                open: Mutex::new((HashMap::new(), HashSet::new())),
+                handles: handles::Handles::default(),
                 listener,
             }),
         })
@@ -199,17 +202,57 @@ impl Inner {
         f(&Sql::new(client, stmts, &self.settings))
     }
 
+    /// Runs `f`, one statement that commits on its own (a call of one of the server's
+    /// `functions`), again if the server reports a deadlock or serialization failure.
+    fn call<T>(&self, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.read(&f) {
+                Err(e) if connect::is_retry(&e) && tries < TX_TRIES => continue,
+                done => return done,
+            }
+        }
+    }
+
+    /// The name lock, root and notification of a call of the server's `functions`.
+    fn call_args<'a>(&'a self, payload: &'a str) -> functions::Call<'a> {
+        functions::Call { lock_key: self.tree_key, root: self.root, channel: &self.channel, payload }
+    }
+
+    /// Deletes the rows of `ino`, which has no name left and no handle of this daemon, in one
+    /// transaction (one round trip); a failure leaves them marked as this instance's orphan,
+    /// for the next daemon on the namespace.
+    fn delete_orphan(&self, ino: u64) {
+        let done = self.conn().and_then(|mut conn| {
+            // The inode's row first: that waits for a write holding it, whose chunks the
+            // statement after then sees.
+            conn.client
+                .batch_execute(&format!(
+                    "BEGIN; DELETE FROM inodes WHERE ino = {ino};
+                     WITH c AS (DELETE FROM chunks WHERE ino = {ino}), x AS (DELETE FROM xattrs WHERE ino = {ino})
+                     DELETE FROM dentries WHERE parent = {ino};
+                     COMMIT"
+                ))
+                .map_err(|e| {
+                    let _ = conn.client.batch_execute("ROLLBACK");
+                    self.settings.error(e)
+                })
+        });
+        if let Err(e) = done {
+            tracing::warn!(ino, "postgres: deleting unlinked file failed (the next start does): {e}");
+        }
+    }
+
     /// Runs `f` in one transaction (with the namespace's name lock for `Lock::Tree`) and
     /// commits it; an error rolls it back. Deadlocks are tried again.
     fn write<T>(&self, lock: Lock, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        let _end = self.handles.transaction();
         let mut conn = self.conn()?;
         let Conn { client, stmts } = &mut *conn;
         let begin = match lock {
             Lock::Rows => "BEGIN".to_string(),
             Lock::Tree => format!("BEGIN; {}", self.tree_lock),
-            Lock::TreeShared => {
-                format!("BEGIN; {}", self.tree_lock.replace("_xact_lock(", "_xact_lock_shared("))
-            }
         };
         transaction(client, stmts, &self.settings, &begin, f)
     }
@@ -251,35 +294,22 @@ impl Inner {
     /// handle of this daemon holds it, in which case it is marked as this instance's orphan
     /// and its last close deletes it.
     fn drop_or_defer(&self, sql: &Sql<'_>, ino: u64) -> FsResult<bool> {
-        let mut open = self.open.lock();
-        if open.0.contains_key(&ino) {
-            open.1.insert(ino);
+        if self.handles.keep_or_delete(ino) {
             sql.mark_orphan(ino, self.instance)?;
             return Ok(true);
         }
-        drop(open);
         sql.delete_rows(ino)?;
         Ok(false)
     }
 
     /// Registers a handle on `ino`.
     fn opened(&self, ino: u64) {
-        *self.open.lock().0.entry(ino).or_insert(0) += 1;
+        self.handles.opened(ino);
     }
 
     /// A handle on `ino` closed: the last one of a nameless inode deletes its rows.
     fn closed(&self, ino: u64) {
-        let reap = {
-            let mut open = self.open.lock();
-            let count = open.0.get_mut(&ino).expect("a registered handle");
-            *count -= 1;
-            if *count > 0 {
-                return;
-            }
-            open.0.remove(&ino);
-            open.1.remove(&ino)
-        };
-        if reap {
+        if self.handles.closed(ino) {
             let done = self.write(Lock::Rows, |sql| {
                 if sql.node(ino)?.is_some_and(|n| n.nlink == 0) {
                     sql.delete_rows(ino)?;

@@ -2,9 +2,10 @@
 //! outside a transaction, every change one transaction that also announces what it changed.
 
 use super::file::PgFile;
+use super::functions;
 use super::store::Sql;
 use super::{Inner, Lock, PostgresBackend};
-use crate::backend::tree::{self, Spec, Tree};
+use crate::backend::tree::{self, NewNode, Spec, Tree};
 use crate::backend::{Attr, Backend, Caller, DirEntry, FileKind, OpenFile, RemoteChange, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
 
@@ -50,22 +51,41 @@ impl Inner {
         }
     }
 
-    /// Creates a node at `path`. A file about to be opened (`open`) is registered as open
-    /// before the commit, so no unlink can delete its rows before its handle exists.
+    /// Creates a node at `path`, in one call of the server's `create_at`. A file about to be
+    /// opened (`open`) is registered as open before the commit, so no unlink can delete its
+    /// rows before its handle exists.
     fn make_node(&self, path: &str, spec: Spec<'_>, caller: &Caller, open: bool) -> FsResult<tree::Node> {
+        let (dir, leaf) = functions::split_new(path).map_err(at(path))?;
         let ino = self.alloc_ino()?;
         if open {
             self.opened(ino);
         }
-        let made = self.write(Lock::Tree, |sql| {
-            let node = tree::create_in(sql, self.root, path, (ino, self.ns), &spec, caller)?;
-            self.announce(sql, Changed::Name, path)?;
-            Ok(node)
-        });
-        if made.is_err() && open {
-            self.closed(ino);
+        let is_dir = spec.kind == FileKind::Dir;
+        let mut new = NewNode {
+            ns: self.ns,
+            kind: spec.kind,
+            perm: spec.perm,
+            uid: caller.uid,
+            gid: caller.gid,
+            rdev: spec.rdev,
+            nlink: if is_dir { 2 } else { 1 },
+            target: spec.target,
+            now: tree::now_ns(),
+        };
+        let payload = self.payload(Changed::Name, path);
+        let call = self.call_args(&payload);
+        match self.call(|sql| sql.create_at(&call, (&dir, leaf), ino, &new)) {
+            Ok((gid, perm)) => {
+                (new.gid, new.perm) = (gid, perm);
+                Ok(new.node(ino))
+            }
+            Err(e) => {
+                if open {
+                    self.closed(ino);
+                }
+                Err(e).map_err(at(path))
+            }
         }
-        made.map_err(at(path))
     }
 }
 
@@ -115,14 +135,16 @@ impl Backend for PostgresBackend {
         let inner = &self.inner;
         let mut vanished = None;
         for _ in 0..100 {
+            let before = inner.handles.before_walk();
             let node = inner.read(|sql| tree::resolve_node(sql, inner.root, path)).map_err(at(path))?;
-            inner.opened(node.ino);
-            // A name change that deleted the inode without seeing the registration is under way
-            // or committed: once the shared name lock is held, the inode's rows are there for
-            // good (the next unlink sees the handle) or gone.
-            // (Three round trips of prepared statements cost less than one simple-query batch
-            // of the same, which the server parses and plans each time.)
-            match inner.write(Lock::TreeShared, |sql| Tree::node(sql, node.ino)) {
+            if inner.handles.register_after(node.ino, before) {
+                return Ok(Box::new(self.file(node.ino, node.kind, path)));
+            }
+            // A deletion of this daemon that did not see the registration is under way or
+            // ended since the walk: once it is over, the inode's rows are there for good (the
+            // next deletion sees the handle) or gone.
+            inner.handles.wait_for_deletions_of(node.ino);
+            match inner.read(|sql| Tree::node(sql, node.ino)) {
                 Ok(Some(_)) => return Ok(Box::new(self.file(node.ino, node.kind, path))),
                 Ok(None) => {
                     inner.closed(node.ino);
@@ -203,13 +225,23 @@ impl Backend for PostgresBackend {
     }
 
     fn unlink(&self, path: &str) -> FsResult<()> {
+        if path.is_empty() {
+            return Err(err(Errno::EISDIR));
+        }
         let inner = &self.inner;
-        inner
-            .write(Lock::Tree, |sql| {
-                tree::unlink_in(sql, inner.root, path, |sql, ino| inner.drop_or_defer(sql, ino))?;
-                inner.announce(sql, Changed::Name, path)
-            })
-            .map_err(at(path))
+        let (dir, leaf) = functions::split(path).map_err(at(path))?;
+        let payload = inner.payload(Changed::Name, path);
+        let call = inner.call_args(&payload);
+        // Opens of this daemon learn of the deletion until it is over (see `handles`).
+        let _end = inner.handles.transaction();
+        let (ino, left) = inner
+            .call(|sql| sql.unlink_at(&call, (&dir, leaf), (inner.ns, inner.instance)))
+            .map_err(at(path))?;
+        // The call marked a node left without a name as this instance's orphan.
+        if left == 0 && !inner.handles.keep_or_delete(ino) {
+            inner.delete_orphan(ino);
+        }
+        Ok(())
     }
 
     fn rmdir(&self, path: &str) -> FsResult<()> {

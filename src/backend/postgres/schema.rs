@@ -65,6 +65,7 @@ CREATE TABLE xattrs (
 );
 ",
     super::langgraph::SIDE_TABLES,
+    super::functions::MIGRATION,
 ];
 
 /// A stable 32-bit key for advisory locks of `purpose` in `schema` (FNV-1a).
@@ -84,7 +85,12 @@ pub(super) fn migrate_lock(schema: &str) -> String {
 
 /// The statement that takes the name lock of namespace `ns` for the current transaction.
 pub(super) fn tree_lock(schema: &str, ns: i64) -> String {
-    format!("SELECT pg_advisory_xact_lock({}, {ns})", key(schema, "tree"))
+    format!("SELECT pg_advisory_xact_lock({}, {ns})", tree_lock_key(schema))
+}
+
+/// The first key of every namespace's name lock (the second is the namespace).
+pub(super) fn tree_lock_key(schema: &str) -> i32 {
+    key(schema, "tree")
 }
 
 /// The session lock a live daemon instance holds.

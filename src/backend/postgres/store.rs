@@ -579,7 +579,7 @@ impl Tree for Sql<'_> {
 }
 
 /// The components of a path below the route's root, each checked as a name.
-fn components(path: &str) -> FsResult<Vec<&str>> {
+pub(super) fn components(path: &str) -> FsResult<Vec<&str>> {
     let comps: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
     for comp in &comps {
         tree::check_name(comp)?;

@@ -20,3 +20,42 @@ fn fresh_namespace() -> String {
 }
 
 crate::backend::suite::backend_suite!(((), backend(&fresh_namespace())));
+
+/// An open that races this daemon's unlinks of the same name gets a handle whose inode stays
+/// until it closes, or no handle: never one whose rows the unlink deleted (ESTALE on read).
+#[test]
+fn an_open_racing_this_daemons_unlinks_never_holds_a_deleted_inode() {
+    use crate::backend::{Backend, Caller};
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+
+    let b = std::sync::Arc::new(backend(&fresh_namespace()));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let caller = Caller::daemon();
+            let mut rounds = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let (_, f) = b.create("f", 0o644, libc::O_WRONLY, &caller).unwrap();
+                f.write(0, b"x").unwrap();
+                drop(f);
+                b.unlink("f").unwrap();
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut opened = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while opened < 300 && Instant::now() < deadline {
+        if let Ok(f) = b.open("f", libc::O_RDONLY) {
+            let read = f.read(0, 16);
+            assert!(read.is_ok(), "an open handle's inode was deleted: {read:?}");
+            opened += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = churn.join().unwrap();
+    assert!(opened >= 50 && rounds >= 50, "too little overlap to tell: {opened} opens, {rounds} rounds");
+}
