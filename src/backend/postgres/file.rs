@@ -198,6 +198,14 @@ impl OpenFile for PgFile {
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
         let inner = &self.inner;
         self.changed.store(true, Ordering::Release);
+        if changes.size.is_none() && !changes.is_empty() {
+            let payload = inner.payload(Changed::Content, &self.path);
+            let node = inner.read(|sql| sql.set_attrs_at(self.ino, "", changes, (&inner.channel, &payload)));
+            return match node {
+                Err(e) if e.is(Errno::ENOENT) => Err(stale()),
+                node => Ok(node?.attr()),
+            };
+        }
         inner.write(Lock::Rows, |sql| {
             let node = sql.lock_node(self.ino)?.ok_or_else(stale)?;
             let node = tree::setattr_in(sql, node, changes, MAX_FILE_SIZE)?;

@@ -1,7 +1,8 @@
 //! Tree operations as functions on the server, each called in one round trip instead of a
 //! transaction of four or more (`BEGIN` with the name lock, the walk, the change, the
 //! notification with `COMMIT`): their SQL (a migration), and the calls. `create_at` makes a
-//! node (create, mknod, mkdir, symlink), `unlink_at` takes a non-directory's name.
+//! node (create, mknod, mkdir, symlink), `unlink_at` takes a non-directory's name, and
+//! [`Sql::set_attrs_at`] (one plain statement) changes attributes other than the size.
 //!
 //! A call is one statement outside any transaction, so it commits on its own. Inside a
 //! function, each statement reads the data committed before it started, so a walk that follows
@@ -9,56 +10,63 @@
 //! those of the shared tree logic ([`tree::create_in`], [`tree::ownership`]); the backend suite
 //! runs on this route and holds both to the same outcomes.
 
-use super::store::Sql;
-use crate::backend::tree::{self, NewNode};
+use super::store::{components, node_at, walk_cte, Sql};
+use crate::backend::tree::{self, NewNode, Node};
+use crate::backend::{SetAttr, TimeSet};
 use crate::error::{Errno, FsError, FsResult};
 
-/// Migration 3: `walk_dir`, `create_at` and `unlink_at`.
-///
-/// `walk_dir` walks to the directory `dir` (components) from `root_ino`, and answers it with
-/// its kind, permission bits and group, or the errno of the walk: ENOENT (2) for a missing
-/// name, ENOTDIR (20) for a name under a non-directory or a non-directory at the end.
-///
-/// `create_at` walks to the directory, under the namespace's name lock; gives the new node the directory's group (and, to a
-/// directory, its set-group-ID bit) when the directory is set-group-ID; inserts the node and
-/// its name unless the name is taken; touches the directory; and queues the notification.
-/// `out_errno` is 0, or ENOENT (2), ENOTDIR (20) or EEXIST (17) with nothing changed.
-///
-/// `unlink_at` takes the name `leaf` of a non-directory from the directory, under the name
-/// lock; touches the directory; drops the node's link count and, when that reaches 0, marks
-/// it as `instance`'s orphan (the caller deletes its rows or keeps them for an open handle, and
-/// a daemon that died before either leaves them to the next one); and queues the
-/// notification. `out_errno` is 0 (with the node and the links it has left), or ENOENT,
-/// ENOTDIR or EISDIR (21) with nothing changed.
-pub(super) const MIGRATION: &str = "
-CREATE FUNCTION walk_dir(root_ino bigint, dir text[],
-    OUT out_errno integer, OUT out_ino bigint, OUT out_perm integer, OUT out_gid bigint)
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    cur_kind integer;
-BEGIN
-    out_ino := root_ino;
-    SELECT i.kind, i.perm, i.gid INTO cur_kind, out_perm, out_gid FROM inodes i WHERE i.ino = root_ino;
+/// The walk from `root_ino` to the directory `dir` (its components) in the functions below,
+/// into `dir_ino`, `dir_kind`, `dir_perm` and `dir_gid`; a missing name returns ENOENT (2), a
+/// name under a non-directory or a non-directory at the end ENOTDIR (20). (Written out in each
+/// function: a nested call of a function costs the server more than the walk.)
+macro_rules! walk_to_dir {
+    () => {
+        "
+    dir_ino := root_ino;
+    SELECT i.kind, i.perm, i.gid INTO dir_kind, dir_perm, dir_gid FROM inodes i WHERE i.ino = root_ino;
     IF NOT FOUND THEN
         out_errno := 2;
         RETURN;
     END IF;
     FOR step IN 1 .. coalesce(array_length(dir, 1), 0) LOOP
-        IF cur_kind <> 16384 THEN
+        IF dir_kind <> 16384 THEN
             out_errno := 20;
             RETURN;
         END IF;
-        SELECT i.ino, i.kind, i.perm, i.gid INTO out_ino, cur_kind, out_perm, out_gid
+        SELECT i.ino, i.kind, i.perm, i.gid INTO dir_ino, dir_kind, dir_perm, dir_gid
             FROM dentries d JOIN inodes i ON i.ino = d.child
-            WHERE d.parent = out_ino AND d.name = dir[step];
+            WHERE d.parent = dir_ino AND d.name = dir[step];
         IF NOT FOUND THEN
             out_errno := 2;
             RETURN;
         END IF;
     END LOOP;
-    out_errno := CASE WHEN cur_kind = 16384 THEN 0 ELSE 20 END;
-END $$;
+    IF dir_kind <> 16384 THEN
+        out_errno := 20;
+        RETURN;
+    END IF;
+"
+    };
+}
 
+/// Migration 3: `create_at` and `unlink_at`.
+///
+/// `create_at` walks to the directory, under the namespace's name lock; gives the new node the
+/// directory's group (and, to a directory, its set-group-ID bit) when the directory is
+/// set-group-ID; inserts the node and its name unless the name is taken; touches the
+/// directory; and queues the notification. `out_errno` is 0, or ENOENT (2), ENOTDIR (20) or
+/// EEXIST (17) with nothing changed.
+///
+/// `unlink_at` takes the name `leaf` of a non-directory from the directory, under the name
+/// lock; touches the directory; drops the node's link count and, when that reaches 0, deletes
+/// every row of the node, unless it is one of `kept` (the nodes this daemon has handles on),
+/// which is marked as `instance`'s orphan instead (deleted at its last close, or by the next
+/// daemon if this one dies first); and queues the notification. The inode's row goes first,
+/// which waits for a write that holds it, so that the next statement sees (and deletes) the
+/// chunks it committed. `out_errno` is 0 (with the node and the links it has left), or
+/// ENOENT, ENOTDIR or EISDIR (21) with nothing changed.
+pub(super) const MIGRATION: &str = concat!(
+    "
 CREATE FUNCTION create_at(
     lock_key integer, ns_id integer, root_ino bigint, dir text[], leaf text,
     new_ino bigint, new_kind integer, new_perm integer, new_uid bigint, caller_gid bigint,
@@ -66,54 +74,55 @@ CREATE FUNCTION create_at(
     OUT out_errno integer, OUT out_gid bigint, OUT out_perm integer)
 LANGUAGE plpgsql AS $$
 DECLARE
-    cur bigint;
-    cur_perm integer;
-    cur_gid bigint;
+    dir_ino bigint;
+    dir_kind integer;
+    dir_perm integer;
+    dir_gid bigint;
     is_dir boolean := new_kind = 16384;
+    made integer;
 BEGIN
-    PERFORM pg_advisory_xact_lock(lock_key, ns_id);
-    SELECT w.out_errno, w.out_ino, w.out_perm, w.out_gid INTO out_errno, cur, cur_perm, cur_gid
-        FROM walk_dir(root_ino, dir) w;
-    IF out_errno <> 0 THEN
-        RETURN;
-    END IF;
-    IF cur_perm & 1024 <> 0 THEN
-        out_gid := cur_gid;
+    PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
+    walk_to_dir!(),
+    "
+    IF dir_perm & 1024 <> 0 THEN
+        out_gid := dir_gid;
         out_perm := CASE WHEN is_dir THEN new_perm | 1024 ELSE new_perm END;
     ELSE
         out_gid := caller_gid;
         out_perm := new_perm;
     END IF;
-    INSERT INTO dentries (parent, name, child) VALUES (cur, leaf, new_ino)
-        ON CONFLICT (parent, name) DO NOTHING;
-    IF NOT FOUND THEN
+    WITH e AS (INSERT INTO dentries (parent, name, child) VALUES (dir_ino, leaf, new_ino)
+            ON CONFLICT (parent, name) DO NOTHING RETURNING child),
+        n AS (INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime,
+                ctime, crtime, target)
+            SELECT new_ino, ns_id, new_kind, out_perm, new_uid, out_gid, new_rdev, new_size,
+                CASE WHEN is_dir THEN 2 ELSE 1 END, now_ns, now_ns, now_ns, now_ns, new_target FROM e),
+        p AS (UPDATE inodes SET nlink = nlink + is_dir::integer, mtime = now_ns, ctime = now_ns
+            WHERE ino = dir_ino AND EXISTS (SELECT 1 FROM e))
+    SELECT count(*) INTO made FROM e;
+    IF made = 0 THEN
         out_errno := 17;
         RETURN;
     END IF;
-    INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime,
-            crtime, target)
-        VALUES (new_ino, ns_id, new_kind, out_perm, new_uid, out_gid, new_rdev, new_size,
-            CASE WHEN is_dir THEN 2 ELSE 1 END, now_ns, now_ns, now_ns, now_ns, new_target);
-    UPDATE inodes SET nlink = nlink + is_dir::integer, mtime = now_ns, ctime = now_ns
-        WHERE ino = cur;
     PERFORM pg_notify(channel, payload);
     out_errno := 0;
 END $$;
 
 CREATE FUNCTION unlink_at(
     lock_key integer, ns_id integer, root_ino bigint, dir text[], leaf text, now_ns bigint,
-    instance integer, channel text, payload text,
+    instance integer, kept bigint[], channel text, payload text,
     OUT out_errno integer, OUT out_ino bigint, OUT out_left integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     dir_ino bigint;
+    dir_kind integer;
+    dir_perm integer;
+    dir_gid bigint;
     child_kind integer;
 BEGIN
-    PERFORM pg_advisory_xact_lock(lock_key, ns_id);
-    SELECT w.out_errno, w.out_ino INTO out_errno, dir_ino FROM walk_dir(root_ino, dir) w;
-    IF out_errno <> 0 THEN
-        RETURN;
-    END IF;
+    PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
+    walk_to_dir!(),
+    "
     SELECT i.ino, i.kind INTO out_ino, child_kind
         FROM dentries d JOIN inodes i ON i.ino = d.child
         WHERE d.parent = dir_ino AND d.name = leaf;
@@ -125,15 +134,21 @@ BEGIN
         out_errno := 21;
         RETURN;
     END IF;
-    DELETE FROM dentries WHERE parent = dir_ino AND name = leaf;
-    UPDATE inodes SET mtime = now_ns, ctime = now_ns WHERE ino = dir_ino;
+    WITH d AS (DELETE FROM dentries WHERE parent = dir_ino AND name = leaf),
+        p AS (UPDATE inodes SET mtime = now_ns, ctime = now_ns WHERE ino = dir_ino)
     UPDATE inodes SET nlink = greatest(nlink - 1, 0), ctime = now_ns,
             orphan_of = CASE WHEN nlink <= 1 THEN instance ELSE orphan_of END
         WHERE ino = out_ino RETURNING nlink INTO out_left;
+    IF out_left = 0 AND NOT out_ino = ANY(kept) THEN
+        DELETE FROM inodes WHERE ino = out_ino;
+        WITH c AS (DELETE FROM chunks WHERE ino = out_ino), x AS (DELETE FROM xattrs WHERE ino = out_ino)
+        DELETE FROM dentries WHERE parent = out_ino;
+    END IF;
     PERFORM pg_notify(channel, payload);
     out_errno := 0;
 END $$;
-";
+"
+);
 
 /// What a call needs besides the node: the name lock's key, the route's root, and the
 /// notification to send at commit.
@@ -197,16 +212,18 @@ impl Sql<'_> {
 
 impl Sql<'_> {
     /// Takes the name `leaf` of a non-directory from the directory at `dir`, with
-    /// [`unlink_at`](MIGRATION); returns the node and the links it has left.
+    /// [`unlink_at`](MIGRATION), which keeps the rows of a node of `kept` that loses its last
+    /// name; returns the node and the links it has left.
     pub fn unlink_at(
         &self,
         call: &Call<'_>,
         (dir, leaf): (&[&str], &str),
         (ns, instance): (i64, i64),
+        kept: &[i64],
     ) -> FsResult<(u64, u32)> {
         let row = self
             .row(
-                "SELECT out_errno, out_ino, out_left FROM unlink_at($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "SELECT out_errno, out_ino, out_left FROM unlink_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 &[
                     &call.lock_key,
                     &(ns as i32),
@@ -215,6 +232,7 @@ impl Sql<'_> {
                     &leaf,
                     &tree::now_ns(),
                     &(instance as i32),
+                    &kept,
                     &call.channel,
                     &call.payload,
                 ],
@@ -222,6 +240,104 @@ impl Sql<'_> {
             .expect("a function call returns a row");
         errno_of(row.get(0))?;
         Ok((row.get::<_, i64>(1) as u64, row.get::<_, i32>(2) as u32))
+    }
+}
+
+/// The attribute columns that [`tree::setattr_in`] changes other than the size, as the
+/// parameters `$3`–`$8` of the statements below: perm, uid, gid, atime, mtime (each NULL to
+/// keep it) and the new ctime.
+struct AttrChanges {
+    perm: Option<i32>,
+    uid: Option<i64>,
+    gid: Option<i64>,
+    atime: Option<i64>,
+    mtime: Option<i64>,
+    ctime: i64,
+}
+
+impl AttrChanges {
+    fn new(changes: &SetAttr) -> AttrChanges {
+        debug_assert!(changes.size.is_none());
+        let now = tree::now_ns();
+        let time = |t: Option<TimeSet>| {
+            t.map(|t| match t {
+                TimeSet::Now => now,
+                TimeSet::At(at) => tree::time_to_ns(at),
+            })
+        };
+        AttrChanges {
+            perm: changes.mode.map(|m| (m & 0o7777) as i32),
+            uid: changes.uid.map(i64::from),
+            gid: changes.gid.map(i64::from),
+            atime: time(changes.atime),
+            mtime: time(changes.mtime),
+            ctime: now,
+        }
+    }
+}
+
+/// The update of those columns of the inode `(SELECT ino FROM t)`, with its notification.
+macro_rules! update_attrs {
+    () => {
+        "u AS (UPDATE inodes SET perm = coalesce($3, perm), uid = coalesce($4, uid),
+                 gid = coalesce($5, gid), atime = coalesce($6, atime), mtime = coalesce($7, mtime),
+                 ctime = $8
+             WHERE ino = (SELECT ino FROM t)
+             RETURNING ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime),
+         n AS (SELECT pg_notify($9, $10) FROM u)"
+    };
+}
+
+impl Sql<'_> {
+    /// Applies `changes`, which leave the size alone, to the node at `path` below `root` (the
+    /// node `root` itself for an empty path) in one statement that walks to it, commits on its
+    /// own and queues the notification: what [`tree::setattr_in`] does to a locked node, on
+    /// the row itself.
+    pub fn set_attrs_at(
+        &self,
+        root: u64,
+        path: &str,
+        changes: &SetAttr,
+        (channel, payload): (&str, &str),
+    ) -> FsResult<Node> {
+        let comps = components(path)?;
+        let c = AttrChanges::new(changes);
+        let row = self
+            .row(
+                concat!(
+                    walk_cte!(),
+                    ", t AS (SELECT ino FROM w WHERE depth = cardinality($2::text[])), ",
+                    update_attrs!(),
+                    " SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM w),
+                         (SELECT kind FROM w ORDER BY depth DESC LIMIT 1), u.*
+                     FROM (SELECT 1) AS one LEFT JOIN u ON true"
+                ),
+                &[
+                    &(root as i64),
+                    &comps,
+                    &c.perm,
+                    &c.uid,
+                    &c.gid,
+                    &c.atime,
+                    &c.mtime,
+                    &c.ctime,
+                    &channel,
+                    &payload,
+                ],
+            )?
+            .expect("one row");
+        if row.get::<_, i64>(0) == 1 {
+            return node_at(&row, 3);
+        }
+        let walked = row.get::<_, i64>(1) as usize;
+        match row.get::<_, Option<i32>>(2) {
+            // The walk reached the end, and the node went before the update got it.
+            Some(_) if walked == comps.len() + 1 => Err(FsError::errno(Errno::ENOENT)),
+            Some(kind) => Err(tree::missing_under(
+                crate::backend::FileKind::from_mode(kind as u32).unwrap_or(crate::backend::FileKind::File),
+            )),
+            None => Err(FsError::errno(Errno::ENOENT)),
+        }
     }
 }
 

@@ -9,6 +9,10 @@
 //! `dying`, and every deletion that ends moves `ended`. If neither happened since the walk
 //! started, the walk's inode outlives the handle; otherwise the open waits for the deletions
 //! of its inode under way to end, and then asks the server whether its rows are still there.
+//! An unlink done in one call of the server ([`Handles::deleting_unknown`]) does not know its
+//! inode before the call: it hands the server the inodes that have handles, and while it runs
+//! every open counts as racing it.
+//!
 //! Other daemons know nothing of this daemon's handles: their unlinks delete at once, and
 //! such a handle answers ESTALE (see `file`).
 
@@ -25,6 +29,8 @@ struct State {
     orphans: HashSet<u64>,
     /// Inodes whose rows a transaction of this daemon is deleting, until it ends.
     dying: HashMap<u64, usize>,
+    /// Deletions under way whose inode is not known yet ([`Handles::deleting_unknown`]).
+    unknown: usize,
     /// How many transactions that deleted rows have ended.
     ended: u64,
 }
@@ -69,7 +75,44 @@ impl Drop for TransactionEnd<'_> {
     }
 }
 
+/// A deletion whose inode is not known before it is made; ends when dropped.
+pub(super) struct UnknownDeletion<'a>(&'a Handles);
+
+impl Drop for UnknownDeletion<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.state.lock();
+        s.unknown -= 1;
+        s.ended += 1;
+        drop(s);
+        self.0.deletions_ended.notify_all();
+    }
+}
+
+impl UnknownDeletion<'_> {
+    /// The deletion kept the nameless `ino` for a handle it was told of: it becomes an
+    /// orphan, deleted at its last close. False if that handle closed meanwhile, and the
+    /// caller deletes the rows.
+    pub fn kept(&self, ino: u64) -> bool {
+        let mut s = self.0.state.lock();
+        if s.count.contains_key(&ino) {
+            s.orphans.insert(ino);
+            return true;
+        }
+        false
+    }
+}
+
 impl Handles {
+    /// Starts a deletion whose inode the server finds: the inodes that have handles now (the
+    /// server keeps such an inode's rows when it takes its last name), and the guard that ends
+    /// it. Until then, opens check with the server.
+    pub fn deleting_unknown(&self) -> (Vec<i64>, UnknownDeletion<'_>) {
+        let mut s = self.state.lock();
+        s.unknown += 1;
+        let open = s.count.keys().map(|&ino| ino as i64).collect();
+        (open, UnknownDeletion(self))
+    }
+
     /// Registers a handle on `ino`.
     pub fn opened(&self, ino: u64) {
         *self.state.lock().count.entry(ino).or_insert(0) += 1;
@@ -119,14 +162,14 @@ impl Handles {
     pub fn register_after(&self, ino: u64, before: Before) -> bool {
         let mut s = self.state.lock();
         *s.count.entry(ino).or_insert(0) += 1;
-        s.ended == before.0 && !s.dying.contains_key(&ino)
+        s.ended == before.0 && s.unknown == 0 && !s.dying.contains_key(&ino)
     }
 
     /// Waits until no transaction of this daemon is deleting the rows of `ino`: after that,
     /// the server shows whether any deleted them.
     pub fn wait_for_deletions_of(&self, ino: u64) {
         let mut s = self.state.lock();
-        while s.dying.contains_key(&ino) {
+        while s.unknown > 0 || s.dying.contains_key(&ino) {
             self.deletions_ended.wait(&mut s);
         }
     }
@@ -168,5 +211,19 @@ mod tests {
             assert!(h.keep_or_delete(9), "a handle holds it");
         }
         assert!(h.closed(9), "the last close of an orphan deletes it");
+
+        // A deletion whose inode is not known: every open racing it checks.
+        let before = h.before_walk();
+        let (open, deletion) = h.deleting_unknown();
+        assert!(open.is_empty());
+        assert!(!h.register_after(10, before), "an unknown deletion is under way");
+        drop(deletion);
+        let before = h.before_walk();
+        let (open, deletion) = h.deleting_unknown();
+        assert_eq!(open, vec![10]);
+        assert!(deletion.kept(10), "a handle holds it");
+        drop(deletion);
+        assert!(h.closed(10), "kept as an orphan");
+        assert!(!h.register_after(11, before), "one ended since the walk");
     }
 }

@@ -220,24 +220,14 @@ impl Inner {
         functions::Call { lock_key: self.tree_key, root: self.root, channel: &self.channel, payload }
     }
 
-    /// Deletes the rows of `ino`, which has no name left and no handle of this daemon, in one
-    /// transaction (one round trip); a failure leaves them marked as this instance's orphan,
-    /// for the next daemon on the namespace.
+    /// Deletes the rows of the nameless `ino`, kept for a handle of this daemon that closed
+    /// before it could be marked an orphan; a failure leaves them to the next daemon.
     fn delete_orphan(&self, ino: u64) {
-        let done = self.conn().and_then(|mut conn| {
-            // The inode's row first: that waits for a write holding it, whose chunks the
-            // statement after then sees.
-            conn.client
-                .batch_execute(&format!(
-                    "BEGIN; DELETE FROM inodes WHERE ino = {ino};
-                     WITH c AS (DELETE FROM chunks WHERE ino = {ino}), x AS (DELETE FROM xattrs WHERE ino = {ino})
-                     DELETE FROM dentries WHERE parent = {ino};
-                     COMMIT"
-                ))
-                .map_err(|e| {
-                    let _ = conn.client.batch_execute("ROLLBACK");
-                    self.settings.error(e)
-                })
+        let done = self.write(Lock::Rows, |sql| {
+            if sql.node(ino)?.is_some_and(|n| n.nlink == 0) {
+                sql.delete_rows(ino)?;
+            }
+            Ok(())
         });
         if let Err(e) = done {
             tracing::warn!(ino, "postgres: deleting unlinked file failed (the next start does): {e}");
@@ -310,15 +300,7 @@ impl Inner {
     /// A handle on `ino` closed: the last one of a nameless inode deletes its rows.
     fn closed(&self, ino: u64) {
         if self.handles.closed(ino) {
-            let done = self.write(Lock::Rows, |sql| {
-                if sql.node(ino)?.is_some_and(|n| n.nlink == 0) {
-                    sql.delete_rows(ino)?;
-                }
-                Ok(())
-            });
-            if let Err(e) = done {
-                tracing::warn!(ino, "postgres: deleting unlinked file failed (the next start does): {e}");
-            }
+            self.delete_orphan(ino);
         }
     }
 }

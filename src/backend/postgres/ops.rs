@@ -232,14 +232,14 @@ impl Backend for PostgresBackend {
         let (dir, leaf) = functions::split(path).map_err(at(path))?;
         let payload = inner.payload(Changed::Name, path);
         let call = inner.call_args(&payload);
-        // Opens of this daemon learn of the deletion until it is over (see `handles`).
-        let _end = inner.handles.transaction();
+        // The server deletes a node left without a name unless this daemon has a handle on it;
+        // opens racing the call learn of it (see `handles`).
+        let (kept, deletion) = inner.handles.deleting_unknown();
         let (ino, left) = inner
-            .call(|sql| sql.unlink_at(&call, (&dir, leaf), (inner.ns, inner.instance)))
+            .call(|sql| sql.unlink_at(&call, (&dir, leaf), (inner.ns, inner.instance), &kept))
             .map_err(at(path))?;
-        // The call marked a node left without a name as this instance's orphan.
-        if left == 0 && !inner.handles.keep_or_delete(ino) {
-            inner.delete_orphan(ino);
+        if left == 0 && kept.contains(&(ino as i64)) && !deletion.kept(ino) {
+            inner.delete_orphan(ino); // its last handle closed meanwhile
         }
         Ok(())
     }
@@ -270,6 +270,13 @@ impl Backend for PostgresBackend {
 
     fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr> {
         let inner = &self.inner;
+        if changes.size.is_none() && !changes.is_empty() {
+            let payload = inner.payload(Changed::Content, path);
+            return inner
+                .read(|sql| sql.set_attrs_at(inner.root, path, changes, (&inner.channel, &payload)))
+                .map(|n| n.attr())
+                .map_err(at(path));
+        }
         inner
             .write(Lock::Rows, |sql| {
                 let ino = tree::resolve(sql, inner.root, path)?;

@@ -32,6 +32,7 @@ macro_rules! walk_cte {
          "
     };
 }
+pub(super) use walk_cte;
 
 /// Stored chunks: index and content.
 pub(super) type Chunks = Vec<(u64, Vec<u8>)>;
@@ -61,7 +62,7 @@ fn row_to_node(r: &Row) -> FsResult<Node> {
 
 /// The node in the twelve columns of `r` from `at` on (`ino, kind, perm, uid, gid, rdev, size,
 /// nlink, atime, mtime, ctime, crtime`).
-fn node_at(r: &Row, at: usize) -> FsResult<Node> {
+pub(super) fn node_at(r: &Row, at: usize) -> FsResult<Node> {
     let kind: i32 = r.get(at + 1);
     let kind = FileKind::from_mode(kind as u32)
         .ok_or_else(|| FsError::new(Errno::EIO, format!("postgres: inode of unknown kind {kind}")))?;
