@@ -377,6 +377,22 @@ impl Engine {
     /// Through the mount, a listing that would show entries under an interrupt-read rule
     /// asks once for the whole directory (not once per entry). The tool door asks per call
     /// instead, before the tool runs (doc/tools.md).
+    /// The decision on listing `path`, for an `opendir` whose listing waits for the first
+    /// `readdir` (or for none, when the kernel answers from the listing it keeps).
+    pub fn opendir(&self, ctx: &Ctx, path: &VPath) -> FsResult<()> {
+        self.check(ctx, "readdir", Op::Read, path, true).map(|_| ())
+    }
+
+    /// Whether a listing may ask a human (a rule interrupts reads of what it names): such a
+    /// listing is taken at `opendir`, so that each one is approved as it is opened.
+    pub fn listing_may_ask(&self) -> bool {
+        self.gate
+            .rules()
+            .rules()
+            .iter()
+            .any(|r| r.mode == Mode::Interrupt && r.operations.contains(&Op::Read))
+    }
+
     pub fn readdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<DirEntry>> {
         let permit = self.check(ctx, "readdir", Op::Read, path, true)?;
         let mut entries = self.router.readdir(&permit)?;

@@ -1,6 +1,10 @@
-//! Directory listings: the snapshot of a directory's visible entries that `opendir` takes,
-//! and the entries `readdir` and `readdirplus` hand out of it by offset.
+//! Directory listings: the snapshot of a directory's visible entries that an open directory
+//! takes (at the first `readdir`, or at `opendir` when listing may ask a human), and the
+//! entries `readdir` and `readdirplus` hand out of it by offset. Where the kernel keeps
+//! listings (`FOPEN_CACHE_DIR`), it often asks no `readdir` at all after an `opendir`, and
+//! then the directory is never listed.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use fuser::{Errno as FuseErrno, FileHandle, FileType, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request};
@@ -14,14 +18,51 @@ use crate::vpath::VPath;
 /// An open directory: a snapshot of its visible entries, served by offset.
 pub(super) struct DirHandle {
     pub(super) path: VPath,
-    pub(super) entries: Vec<DirEntry>,
+    entries: OnceLock<Vec<DirEntry>>,
+}
+
+impl DirHandle {
+    /// An open directory whose listing is taken when first asked for.
+    pub(super) fn new(path: VPath) -> DirHandle {
+        DirHandle { path, entries: OnceLock::new() }
+    }
+
+    /// An open directory with the listing `entries`.
+    pub(super) fn listed(path: VPath, entries: Vec<DirEntry>) -> DirHandle {
+        DirHandle { path, entries: OnceLock::from(entries) }
+    }
 }
 
 impl FuseDoor {
+    /// The listing of `dir`, taken now if this is the first time it is asked for.
+    fn entries<'d>(
+        &self,
+        caller: &crate::engine::Ctx,
+        dir: &'d DirHandle,
+    ) -> crate::error::FsResult<&'d [DirEntry]> {
+        if let Some(entries) = dir.entries.get() {
+            return Ok(entries);
+        }
+        let listed = self.engine.readdir(caller, &dir.path)?;
+        // Two first readdirs at once: one listing wins, and both serve it.
+        Ok(dir.entries.get_or_init(|| listed))
+    }
+
     /// `readdir`: the names of the listing `fh` took, from `offset` on.
-    pub(super) fn list(&self, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    pub(super) fn list(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
             return reply.error(FuseErrno::EBADF);
+        };
+        let entries = match self.entries(&ctx(req), &dir) {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(errno(&e)),
         };
         // Offsets: 1 and 2 are `.` and `..`; entry i has offset i + 3.
         let mut next = offset;
@@ -37,7 +78,7 @@ impl FuseDoor {
             }
             next = 2;
         }
-        for (i, entry) in dir.entries.iter().enumerate().skip((next - 2) as usize) {
+        for (i, entry) in entries.iter().enumerate().skip((next - 2) as usize) {
             // The kernel does not use these numbers for lookups; real ones come from lookup.
             if reply.add(INodeNo(u64::MAX), i as u64 + 3, file_type(entry.kind), &entry.name) {
                 break;
@@ -61,6 +102,10 @@ impl FuseDoor {
         };
         let ttl = self.engine.ttl(&dir.path);
         let caller = ctx(req);
+        let entries = match self.entries(&caller, &dir) {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(errno(&e)),
+        };
         let mut next = offset;
         if next < 2 {
             let dot = match self.engine.getattr(&caller, &dir.path) {
@@ -80,11 +125,10 @@ impl FuseDoor {
         const WINDOW: usize = 32;
         let start = (next - 2) as usize;
         let mut looked_up = Vec::new().into_iter();
-        for (i, entry) in dir.entries.iter().enumerate().skip(start) {
+        for (i, entry) in entries.iter().enumerate().skip(start) {
             let path = dir.path.join(&entry.name);
             if looked_up.len() == 0 {
-                let window: Vec<&str> =
-                    dir.entries[i..].iter().take(WINDOW).map(|e| e.name.as_str()).collect();
+                let window: Vec<&str> = entries[i..].iter().take(WINDOW).map(|e| e.name.as_str()).collect();
                 looked_up = self.engine.lookup_entries(&caller, &dir.path, &window).into_iter();
             }
             let found = looked_up.next().expect("a window holds the entry");

@@ -533,7 +533,11 @@ impl Filesystem for FuseDoor {
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.inodes.path(ino.0)?;
-            Ok(DirHandle { entries: d.engine.readdir(c, &p)?, path: p })
+            if d.engine.listing_may_ask() {
+                return Ok(DirHandle::listed(p.clone(), d.engine.readdir(c, &p)?));
+            }
+            d.engine.opendir(c, &p)?;
+            Ok(DirHandle::new(p))
         };
         self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| match result {
             Ok(dir) => {
@@ -554,8 +558,8 @@ impl Filesystem for FuseDoor {
         })
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        self.list(ino, fh, offset, reply)
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        self.list(req, ino, fh, offset, reply)
     }
 
     fn readdirplus(

@@ -15,27 +15,33 @@ use crate::backend::tree::{self, NewNode, Node};
 use crate::backend::{SetAttr, TimeSet};
 use crate::error::{Errno, FsError, FsResult};
 
-/// The walk from `root_ino` to the directory `dir` (its components) in the functions below,
-/// into `dir_ino`, `dir_kind`, `dir_perm` and `dir_gid`; a missing name returns ENOENT (2), a
-/// name under a non-directory or a non-directory at the end ENOTDIR (20). (Written out in each
-/// function: a nested call of a function costs the server more than the walk.)
+/// The walk from `root_ino` to the directory whose components are the array `$dir`, in the
+/// functions below, into `dir_ino`, `dir_kind`, `dir_perm` and `dir_gid`; a missing name
+/// returns ENOENT (2), a name under a non-directory or a non-directory at the end ENOTDIR (20).
+/// (Written out in each function: a nested call of a function costs the server more than the
+/// walk.)
 macro_rules! walk_to_dir {
-    () => {
-        "
+    ($dir:ident) => {
+        concat!(
+            "
     dir_ino := root_ino;
     SELECT i.kind, i.perm, i.gid INTO dir_kind, dir_perm, dir_gid FROM inodes i WHERE i.ino = root_ino;
     IF NOT FOUND THEN
         out_errno := 2;
         RETURN;
     END IF;
-    FOR step IN 1 .. coalesce(array_length(dir, 1), 0) LOOP
+    FOR step IN 1 .. coalesce(array_length(",
+            stringify!($dir),
+            ", 1), 0) LOOP
         IF dir_kind <> 16384 THEN
             out_errno := 20;
             RETURN;
         END IF;
         SELECT i.ino, i.kind, i.perm, i.gid INTO dir_ino, dir_kind, dir_perm, dir_gid
             FROM dentries d JOIN inodes i ON i.ino = d.child
-            WHERE d.parent = dir_ino AND d.name = dir[step];
+            WHERE d.parent = dir_ino AND d.name = ",
+            stringify!($dir),
+            "[step];
         IF NOT FOUND THEN
             out_errno := 2;
             RETURN;
@@ -46,10 +52,68 @@ macro_rules! walk_to_dir {
         RETURN;
     END IF;
 "
+        )
     };
 }
 
-/// Migration 3: `create_at` and `unlink_at`.
+/// The variables [`walk_to_dir`] fills, declared first in each function that walks.
+macro_rules! walk_vars {
+    () => {
+        "
+DECLARE
+    dir_ino bigint;
+    dir_kind integer;
+    dir_perm integer;
+    dir_gid bigint;
+"
+    };
+}
+
+/// After [`walk_to_dir`]: the node named `$name` in the directory, into `$ino` and `$kind`;
+/// ENOENT if there is none.
+macro_rules! find_leaf {
+    ($ino:ident, $kind:ident, $name:ident) => {
+        concat!(
+            "
+    SELECT i.ino, i.kind INTO ",
+            stringify!($ino),
+            ", ",
+            stringify!($kind),
+            "
+        FROM dentries d JOIN inodes i ON i.ino = d.child
+        WHERE d.parent = dir_ino AND d.name = ",
+            stringify!($name),
+            ";
+    IF NOT FOUND THEN
+        out_errno := 2;
+        RETURN;
+    END IF;
+"
+        )
+    };
+}
+
+/// The parameters and the start of `unlink_at` and `rmdir_at`: the name lock, the walk to the
+/// directory, and the node named `leaf`.
+macro_rules! taking_a_name {
+    () => {
+        concat!(
+            "(
+    lock_key integer, ns_id integer, root_ino bigint, dir text[], leaf text, now_ns bigint,
+    instance integer, kept bigint[], channel text, payload text,
+    OUT out_errno integer, OUT out_ino bigint, OUT out_left integer)
+LANGUAGE plpgsql AS $$",
+            walk_vars!(),
+            "    child_kind integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
+            walk_to_dir!(dir),
+            find_leaf!(out_ino, child_kind, leaf)
+        )
+    };
+}
+
+/// Migration 3: `create_at`, `unlink_at`, `rmdir_at` and `link_at`.
 ///
 /// `create_at` walks to the directory, under the namespace's name lock; gives the new node the
 /// directory's group (and, to a directory, its set-group-ID bit) when the directory is
@@ -65,6 +129,13 @@ macro_rules! walk_to_dir {
 /// which waits for a write that holds it, so that the next statement sees (and deletes) the
 /// chunks it committed. `out_errno` is 0 (with the node and the links it has left), or
 /// ENOENT, ENOTDIR or EISDIR (21) with nothing changed.
+///
+/// `rmdir_at` removes the empty directory `leaf` the same way (the parent loses the link of
+/// its `..`); `out_errno` is 0, or ENOENT, ENOTDIR or ENOTEMPTY (39) with nothing changed.
+///
+/// `link_at` gives the non-directory at `src_dir`/`src_leaf` the new name `leaf` in the
+/// directory `dir`, under the name lock, and answers the node as it is then; `out_errno` is 0,
+/// or ENOENT, ENOTDIR, EEXIST or EPERM (1, for a directory) with nothing changed.
 pub(super) const MIGRATION: &str = concat!(
     "
 CREATE FUNCTION create_at(
@@ -72,17 +143,13 @@ CREATE FUNCTION create_at(
     new_ino bigint, new_kind integer, new_perm integer, new_uid bigint, caller_gid bigint,
     new_rdev bigint, new_size bigint, new_target bytea, now_ns bigint, channel text, payload text,
     OUT out_errno integer, OUT out_gid bigint, OUT out_perm integer)
-LANGUAGE plpgsql AS $$
-DECLARE
-    dir_ino bigint;
-    dir_kind integer;
-    dir_perm integer;
-    dir_gid bigint;
-    is_dir boolean := new_kind = 16384;
+LANGUAGE plpgsql AS $$",
+    walk_vars!(),
+    "    is_dir boolean := new_kind = 16384;
     made integer;
 BEGIN
     PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
-    walk_to_dir!(),
+    walk_to_dir!(dir),
     "
     IF dir_perm & 1024 <> 0 THEN
         out_gid := dir_gid;
@@ -108,29 +175,9 @@ BEGIN
     out_errno := 0;
 END $$;
 
-CREATE FUNCTION unlink_at(
-    lock_key integer, ns_id integer, root_ino bigint, dir text[], leaf text, now_ns bigint,
-    instance integer, kept bigint[], channel text, payload text,
-    OUT out_errno integer, OUT out_ino bigint, OUT out_left integer)
-LANGUAGE plpgsql AS $$
-DECLARE
-    dir_ino bigint;
-    dir_kind integer;
-    dir_perm integer;
-    dir_gid bigint;
-    child_kind integer;
-BEGIN
-    PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
-    walk_to_dir!(),
-    "
-    SELECT i.ino, i.kind INTO out_ino, child_kind
-        FROM dentries d JOIN inodes i ON i.ino = d.child
-        WHERE d.parent = dir_ino AND d.name = leaf;
-    IF NOT FOUND THEN
-        out_errno := 2;
-        RETURN;
-    END IF;
-    IF child_kind = 16384 THEN
+CREATE FUNCTION unlink_at",
+    taking_a_name!(),
+    "    IF child_kind = 16384 THEN
         out_errno := 21;
         RETURN;
     END IF;
@@ -147,8 +194,73 @@ BEGIN
     PERFORM pg_notify(channel, payload);
     out_errno := 0;
 END $$;
+
+CREATE FUNCTION rmdir_at",
+    taking_a_name!(),
+    "    IF child_kind <> 16384 THEN
+        out_errno := 20;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM dentries WHERE parent = out_ino) THEN
+        out_errno := 39;
+        RETURN;
+    END IF;
+    WITH d AS (DELETE FROM dentries WHERE parent = dir_ino AND name = leaf),
+        p AS (UPDATE inodes SET nlink = greatest(nlink - 1, 0), mtime = now_ns, ctime = now_ns
+            WHERE ino = dir_ino)
+    UPDATE inodes SET nlink = 0, ctime = now_ns, orphan_of = instance WHERE ino = out_ino;
+    out_left := 0;
+    IF NOT out_ino = ANY(kept) THEN
+        DELETE FROM inodes WHERE ino = out_ino;
+        WITH x AS (DELETE FROM xattrs WHERE ino = out_ino) DELETE FROM chunks WHERE ino = out_ino;
+    END IF;
+    PERFORM pg_notify(channel, payload);
+    out_errno := 0;
+END $$;
+
+CREATE FUNCTION link_at(
+    lock_key integer, ns_id integer, root_ino bigint, src_dir text[], src_leaf text, dir text[],
+    leaf text, now_ns bigint, channel text, payload text, src_payload text,
+    OUT out_errno integer, OUT ino bigint, OUT kind integer, OUT perm integer, OUT uid bigint,
+    OUT gid bigint, OUT rdev bigint, OUT size bigint, OUT nlink integer, OUT atime bigint,
+    OUT mtime bigint, OUT ctime bigint, OUT crtime bigint)
+LANGUAGE plpgsql AS $$",
+    walk_vars!(),
+    "    src bigint;
+    src_kind integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
+    walk_to_dir!(src_dir),
+    find_leaf!(src, src_kind, src_leaf),
+    walk_to_dir!(dir),
+    "
+    IF EXISTS (SELECT 1 FROM dentries d WHERE d.parent = dir_ino AND d.name = leaf) THEN
+        out_errno := 17;
+        RETURN;
+    END IF;
+    IF src_kind = 16384 THEN
+        out_errno := 1;
+        RETURN;
+    END IF;
+    WITH e AS (INSERT INTO dentries (parent, name, child) VALUES (dir_ino, leaf, src)),
+        p AS (UPDATE inodes SET mtime = now_ns, ctime = now_ns WHERE inodes.ino = dir_ino)
+    UPDATE inodes i SET nlink = i.nlink + 1, ctime = now_ns WHERE i.ino = src
+        RETURNING i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime, i.mtime,
+            i.ctime, i.crtime
+        INTO ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime;
+    PERFORM pg_notify(channel, payload);
+    PERFORM pg_notify(channel, src_payload);
+    out_errno := 0;
+END $$;
 "
 );
+
+/// Whose name [`Sql::take_name`] takes: a non-directory's (unlink) or an empty directory's.
+#[derive(Clone, Copy)]
+pub(super) enum Taking {
+    File,
+    Dir,
+}
 
 /// What a call needs besides the node: the name lock's key, the route's root, and the
 /// notification to send at commit.
@@ -164,8 +276,10 @@ fn errno_of(code: i32) -> FsResult<()> {
         0 => Ok(()),
         2 => Err(FsError::errno(Errno::ENOENT)),
         17 => Err(FsError::errno(Errno::EEXIST)),
+        1 => Err(FsError::errno(Errno::EPERM)),
         20 => Err(FsError::errno(Errno::ENOTDIR)),
         21 => Err(FsError::errno(Errno::EISDIR)),
+        39 => Err(FsError::errno(Errno::ENOTEMPTY)),
         other => Err(FsError::new(Errno::EIO, format!("postgres: a tree function answered {other}"))),
     }
 }
@@ -211,11 +325,12 @@ impl Sql<'_> {
 }
 
 impl Sql<'_> {
-    /// Takes the name `leaf` of a non-directory from the directory at `dir`, with
-    /// [`unlink_at`](MIGRATION), which keeps the rows of a node of `kept` that loses its last
+    /// Takes the name `leaf` from the directory at `dir`, with [`unlink_at`](MIGRATION) or
+    /// [`rmdir_at`](MIGRATION), which keep the rows of a node of `kept` that loses its last
     /// name; returns the node and the links it has left.
-    pub fn unlink_at(
+    pub fn take_name(
         &self,
+        what: Taking,
         call: &Call<'_>,
         (dir, leaf): (&[&str], &str),
         (ns, instance): (i64, i64),
@@ -223,7 +338,12 @@ impl Sql<'_> {
     ) -> FsResult<(u64, u32)> {
         let row = self
             .row(
-                "SELECT out_errno, out_ino, out_left FROM unlink_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                match what {
+                    Taking::File => {
+                        "SELECT out_errno, out_ino, out_left FROM unlink_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    }
+                    Taking::Dir => "SELECT out_errno, out_ino, out_left FROM rmdir_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                },
                 &[
                     &call.lock_key,
                     &(ns as i32),
@@ -338,6 +458,40 @@ impl Sql<'_> {
             )),
             None => Err(FsError::errno(Errno::ENOENT)),
         }
+    }
+}
+
+impl Sql<'_> {
+    /// Gives the node at `src` (its parent's components and its name) the name `leaf` in the
+    /// directory at `dir` with [`link_at`](MIGRATION); `src_payload` is the notification of
+    /// the node's own change. Returns the node.
+    pub fn link_at(
+        &self,
+        call: &Call<'_>,
+        (src_dir, src_leaf): (&[&str], &str),
+        (dir, leaf): (&[&str], &str),
+        (ns, src_payload): (i64, &str),
+    ) -> FsResult<Node> {
+        let row = self
+            .row(
+                "SELECT * FROM link_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    &call.lock_key,
+                    &(ns as i32),
+                    &(call.root as i64),
+                    &src_dir,
+                    &src_leaf,
+                    &dir,
+                    &leaf,
+                    &tree::now_ns(),
+                    &call.channel,
+                    &call.payload,
+                    &src_payload,
+                ],
+            )?
+            .expect("a function call returns a row");
+        errno_of(row.get(0))?;
+        node_at(&row, 1)
     }
 }
 

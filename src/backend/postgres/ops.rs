@@ -2,7 +2,7 @@
 //! outside a transaction, every change one transaction that also announces what it changed.
 
 use super::file::PgFile;
-use super::functions;
+use super::functions::{self, Taking};
 use super::store::Sql;
 use super::{Inner, Lock, PostgresBackend};
 use crate::backend::tree::{self, NewNode, Spec, Tree};
@@ -86,6 +86,31 @@ impl Inner {
                 Err(e).map_err(at(path))
             }
         }
+    }
+}
+
+impl Inner {
+    /// Takes the name `path` (unlink or rmdir) in one call of the server.
+    fn take_name(&self, what: Taking, path: &str) -> FsResult<()> {
+        if path.is_empty() {
+            return Err(err(match what {
+                Taking::File => Errno::EISDIR,
+                Taking::Dir => Errno::EBUSY,
+            }));
+        }
+        let (dir, leaf) = functions::split(path).map_err(at(path))?;
+        let payload = self.payload(Changed::Name, path);
+        let call = self.call_args(&payload);
+        // The server deletes a node left without a name unless this daemon has a handle on it;
+        // opens racing the call learn of it (see `handles`).
+        let (kept, deletion) = self.handles.deleting_unknown();
+        let (ino, left) = self
+            .call(|sql| sql.take_name(what, &call, (&dir, leaf), (self.ns, self.instance), &kept))
+            .map_err(at(path))?;
+        if left == 0 && kept.contains(&(ino as i64)) && !deletion.kept(ino) {
+            self.delete_orphan(ino); // its last handle closed meanwhile
+        }
+        Ok(())
     }
 }
 
@@ -200,13 +225,20 @@ impl Backend for PostgresBackend {
 
     fn link(&self, existing: &str, new_path: &str) -> FsResult<Attr> {
         let inner = &self.inner;
+        let new = functions::split_new(new_path).map_err(at(new_path))?;
+        if existing.is_empty() {
+            // The route's root, a directory: the shared logic answers as for any directory.
+            return inner
+                .write(Lock::Tree, |sql| tree::link_in(sql, inner.root, existing, new_path).map(|_| ()))
+                .and(Err(err(Errno::EPERM)))
+                .map_err(at(new_path));
+        }
+        let src = functions::split(existing).map_err(at(existing))?;
+        let payload = inner.payload(Changed::Name, new_path);
+        let src_payload = inner.payload(Changed::Content, existing);
+        let call = inner.call_args(&payload);
         let node = inner
-            .write(Lock::Tree, |sql| {
-                let ino = tree::link_in(sql, inner.root, existing, new_path)?;
-                inner.announce(sql, Changed::Name, new_path)?;
-                inner.announce(sql, Changed::Content, existing)?;
-                Tree::must_node(sql, ino)
-            })
+            .call(|sql| sql.link_at(&call, (&src.0, src.1), (&new.0, new.1), (inner.ns, &src_payload)))
             .map_err(at(new_path))?;
         Ok(node.attr())
     }
@@ -225,33 +257,11 @@ impl Backend for PostgresBackend {
     }
 
     fn unlink(&self, path: &str) -> FsResult<()> {
-        if path.is_empty() {
-            return Err(err(Errno::EISDIR));
-        }
-        let inner = &self.inner;
-        let (dir, leaf) = functions::split(path).map_err(at(path))?;
-        let payload = inner.payload(Changed::Name, path);
-        let call = inner.call_args(&payload);
-        // The server deletes a node left without a name unless this daemon has a handle on it;
-        // opens racing the call learn of it (see `handles`).
-        let (kept, deletion) = inner.handles.deleting_unknown();
-        let (ino, left) = inner
-            .call(|sql| sql.unlink_at(&call, (&dir, leaf), (inner.ns, inner.instance), &kept))
-            .map_err(at(path))?;
-        if left == 0 && kept.contains(&(ino as i64)) && !deletion.kept(ino) {
-            inner.delete_orphan(ino); // its last handle closed meanwhile
-        }
-        Ok(())
+        self.inner.take_name(Taking::File, path)
     }
 
     fn rmdir(&self, path: &str) -> FsResult<()> {
-        let inner = &self.inner;
-        inner
-            .write(Lock::Tree, |sql| {
-                tree::rmdir_in(sql, inner.root, path, |sql, ino| inner.drop_or_defer(sql, ino))?;
-                inner.announce(sql, Changed::Name, path)
-            })
-            .map_err(at(path))
+        self.inner.take_name(Taking::Dir, path)
     }
 
     fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()> {
