@@ -201,8 +201,7 @@ pub trait Tree {
     fn delete_xattr(&self, ino: u64, name: &str) -> FsResult<bool>;
 
     /// A new node `ino` named `name` in directory `parent`, which [`Tree::touch_dir`]s by
-    /// `nlink_delta`; false (and nothing changed) if `parent` has the name already. A store
-    /// whose statements cost a round trip each does it in one.
+    /// `nlink_delta`; false (and nothing changed) if `parent` has the name already.
     fn insert_named(
         &self,
         ino: u64,
@@ -221,7 +220,7 @@ pub trait Tree {
 
     /// Takes the name `name` of non-directory `ino` from directory `parent`: the entry goes,
     /// `ino`'s link count drops by one and the directory is touched. Returns the link count
-    /// left. A store whose statements cost a round trip each does it in one.
+    /// left.
     fn unlink_named(&self, (parent, name): (u64, &str), ino: u64, now: i64) -> FsResult<u32> {
         self.remove_dentry(parent, name)?;
         let left = self.add_nlink(ino, -1, now)?;

@@ -342,7 +342,7 @@ impl<'a> Sql<'a> {
 }
 
 /// A new inode's column values as the server takes them, for the parameters `$1`–`$11` of
-/// the statements that insert one.
+/// the statement that inserts one.
 struct InodeRow {
     ino: i64,
     ns: i32,
@@ -440,40 +440,6 @@ impl Tree for Sql<'_> {
             &row.params(n),
         )?;
         Ok(())
-    }
-
-    fn insert_named(
-        &self,
-        ino: u64,
-        n: &NewNode<'_>,
-        (parent, name): (u64, &str),
-        nlink_delta: i64,
-    ) -> FsResult<bool> {
-        let row = InodeRow::new(ino, n);
-        // The name's key decides whether it is new (no separate lookup first; a taken name
-        // is no error on the server, which would log it).
-        let made = self.exec(
-            "WITH e AS (INSERT INTO dentries (parent, name, child) VALUES ($12, $13, $1)
-                 ON CONFLICT (parent, name) DO NOTHING RETURNING child),
-             n AS (INSERT INTO inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime,
-                 crtime, target)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $10, $11 FROM e)
-             UPDATE inodes SET nlink = nlink + $14, mtime = $10, ctime = $10
-             WHERE ino = $12 AND EXISTS (SELECT 1 FROM e)",
-            &[&row.params(n)[..], &[&(parent as i64), &name, &(nlink_delta as i32)]].concat(),
-        )?;
-        Ok(made == 1)
-    }
-
-    fn unlink_named(&self, (parent, name): (u64, &str), ino: u64, now: i64) -> FsResult<u32> {
-        self.walked.borrow_mut().clear();
-        let row = self.row(
-            "WITH d AS (DELETE FROM dentries WHERE parent = $1 AND name = $2),
-             p AS (UPDATE inodes SET mtime = $4, ctime = $4 WHERE ino = $1)
-             UPDATE inodes SET nlink = greatest(nlink - 1, 0), ctime = $4 WHERE ino = $3 RETURNING nlink",
-            &[&(parent as i64), &name, &(ino as i64), &now],
-        )?;
-        Ok(row.ok_or_else(|| FsError::errno(Errno::ENOENT))?.get::<_, i32>(0) as u32)
     }
 
     fn insert_dentry(&self, parent: u64, name: &str, child: u64) -> FsResult<()> {
