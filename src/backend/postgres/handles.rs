@@ -3,20 +3,16 @@
 //! be sure that no unlink of this daemon deleted its inode behind its back.
 //!
 //! An open walks its path, then registers its handle. An unlink, rmdir or rename of this
-//! daemon that takes an inode's last name deletes its rows unless a handle is registered
-//! (`Inner::drop_or_defer`), so a registration that comes after that decision is too late. The
-//! open can tell without asking the server: a deletion decided and not yet ended is in
-//! `dying`, and every deletion that ends moves `ended`. If neither happened since the walk
-//! started, the walk's inode outlives the handle; otherwise the open waits for the deletions
-//! of its inode under way to end, and then asks the server whether its rows are still there.
-//! An unlink done in one call of the server ([`Handles::deleting_unknown`]) does not know its
-//! inode before the call: it hands the server the inodes that have handles, and while it runs
-//! every open counts as racing it.
+//! daemon that takes an inode's last name deletes its rows unless the inode had a handle when
+//! it started ([`Handles::deleting`] hands it those inodes), so a registration that comes
+//! while it runs is too late. The open can tell without asking the server: a deletion under
+//! way is counted in `deleting`, and every one that ends moves `ended`. If neither happened
+//! since the walk started, the walk's inode outlives the handle; otherwise the open waits for
+//! the deletions under way to end, and then asks the server whether its rows are still there.
 //!
 //! Other daemons know nothing of this daemon's handles: their unlinks delete at once, and
 //! such a handle answers ESTALE (see `file`).
 
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use parking_lot::{Condvar, Mutex};
@@ -27,68 +23,38 @@ struct State {
     count: HashMap<u64, usize>,
     /// Open inodes without a name: deleted at their last close.
     orphans: HashSet<u64>,
-    /// Inodes whose rows a transaction of this daemon is deleting, until it ends.
-    dying: HashMap<u64, usize>,
-    /// Deletions under way whose inode is not known yet ([`Handles::deleting_unknown`]).
-    unknown: usize,
-    /// How many transactions that deleted rows have ended.
+    /// Deletions under way ([`Handles::deleting`]).
+    deleting: usize,
+    /// How many deletions have ended.
     ended: u64,
 }
 
 #[derive(Default)]
 pub(super) struct Handles {
     state: Mutex<State>,
-    /// Signalled when a transaction that deleted rows ends.
+    /// Signalled when a deletion ends.
     deletions_ended: Condvar,
-}
-
-thread_local! {
-    /// The inodes the transaction running on this thread decided to delete.
-    static DELETING: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where an open stands before its walk; see [`Handles::register_after`].
 #[derive(Clone, Copy)]
 pub(super) struct Before(u64);
 
-/// Ends, when dropped, the deletions that the transaction on this thread decided.
-pub(super) struct TransactionEnd<'a>(&'a Handles);
+/// A change of names under way that may delete a node's rows; ends when dropped (after its
+/// commit or rollback).
+pub(super) struct Deletion<'a>(&'a Handles);
 
-impl Drop for TransactionEnd<'_> {
+impl Drop for Deletion<'_> {
     fn drop(&mut self) {
-        let decided = DELETING.with(|d| std::mem::take(&mut *d.borrow_mut()));
-        if decided.is_empty() {
-            return;
-        }
         let mut s = self.0.state.lock();
-        for ino in decided {
-            if let Some(n) = s.dying.get_mut(&ino) {
-                *n -= 1;
-                if *n == 0 {
-                    s.dying.remove(&ino);
-                }
-            }
-        }
+        s.deleting -= 1;
         s.ended += 1;
         drop(s);
         self.0.deletions_ended.notify_all();
     }
 }
 
-/// A deletion whose inode is not known before it is made; ends when dropped.
-pub(super) struct UnknownDeletion<'a>(&'a Handles);
-
-impl Drop for UnknownDeletion<'_> {
-    fn drop(&mut self) {
-        let mut s = self.0.state.lock();
-        s.unknown -= 1;
-        s.ended += 1;
-        drop(s);
-        self.0.deletions_ended.notify_all();
-    }
-}
-
-impl UnknownDeletion<'_> {
+impl Deletion<'_> {
     /// The deletion kept the nameless `ino` for a handle it was told of: it becomes an
     /// orphan, deleted at its last close. False if that handle closed meanwhile, and the
     /// caller deletes the rows.
@@ -103,14 +69,14 @@ impl UnknownDeletion<'_> {
 }
 
 impl Handles {
-    /// Starts a deletion whose inode the server finds: the inodes that have handles now (the
-    /// server keeps such an inode's rows when it takes its last name), and the guard that ends
+    /// Starts a change of names that may delete a node's rows: the inodes that have handles
+    /// now (whose rows it must keep when it takes their last name), and the guard that ends
     /// it. Until then, opens check with the server.
-    pub fn deleting_unknown(&self) -> (Vec<i64>, UnknownDeletion<'_>) {
+    pub fn deleting(&self) -> (Vec<i64>, Deletion<'_>) {
         let mut s = self.state.lock();
-        s.unknown += 1;
+        s.deleting += 1;
         let open = s.count.keys().map(|&ino| ino as i64).collect();
-        (open, UnknownDeletion(self))
+        (open, Deletion(self))
     }
 
     /// Registers a handle on `ino`.
@@ -131,24 +97,14 @@ impl Handles {
         s.orphans.remove(&ino)
     }
 
-    /// Taken before a transaction that may delete rows; its end is when the guard drops,
-    /// after the commit or the rollback.
-    pub fn transaction(&self) -> TransactionEnd<'_> {
-        TransactionEnd(self)
-    }
-
-    /// Inside such a transaction, which takes the last name of `ino`: true if a handle holds
-    /// it (it becomes an orphan, deleted at its last close), false if the caller deletes its
-    /// rows now.
-    pub fn keep_or_delete(&self, ino: u64) -> bool {
+    /// Registers a handle on `ino`, which is about to be created, once no deletion is under
+    /// way: every deletion that starts after this keeps its rows.
+    pub fn opened_for_create(&self, ino: u64) {
         let mut s = self.state.lock();
-        if s.count.contains_key(&ino) {
-            s.orphans.insert(ino);
-            return true;
+        while s.deleting > 0 {
+            self.deletions_ended.wait(&mut s);
         }
-        *s.dying.entry(ino).or_insert(0) += 1;
-        DELETING.with(|d| d.borrow_mut().push(ino));
-        false
+        *s.count.entry(ino).or_insert(0) += 1;
     }
 
     /// Read before the walk of an open.
@@ -162,14 +118,14 @@ impl Handles {
     pub fn register_after(&self, ino: u64, before: Before) -> bool {
         let mut s = self.state.lock();
         *s.count.entry(ino).or_insert(0) += 1;
-        s.ended == before.0 && s.unknown == 0 && !s.dying.contains_key(&ino)
+        s.ended == before.0 && s.deleting == 0
     }
 
-    /// Waits until no transaction of this daemon is deleting the rows of `ino`: after that,
-    /// the server shows whether any deleted them.
-    pub fn wait_for_deletions_of(&self, ino: u64) {
+    /// Waits until no deletion of this daemon is under way: after that, the server shows
+    /// whether any deleted a given inode.
+    pub fn wait_for_deletions(&self) {
         let mut s = self.state.lock();
-        while s.unknown > 0 || s.dying.contains_key(&ino) {
+        while s.deleting > 0 {
             self.deletions_ended.wait(&mut s);
         }
     }
@@ -188,42 +144,29 @@ mod tests {
 
         // A deletion under way when the open registers.
         let before = h.before_walk();
-        let end = h.transaction();
-        assert!(!h.keep_or_delete(7), "no handle: its rows go");
+        let (open, deletion) = h.deleting();
+        assert!(open.is_empty());
         assert!(!h.register_after(7, before), "under way");
-        drop(end);
+        drop(deletion);
         assert!(!h.closed(7));
 
         // A deletion that ended between the walk and the registration.
         let before = h.before_walk();
-        {
-            let _end = h.transaction();
-            assert!(!h.keep_or_delete(8));
-        }
+        drop(h.deleting());
         assert!(!h.register_after(7, before), "one ended since the walk");
-        assert!(!h.closed(7));
 
-        // A deletion decided after the registration sees the handle.
+        // A deletion that started with a handle keeps the inode as an orphan.
         let before = h.before_walk();
-        assert!(h.register_after(9, before));
-        {
-            let _end = h.transaction();
-            assert!(h.keep_or_delete(9), "a handle holds it");
-        }
-        assert!(h.closed(9), "the last close of an orphan deletes it");
+        let (open, deletion) = h.deleting();
+        assert_eq!(open, vec![7]);
+        assert!(deletion.kept(7), "a handle holds it");
+        drop(deletion);
+        assert!(h.closed(7), "the last close of an orphan deletes it");
+        assert!(!h.register_after(8, before), "one ended since the walk");
+        assert!(!h.closed(8));
 
-        // A deletion whose inode is not known: every open racing it checks.
-        let before = h.before_walk();
-        let (open, deletion) = h.deleting_unknown();
-        assert!(open.is_empty());
-        assert!(!h.register_after(10, before), "an unknown deletion is under way");
-        drop(deletion);
-        let before = h.before_walk();
-        let (open, deletion) = h.deleting_unknown();
-        assert_eq!(open, vec![10]);
-        assert!(deletion.kept(10), "a handle holds it");
-        drop(deletion);
-        assert!(h.closed(10), "kept as an orphan");
-        assert!(!h.register_after(11, before), "one ended since the walk");
+        // The handle closed before the deletion could keep it: the caller deletes.
+        let (_, deletion) = h.deleting();
+        assert!(!deletion.kept(9));
     }
 }

@@ -237,7 +237,6 @@ impl Inner {
     /// Runs `f` in one transaction (with the namespace's name lock for `Lock::Tree`) and
     /// commits it; an error rolls it back. Deadlocks are tried again.
     fn write<T>(&self, lock: Lock, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
-        let _end = self.handles.transaction();
         let mut conn = self.conn()?;
         let Conn { client, stmts } = &mut *conn;
         let begin = match lock {
@@ -281,10 +280,10 @@ impl Inner {
     }
 
     /// Inside a transaction that took the last name from `ino`: deletes its rows now unless a
-    /// handle of this daemon holds it, in which case it is marked as this instance's orphan
-    /// and its last close deletes it.
-    fn drop_or_defer(&self, sql: &Sql<'_>, ino: u64) -> FsResult<bool> {
-        if self.handles.keep_or_delete(ino) {
+    /// handle of this daemon held it when the deletion started (`kept`, from
+    /// [`handles::Handles::deleting`]), in which case it is marked as this instance's orphan.
+    fn drop_or_defer(&self, sql: &Sql<'_>, ino: u64, kept: &[i64]) -> FsResult<bool> {
+        if kept.contains(&(ino as i64)) {
             sql.mark_orphan(ino, self.instance)?;
             return Ok(true);
         }

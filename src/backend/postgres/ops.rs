@@ -4,7 +4,7 @@
 use super::file::PgFile;
 use super::functions::{self, Taking};
 use super::store::Sql;
-use super::{Inner, Lock, PostgresBackend};
+use super::{handles, Inner, Lock, PostgresBackend};
 use crate::backend::tree::{self, NewNode, Spec, Tree};
 use crate::backend::{Attr, Backend, Caller, DirEntry, FileKind, OpenFile, RemoteChange, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
@@ -58,7 +58,8 @@ impl Inner {
         let (dir, leaf) = functions::split_new(path).map_err(at(path))?;
         let ino = self.alloc_ino()?;
         if open {
-            self.opened(ino);
+            // A deletion under way was told of the handles it must keep before this one.
+            self.handles.opened_for_create(ino);
         }
         let is_dir = spec.kind == FileKind::Dir;
         let mut new = NewNode {
@@ -87,9 +88,7 @@ impl Inner {
             }
         }
     }
-}
 
-impl Inner {
     /// Takes the name `path` (unlink or rmdir) in one call of the server.
     fn take_name(&self, what: Taking, path: &str) -> FsResult<()> {
         if path.is_empty() {
@@ -103,14 +102,20 @@ impl Inner {
         let call = self.call_args(&payload);
         // The server deletes a node left without a name unless this daemon has a handle on it;
         // opens racing the call learn of it (see `handles`).
-        let (kept, deletion) = self.handles.deleting_unknown();
+        let (kept, deletion) = self.handles.deleting();
         let (ino, left) = self
             .call(|sql| sql.take_name(what, &call, (&dir, leaf), (self.ns, self.instance), &kept))
             .map_err(at(path))?;
-        if left == 0 && kept.contains(&(ino as i64)) && !deletion.kept(ino) {
-            self.delete_orphan(ino); // its last handle closed meanwhile
-        }
+        self.keep_orphan((left == 0 && kept.contains(&(ino as i64))).then_some(ino), &deletion);
         Ok(())
+    }
+
+    /// After a change of names that kept the nameless `orphan` for a handle: its last close
+    /// deletes it, or, if that close came meanwhile, this does.
+    fn keep_orphan(&self, orphan: Option<u64>, deletion: &handles::Deletion<'_>) {
+        if let Some(ino) = orphan.filter(|&ino| !deletion.kept(ino)) {
+            self.delete_orphan(ino);
+        }
     }
 }
 
@@ -168,7 +173,7 @@ impl Backend for PostgresBackend {
             // A deletion of this daemon that did not see the registration is under way or
             // ended since the walk: once it is over, the inode's rows are there for good (the
             // next deletion sees the handle) or gone.
-            inner.handles.wait_for_deletions_of(node.ino);
+            inner.handles.wait_for_deletions();
             match inner.read(|sql| Tree::node(sql, node.ino)) {
                 Ok(Some(_)) => return Ok(Box::new(self.file(node.ino, node.kind, path))),
                 Ok(None) => {
@@ -267,15 +272,19 @@ impl Backend for PostgresBackend {
     fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()> {
         tree::check_rename(from, to, flags).map_err(at(to))?;
         let inner = &self.inner;
-        inner
+        let (kept, deletion) = inner.handles.deleting();
+        let orphan = inner
             .write(Lock::Tree, |sql| {
-                tree::rename_in(sql, inner.root, (from, to, flags), |sql, ino| {
-                    inner.drop_or_defer(sql, ino)
+                let orphan = tree::rename_in(sql, inner.root, (from, to, flags), |sql, ino| {
+                    inner.drop_or_defer(sql, ino, &kept)
                 })?;
                 inner.announce(sql, Changed::Name, from)?;
-                inner.announce(sql, Changed::Name, to)
+                inner.announce(sql, Changed::Name, to)?;
+                Ok(orphan)
             })
-            .map_err(at(from))
+            .map_err(at(from))?;
+        inner.keep_orphan(orphan, &deletion);
+        Ok(())
     }
 
     fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr> {

@@ -57,5 +57,29 @@ fn an_open_racing_this_daemons_unlinks_never_holds_a_deleted_inode() {
     }
     stop.store(true, Ordering::Relaxed);
     let rounds = churn.join().unwrap();
+
+    // A file created while another thread unlinks its name keeps its inode for its handle.
+    stop.store(false, Ordering::Relaxed);
+    let unlinker = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = b.unlink("g");
+            }
+        })
+    };
+    let mut created = 0;
+    while created < 300 && Instant::now() < deadline + Duration::from_secs(20) {
+        let f = match b.create("g", 0o644, libc::O_WRONLY, &Caller::daemon()) {
+            Ok((_, f)) => f,
+            Err(e) if e.is(crate::error::Errno::EEXIST) => continue, // not unlinked yet
+            Err(e) => panic!("{e}"),
+        };
+        let wrote = f.write(0, b"x");
+        assert!(wrote.is_ok(), "a created file's inode was deleted under its handle: {wrote:?}");
+        created += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    unlinker.join().unwrap();
     assert!(opened >= 50 && rounds >= 50, "too little overlap to tell: {opened} opens, {rounds} rounds");
 }
