@@ -113,6 +113,23 @@ BEGIN
     };
 }
 
+/// The end of `unlink_at` and `rmdir_at`: a node left with no link (`out_left`) loses every
+/// row, unless it is one of `kept`; the notification is queued.
+macro_rules! name_taken {
+    () => {
+        "
+    IF out_left = 0 AND NOT out_ino = ANY(kept) THEN
+        DELETE FROM inodes WHERE ino = out_ino;
+        WITH c AS (DELETE FROM chunks WHERE ino = out_ino), x AS (DELETE FROM xattrs WHERE ino = out_ino)
+        DELETE FROM dentries WHERE parent = out_ino;
+    END IF;
+    PERFORM pg_notify(channel, payload);
+    out_errno := 0;
+END $$;
+"
+    };
+}
+
 /// Migration 3: `create_at`, `unlink_at`, `rmdir_at` and `link_at`.
 ///
 /// `create_at` walks to the directory, under the namespace's name lock; gives the new node the
@@ -186,15 +203,9 @@ CREATE FUNCTION unlink_at",
     UPDATE inodes SET nlink = greatest(nlink - 1, 0), ctime = now_ns,
             orphan_of = CASE WHEN nlink <= 1 THEN instance ELSE orphan_of END
         WHERE ino = out_ino RETURNING nlink INTO out_left;
-    IF out_left = 0 AND NOT out_ino = ANY(kept) THEN
-        DELETE FROM inodes WHERE ino = out_ino;
-        WITH c AS (DELETE FROM chunks WHERE ino = out_ino), x AS (DELETE FROM xattrs WHERE ino = out_ino)
-        DELETE FROM dentries WHERE parent = out_ino;
-    END IF;
-    PERFORM pg_notify(channel, payload);
-    out_errno := 0;
-END $$;
-
+",
+    name_taken!(),
+    "
 CREATE FUNCTION rmdir_at",
     taking_a_name!(),
     "    IF child_kind <> 16384 THEN
@@ -209,15 +220,9 @@ CREATE FUNCTION rmdir_at",
         p AS (UPDATE inodes SET nlink = greatest(nlink - 1, 0), mtime = now_ns, ctime = now_ns
             WHERE ino = dir_ino)
     UPDATE inodes SET nlink = 0, ctime = now_ns, orphan_of = instance WHERE ino = out_ino;
-    out_left := 0;
-    IF NOT out_ino = ANY(kept) THEN
-        DELETE FROM inodes WHERE ino = out_ino;
-        WITH x AS (DELETE FROM xattrs WHERE ino = out_ino) DELETE FROM chunks WHERE ino = out_ino;
-    END IF;
-    PERFORM pg_notify(channel, payload);
-    out_errno := 0;
-END $$;
-
+    out_left := 0;",
+    name_taken!(),
+    "
 CREATE FUNCTION link_at(
     lock_key integer, ns_id integer, root_ino bigint, src_dir text[], src_leaf text, dir text[],
     leaf text, now_ns bigint, channel text, payload text, src_payload text,
