@@ -4,7 +4,7 @@
 //! tool edit of a file changed elsewhere is stale; acknowledged writes survive `kill -9`.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,15 @@ fn changes_on_one_daemon_are_seen_on_another_within_100ms() {
     fs::write(b.p("d/x"), "").unwrap();
     worst = worst.max(seen_within_100ms("a listing", || {
         fs::read_dir(a.p("d")).unwrap().flatten().any(|e| e.file_name() == "x")
+    }));
+    // A name in a directory A made (so A knows every name in it without asking), and that
+    // directory's link count and times, which A knows too and its kernel has cached.
+    let before = fs::metadata(a.p("d")).unwrap();
+    fs::create_dir(b.p("d/sub")).unwrap();
+    worst = worst.max(seen_within_100ms("a new name in a known directory", || a.p("d/sub").is_dir()));
+    worst = worst.max(seen_within_100ms("a directory's link count", || {
+        fs::metadata(a.p("d"))
+            .is_ok_and(|m| m.nlink() == before.nlink() + 1 && m.modified().ok() != before.modified().ok())
     }));
     // An attribute.
     fs::set_permissions(b.p("f"), fs::Permissions::from_mode(0o600)).unwrap();

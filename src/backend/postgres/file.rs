@@ -196,6 +196,25 @@ impl OpenFile for PgFile {
     }
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
+        if self.kind != FileKind::Dir {
+            return self.set_attrs(changes);
+        }
+        // A directory's attributes may be known by path (`dircache`): forget them.
+        let ticket = self.inner.dirs.changing();
+        let done = self.set_attrs(changes);
+        self.inner.dirs.changed(ticket, super::dircache::Change::Node { ino: self.ino }, true);
+        done
+    }
+
+    fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        self.inner.opened(self.ino);
+        Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path)))
+    }
+}
+
+impl PgFile {
+    /// `setattr`, on the server.
+    fn set_attrs(&self, changes: &SetAttr) -> FsResult<Attr> {
         let inner = &self.inner;
         self.changed.store(true, Ordering::Release);
         if changes.size.is_none() && !changes.is_empty() {
@@ -212,11 +231,6 @@ impl OpenFile for PgFile {
             inner.announce(sql, Changed::Content, &self.path)?;
             Ok(node.attr())
         })
-    }
-
-    fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
-        self.inner.opened(self.ino);
-        Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path)))
     }
 }
 

@@ -267,13 +267,15 @@ pub(super) enum Taking {
     Dir,
 }
 
-/// What a call needs besides the node: the name lock's key, the route's root, and the
-/// notification to send at commit.
+/// What a call needs besides the node: the name lock's key, the route's root, the
+/// notification to send at commit, and the time of the change (ns; `create_at` takes the new
+/// node's).
 pub(super) struct Call<'a> {
     pub lock_key: i32,
     pub root: u64,
     pub channel: &'a str,
     pub payload: &'a str,
+    pub now: i64,
 }
 
 fn errno_of(code: i32) -> FsResult<()> {
@@ -355,7 +357,7 @@ impl Sql<'_> {
                     &(call.root as i64),
                     &dir,
                     &leaf,
-                    &tree::now_ns(),
+                    &call.now,
                     &(instance as i32),
                     &kept,
                     &call.channel,
@@ -488,7 +490,7 @@ impl Sql<'_> {
                     &src_leaf,
                     &dir,
                     &leaf,
-                    &tree::now_ns(),
+                    &call.now,
                     &call.channel,
                     &call.payload,
                     &src_payload,

@@ -3,8 +3,9 @@
 //!
 //! Layout and migrations are in `schema`, the rows (and the shared tree logic on them) in
 //! `store`, the path operations of [`Backend`](crate::backend::Backend) in `ops`, open files in
-//! `file`, other daemons' changes in `notify`, connection settings (URL, password files) in
-//! `connect`. `langgraph` is the other layout: the files of LangGraph's `store` table.
+//! `file`, other daemons' changes in `notify`, what this daemon knows of directories without
+//! asking in `dircache`, connection settings (URL, password files) in `connect`. `langgraph`
+//! is the other layout: the files of LangGraph's `store` table.
 //!
 //! Every operation is one transaction committed before it returns, file writes included, so
 //! what a call acknowledged survives a `kill -9` of the daemon and is seen by every other
@@ -22,6 +23,7 @@
 //! daemon by its listening connection) is free.
 
 mod connect;
+mod dircache;
 mod file;
 mod functions;
 mod handles;
@@ -141,6 +143,8 @@ struct Inner {
     inos: Mutex<(u64, u64)>,
     /// This daemon's open handles.
     handles: handles::Handles,
+    /// The directories' attributes and listings this daemon knows without asking.
+    dirs: Arc<dircache::DirCache>,
     /// Keeps the instance's lock and listens for other daemons' changes (its thread, once
     /// started by [`PostgresBackend::watch`]).
     listener: notify::Listener,
@@ -181,6 +185,7 @@ impl PostgresBackend {
                 channel,
                 inos: Mutex::new((0, 0)),
                 handles: handles::Handles::default(),
+                dirs: Arc::default(),
                 listener,
             }),
         })
@@ -217,7 +222,13 @@ impl Inner {
 
     /// The name lock, root and notification of a call of the server's `functions`.
     fn call_args<'a>(&'a self, payload: &'a str) -> functions::Call<'a> {
-        functions::Call { lock_key: self.tree_key, root: self.root, channel: &self.channel, payload }
+        functions::Call {
+            lock_key: self.tree_key,
+            root: self.root,
+            channel: &self.channel,
+            payload,
+            now: crate::backend::tree::now_ns(),
+        }
     }
 
     /// Deletes the rows of the nameless `ino`, kept for a handle of this daemon that closed

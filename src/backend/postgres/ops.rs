@@ -1,6 +1,7 @@
 //! The path operations of [`Backend`] for [`PostgresBackend`]: lookups are single queries
 //! outside a transaction, every change one transaction that also announces what it changed.
 
+use super::dircache::{Change, Known};
 use super::file::PgFile;
 use super::functions::{self, Taking};
 use super::store::Sql;
@@ -75,12 +76,16 @@ impl Inner {
         };
         let payload = self.payload(Changed::Name, path);
         let call = self.call_args(&payload);
+        let ticket = self.dirs.changing();
         match self.call(|sql| sql.create_at(&call, (&dir, leaf), ino, &new)) {
             Ok((gid, perm)) => {
                 (new.gid, new.perm) = (gid, perm);
-                Ok(new.node(ino))
+                let node = new.node(ino);
+                self.dirs.changed(ticket, Change::Made { path, attr: &node.attr(), now: new.now }, true);
+                Ok(node)
             }
             Err(e) => {
+                self.dirs.failed(ticket, path);
                 if open {
                     self.closed(ino);
                 }
@@ -103,9 +108,17 @@ impl Inner {
         // The server deletes a node left without a name unless this daemon has a handle on it;
         // opens racing the call learn of it (see `handles`).
         let (kept, deletion) = self.handles.deleting();
-        let (ino, left) = self
-            .call(|sql| sql.take_name(what, &call, (&dir, leaf), (self.ns, self.instance), &kept))
-            .map_err(at(path))?;
+        let ticket = self.dirs.changing();
+        let taken =
+            self.call(|sql| sql.take_name(what, &call, (&dir, leaf), (self.ns, self.instance), &kept));
+        match taken {
+            Ok(_) => {
+                let dir = matches!(what, Taking::Dir);
+                self.dirs.changed(ticket, Change::Taken { path, dir, now: call.now }, true);
+            }
+            Err(_) => self.dirs.failed(ticket, path),
+        }
+        let (ino, left) = taken.map_err(at(path))?;
         self.keep_orphan((left == 0 && kept.contains(&(ino as i64))).then_some(ino), &deletion);
         Ok(())
     }
@@ -123,6 +136,27 @@ impl PostgresBackend {
     fn file(&self, ino: u64, kind: FileKind, path: &str) -> PgFile {
         PgFile::new(self.inner.clone(), ino, kind, path)
     }
+
+    /// `setattr`, on the server.
+    fn set_attrs(&self, path: &str, changes: &SetAttr) -> FsResult<Attr> {
+        let inner = &self.inner;
+        if changes.size.is_none() && !changes.is_empty() {
+            let payload = inner.payload(Changed::Content, path);
+            return inner
+                .read(|sql| sql.set_attrs_at(inner.root, path, changes, (&inner.channel, &payload)))
+                .map(|n| n.attr())
+                .map_err(at(path));
+        }
+        inner
+            .write(Lock::Rows, |sql| {
+                let ino = tree::resolve(sql, inner.root, path)?;
+                let node = sql.lock_node(ino)?.ok_or_else(|| err(Errno::ENOENT))?;
+                let node = tree::setattr_in(sql, node, changes, super::file::MAX_FILE_SIZE)?;
+                inner.announce(sql, Changed::Content, path)?;
+                Ok(node.attr())
+            })
+            .map_err(at(path))
+    }
 }
 
 impl Backend for PostgresBackend {
@@ -138,11 +172,21 @@ impl Backend for PostgresBackend {
 
     fn getattr(&self, path: &str) -> FsResult<Attr> {
         let inner = &self.inner;
-        inner.read(|sql| Ok(tree::resolve_node(sql, inner.root, path)?.attr())).map_err(at(path))
+        match inner.dirs.known(path) {
+            Known::Dir(attr) => return Ok(attr),
+            Known::Absent => return Err(err(Errno::ENOENT)).map_err(at(path)),
+            Known::Unknown => {}
+        }
+        let ticket = inner.dirs.reading();
+        let attr =
+            inner.read(|sql| Ok(tree::resolve_node(sql, inner.root, path)?.attr())).map_err(at(path))?;
+        inner.dirs.read_attr(ticket, path, &attr);
+        Ok(attr)
     }
 
     fn getattr_entries(&self, dir: &str, names: &[&str]) -> Vec<FsResult<Attr>> {
         let inner = &self.inner;
+        let ticket = inner.dirs.reading();
         let found = inner.read(|sql| {
             let d = tree::resolve_dir(sql, inner.root, dir)?;
             sql.entries(d.ino, names)
@@ -150,7 +194,11 @@ impl Backend for PostgresBackend {
         match found {
             Ok(found) => names
                 .iter()
-                .map(|n| found.get(*n).map(|node| node.attr()).ok_or_else(|| err(Errno::ENOENT)))
+                .map(|n| {
+                    let attr = found.get(*n).map(|node| node.attr()).ok_or_else(|| err(Errno::ENOENT))?;
+                    inner.dirs.read_entry_attr(ticket, (dir, n), &attr);
+                    Ok(attr)
+                })
                 .collect(),
             Err(e) => names.iter().map(|_| Err(e.clone())).collect(),
         }
@@ -158,7 +206,10 @@ impl Backend for PostgresBackend {
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
         let inner = &self.inner;
-        inner.read(|sql| sql.list_path(inner.root, path)).map_err(at(path))
+        let ticket = inner.dirs.reading();
+        let entries = inner.read(|sql| sql.list_path(inner.root, path)).map_err(at(path))?;
+        inner.dirs.read_listing(ticket, path, &entries);
+        Ok(entries)
     }
 
     fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
@@ -242,10 +293,18 @@ impl Backend for PostgresBackend {
         let payload = inner.payload(Changed::Name, new_path);
         let src_payload = inner.payload(Changed::Content, existing);
         let call = inner.call_args(&payload);
-        let node = inner
-            .call(|sql| sql.link_at(&call, (&src.0, src.1), (&new.0, new.1), (inner.ns, &src_payload)))
-            .map_err(at(new_path))?;
-        Ok(node.attr())
+        let ticket = inner.dirs.changing();
+        let linked =
+            inner.call(|sql| sql.link_at(&call, (&src.0, src.1), (&new.0, new.1), (inner.ns, &src_payload)));
+        match &linked {
+            Ok(node) => inner.dirs.changed(
+                ticket,
+                Change::Made { path: new_path, attr: &node.attr(), now: call.now },
+                true,
+            ),
+            Err(_) => inner.dirs.failed(ticket, new_path),
+        }
+        Ok(linked.map_err(at(new_path))?.attr())
     }
 
     fn readlink(&self, path: &str) -> FsResult<Vec<u8>> {
@@ -273,7 +332,8 @@ impl Backend for PostgresBackend {
         tree::check_rename(from, to, flags).map_err(at(to))?;
         let inner = &self.inner;
         let (kept, deletion) = inner.handles.deleting();
-        let orphan = inner
+        let ticket = inner.dirs.changing();
+        let moved = inner
             .write(Lock::Tree, |sql| {
                 let orphan = tree::rename_in(sql, inner.root, (from, to, flags), |sql, ino| {
                     inner.drop_or_defer(sql, ino, &kept)
@@ -282,29 +342,18 @@ impl Backend for PostgresBackend {
                 inner.announce(sql, Changed::Name, to)?;
                 Ok(orphan)
             })
-            .map_err(at(from))?;
-        inner.keep_orphan(orphan, &deletion);
+            .map_err(at(from));
+        inner.dirs.changed(ticket, Change::Moved { from, to }, true);
+        inner.keep_orphan(moved?, &deletion);
         Ok(())
     }
 
     fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr> {
         let inner = &self.inner;
-        if changes.size.is_none() && !changes.is_empty() {
-            let payload = inner.payload(Changed::Content, path);
-            return inner
-                .read(|sql| sql.set_attrs_at(inner.root, path, changes, (&inner.channel, &payload)))
-                .map(|n| n.attr())
-                .map_err(at(path));
-        }
-        inner
-            .write(Lock::Rows, |sql| {
-                let ino = tree::resolve(sql, inner.root, path)?;
-                let node = sql.lock_node(ino)?.ok_or_else(|| err(Errno::ENOENT))?;
-                let node = tree::setattr_in(sql, node, changes, super::file::MAX_FILE_SIZE)?;
-                inner.announce(sql, Changed::Content, path)?;
-                Ok(node.attr())
-            })
-            .map_err(at(path))
+        let ticket = inner.dirs.changing();
+        let done = self.set_attrs(path, changes);
+        inner.dirs.changed(ticket, Change::Attrs { path, attr: done.as_ref().ok() }, true);
+        done
     }
 
     fn fsyncdir(&self, _path: &str) -> FsResult<()> {
@@ -337,25 +386,33 @@ impl Backend for PostgresBackend {
     fn setxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> FsResult<()> {
         tree::check_xattr(name, value, flags)?;
         let inner = &self.inner;
-        inner
-            .write(Lock::Rows, |sql| {
-                tree::setxattr_in(sql, inner.root, path, (name, value, flags))?;
-                inner.announce(sql, Changed::Content, path)
-            })
-            .map_err(at(path))
+        let ticket = inner.dirs.changing();
+        let done = inner.write(Lock::Rows, |sql| {
+            tree::setxattr_in(sql, inner.root, path, (name, value, flags))?;
+            inner.announce(sql, Changed::Content, path)
+        });
+        inner.dirs.changed(ticket, Change::Attrs { path, attr: None }, true);
+        done.map_err(at(path))
     }
 
     fn removexattr(&self, path: &str, name: &str) -> FsResult<()> {
         let inner = &self.inner;
-        inner
-            .write(Lock::Rows, |sql| {
-                tree::removexattr_in(sql, inner.root, path, name)?;
-                inner.announce(sql, Changed::Content, path)
-            })
-            .map_err(at(path))
+        let ticket = inner.dirs.changing();
+        let done = inner.write(Lock::Rows, |sql| {
+            tree::removexattr_in(sql, inner.root, path, name)?;
+            inner.announce(sql, Changed::Content, path)
+        });
+        inner.dirs.changed(ticket, Change::Attrs { path, attr: None }, true);
+        done.map_err(at(path))
     }
 
     fn watch(&self, report: Box<dyn Fn(RemoteChange) + Send + Sync>) {
-        self.inner.listener.start(report);
+        // The cache forgets what another daemon changed before the kernel is told.
+        let dirs = self.inner.dirs.clone();
+        dirs.start();
+        self.inner.listener.start(Box::new(move |change| {
+            dirs.remote(&change);
+            report(change)
+        }));
     }
 }

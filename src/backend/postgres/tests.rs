@@ -6,11 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::testing::TestServer;
 use super::{PgSettings, PostgresBackend};
 
-/// A backend on a namespace of its own of the shared test server.
+/// A backend on a namespace of its own of the shared test server, listening for other
+/// daemons' changes as a mount's does (which lets it keep what it knows of directories).
 pub fn backend(namespace: &str) -> PostgresBackend {
+    use crate::backend::Backend;
     let server = TestServer::shared();
     let settings = PgSettings::new(&server.url(), "agentvfs").unwrap();
-    PostgresBackend::open(settings, namespace).unwrap()
+    let backend = PostgresBackend::open(settings, namespace).unwrap();
+    backend.watch(Box::new(|_| {}));
+    backend
 }
 
 /// A namespace no other test of this process uses.

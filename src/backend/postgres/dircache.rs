@@ -1,0 +1,455 @@
+//! What this daemon knows of its namespace's directories without asking the server: their
+//! attributes, and the names each holds when its whole listing is known. It answers the
+//! requests the kernel sends after every change of a directory (a `GETATTR` of it, from
+//! `default_permissions`) and before every new name (a `LOOKUP` that finds nothing).
+//!
+//! It is exactly as honest as the kernel's own caches, which live an hour on this route: it
+//! learns of this daemon's changes as they commit, and forgets what other daemons change when
+//! their notifications arrive, before the kernel is told (so a kernel that asks again is never
+//! answered from the old entry). Nothing is kept until the change listener runs.
+//!
+//! Races: a server answer is kept only if nothing changed (no own change began or ended, no
+//! notification arrived) between the moment it was asked and the moment it is kept, and no own
+//! change is under way. An own change is applied to what is known only when it was the only
+//! one under way from its start to its end; otherwise what it touched is forgotten.
+//! Directories have one name each, so a path names one of them.
+
+use std::collections::{BTreeMap, HashSet};
+
+use parking_lot::Mutex;
+
+use crate::backend::tree::ns_to_time;
+use crate::backend::{split_parent, Attr, DirEntry, FileKind, RemoteChange};
+
+/// Names kept at most over all listings; past it everything is forgotten and learned again.
+const MAX_NAMES: usize = 1 << 20;
+/// Directories kept at most.
+const MAX_DIRS: usize = 1 << 17;
+
+#[derive(Default)]
+pub(super) struct DirCache {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Whether other daemons' changes are being heard (the listener runs).
+    on: bool,
+    /// Moves on with every own change that begins or ends and every notification.
+    generation: u64,
+    /// Own changes under way.
+    changing: u32,
+    /// By route-relative path ("" is the route's root).
+    dirs: BTreeMap<String, Dir>,
+    /// Names held by all listings together.
+    names: usize,
+}
+
+#[derive(Default)]
+struct Dir {
+    attr: Option<Attr>,
+    /// Every name in the directory, when known.
+    names: Option<HashSet<String>>,
+}
+
+/// What the cache knows of a path.
+#[derive(Debug, PartialEq)]
+pub(super) enum Known {
+    /// Nothing is there.
+    Absent,
+    /// A directory with these attributes.
+    Dir(Attr),
+    /// Ask the server.
+    Unknown,
+}
+
+/// The moment a server read or an own change began, to tell whether anything changed since.
+#[derive(Clone, Copy)]
+pub(super) struct Ticket(u64);
+
+/// An own change, for the cache to apply or forget.
+pub(super) enum Change<'a> {
+    /// A name was made at `path` for the node `attr` (create, mkdir, mknod, symlink, link),
+    /// its directory touched at `now` (ns).
+    Made { path: &'a str, attr: &'a Attr, now: i64 },
+    /// The name `path` was taken (unlink, rmdir: `dir`), its directory touched at `now`.
+    Taken { path: &'a str, dir: bool, now: i64 },
+    /// The node at `path` got these attributes (`None`: changed in a way not known here).
+    Attrs { path: &'a str, attr: Option<&'a Attr> },
+    /// A rename.
+    Moved { from: &'a str, to: &'a str },
+    /// The attributes of inode `ino` changed, at whatever path.
+    Node { ino: u64 },
+}
+
+impl DirCache {
+    /// Other daemons' changes are heard from now on: the cache may keep what it learns.
+    pub fn start(&self) {
+        self.state.lock().on = true;
+    }
+
+    pub fn known(&self, path: &str) -> Known {
+        let state = self.state.lock();
+        if !state.on {
+            return Known::Unknown;
+        }
+        if let Some(attr) = state.dirs.get(path).and_then(|d| d.attr.as_ref()) {
+            return Known::Dir(attr.clone());
+        }
+        if path.is_empty() {
+            return Known::Unknown;
+        }
+        let (parent, leaf) = split_parent(path);
+        match state.dirs.get(parent).and_then(|d| d.names.as_ref()) {
+            Some(names) if !names.contains(leaf) => Known::Absent,
+            _ => Known::Unknown,
+        }
+    }
+
+    /// Taken before a server read whose answer may be kept.
+    pub fn reading(&self) -> Ticket {
+        Ticket(self.state.lock().generation)
+    }
+
+    /// Keeps a directory's attributes read from the server.
+    pub fn read_attr(&self, ticket: Ticket, path: &str, attr: &Attr) {
+        if attr.kind != FileKind::Dir {
+            return;
+        }
+        let mut state = self.state.lock();
+        if state.keeps(ticket) {
+            state.make_room(0);
+            state.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone());
+        }
+    }
+
+    /// Keeps the attributes of the entry `name` of the directory `dir`, read from the server.
+    pub fn read_entry_attr(&self, ticket: Ticket, (dir, name): (&str, &str), attr: &Attr) {
+        if attr.kind == FileKind::Dir {
+            let path = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
+            self.read_attr(ticket, &path, attr);
+        }
+    }
+
+    /// Keeps a directory's whole listing read from the server.
+    pub fn read_listing(&self, ticket: Ticket, path: &str, entries: &[DirEntry]) {
+        let mut state = self.state.lock();
+        if state.keeps(ticket) {
+            state.make_room(entries.len());
+            let names = entries.iter().map(|e| e.name.clone()).collect();
+            state.set_names(path, Some(names));
+        }
+    }
+
+    /// Taken before an own change of names or attributes is sent to the server.
+    pub fn changing(&self) -> Ticket {
+        let mut state = self.state.lock();
+        state.changing += 1;
+        state.generation += 1;
+        Ticket(state.generation)
+    }
+
+    /// After the change begun at `ticket`: applies it if it `committed` and ran alone, else
+    /// forgets what it touched.
+    pub fn changed(&self, ticket: Ticket, change: Change<'_>, committed: bool) {
+        let mut state = self.state.lock();
+        state.changing -= 1;
+        let alone = state.generation == ticket.0 && state.changing == 0;
+        state.generation += 1;
+        if committed && alone {
+            state.apply(change);
+        } else {
+            state.forget(change);
+        }
+    }
+
+    /// After an own change of the name `path` that failed (its outcome may be unknown):
+    /// forgets the directory and what was at the name.
+    pub fn failed(&self, ticket: Ticket, path: &str) {
+        let mut state = self.state.lock();
+        state.changing -= 1;
+        state.generation += 1;
+        let _ = ticket;
+        state.drop_dir(split_parent(path).0);
+        state.drop_tree(path);
+    }
+
+    /// Another daemon's change: forgets what it may have changed.
+    pub fn remote(&self, change: &RemoteChange) {
+        let mut state = self.state.lock();
+        state.generation += 1;
+        match change {
+            RemoteChange::Name(path) => {
+                state.drop_dir(split_parent(path).0);
+                state.drop_tree(path);
+            }
+            RemoteChange::Content(path) => {
+                if let Some(dir) = state.dirs.get_mut(path.as_str()) {
+                    dir.attr = None;
+                }
+            }
+            RemoteChange::Everything => state.clear(),
+        }
+    }
+}
+
+impl State {
+    fn keeps(&self, ticket: Ticket) -> bool {
+        self.on && self.generation == ticket.0 && self.changing == 0
+    }
+
+    fn apply(&mut self, change: Change<'_>) {
+        match change {
+            Change::Made { path, attr, now } => {
+                let (parent, leaf) = split_parent(path);
+                let is_dir = attr.kind == FileKind::Dir;
+                self.touch(parent, now, if is_dir { 1 } else { 0 });
+                self.make_room(1);
+                if let Some(names) = self.dirs.get_mut(parent).and_then(|d| d.names.as_mut()) {
+                    if names.insert(leaf.to_string()) {
+                        self.names += 1;
+                    }
+                }
+                if is_dir {
+                    // Made here a moment ago: empty, and every name it will get is learned.
+                    self.drop_tree(path);
+                    self.dirs.insert(
+                        path.to_string(),
+                        Dir { attr: Some(attr.clone()), names: Some(HashSet::new()) },
+                    );
+                }
+            }
+            Change::Taken { path, dir, now } => {
+                let (parent, leaf) = split_parent(path);
+                self.touch(parent, now, if dir { -1 } else { 0 });
+                if let Some(names) = self.dirs.get_mut(parent).and_then(|d| d.names.as_mut()) {
+                    if names.remove(leaf) {
+                        self.names -= 1;
+                    }
+                }
+                if dir {
+                    self.drop_tree(path);
+                }
+            }
+            Change::Attrs { path, attr: Some(attr) } if attr.kind == FileKind::Dir => {
+                self.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone());
+            }
+            Change::Attrs { attr: Some(_), .. } => {}
+            change => self.forget(change),
+        }
+    }
+
+    fn forget(&mut self, change: Change<'_>) {
+        match change {
+            Change::Made { path, .. } | Change::Taken { path, .. } => {
+                self.drop_dir(split_parent(path).0);
+                self.drop_tree(path);
+            }
+            Change::Attrs { path, .. } => {
+                if let Some(dir) = self.dirs.get_mut(path) {
+                    dir.attr = None;
+                }
+            }
+            Change::Moved { from, to } => {
+                for path in [from, to] {
+                    self.drop_dir(split_parent(path).0);
+                    self.drop_tree(path);
+                }
+            }
+            Change::Node { ino } => {
+                for dir in self.dirs.values_mut() {
+                    if dir.attr.as_ref().is_some_and(|a| a.ino == ino) {
+                        dir.attr = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The directory at `path` changed a name at `now`: as the server functions do, its
+    /// modification and change times become `now` and its link count moves by `links`.
+    fn touch(&mut self, path: &str, now: i64, links: i32) {
+        if let Some(attr) = self.dirs.get_mut(path).and_then(|d| d.attr.as_mut()) {
+            attr.mtime = ns_to_time(now);
+            attr.ctime = ns_to_time(now);
+            attr.nlink = attr.nlink.saturating_add_signed(links);
+        }
+    }
+
+    fn set_names(&mut self, path: &str, names: Option<HashSet<String>>) {
+        let dir = self.dirs.entry(path.to_string()).or_default();
+        let before = dir.names.as_ref().map_or(0, HashSet::len);
+        let after = names.as_ref().map_or(0, HashSet::len);
+        dir.names = names;
+        self.names = self.names - before + after;
+    }
+
+    /// Forgets the directory at `path`, attributes and listing.
+    fn drop_dir(&mut self, path: &str) {
+        if let Some(dir) = self.dirs.remove(path) {
+            self.names -= dir.names.map_or(0, |n| n.len());
+        }
+    }
+
+    /// Forgets `path` and every directory below it.
+    fn drop_tree(&mut self, path: &str) {
+        self.drop_dir(path);
+        if path.is_empty() {
+            return self.clear();
+        }
+        // Paths below `path` sort from "path/" up to, not including, "path0" ('0' follows '/').
+        let below: Vec<String> =
+            self.dirs.range(format!("{path}/")..format!("{path}0")).map(|(k, _)| k.clone()).collect();
+        for key in below {
+            self.drop_dir(&key);
+        }
+    }
+
+    /// Makes room for `more` names and one more directory: past either bound, forgets all.
+    fn make_room(&mut self, more: usize) {
+        if self.names + more > MAX_NAMES || self.dirs.len() >= MAX_DIRS {
+            self.clear();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.dirs.clear();
+        self.names = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn dir_attr(ino: u64, nlink: u32) -> Attr {
+        Attr {
+            ino,
+            kind: FileKind::Dir,
+            perm: 0o755,
+            size: 0,
+            blocks: 0,
+            nlink,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            atime: SystemTime::UNIX_EPOCH,
+            mtime: SystemTime::UNIX_EPOCH,
+            ctime: SystemTime::UNIX_EPOCH,
+            crtime: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    fn file_attr(ino: u64) -> Attr {
+        Attr { kind: FileKind::File, nlink: 1, ..dir_attr(ino, 1) }
+    }
+
+    fn started() -> DirCache {
+        let cache = DirCache::default();
+        cache.start();
+        cache
+    }
+
+    fn mkdir(cache: &DirCache, path: &str, ino: u64) {
+        let t = cache.changing();
+        cache.changed(t, Change::Made { path, attr: &dir_attr(ino, 2), now: 5 }, true);
+    }
+
+    #[test]
+    fn nothing_is_kept_before_the_listener_runs() {
+        let cache = DirCache::default();
+        let t = cache.reading();
+        cache.read_attr(t, "d", &dir_attr(2, 2));
+        assert_eq!(cache.known("d"), Known::Unknown);
+        mkdir(&cache, "e", 3);
+        assert_eq!(cache.known("e/x"), Known::Unknown);
+    }
+
+    #[test]
+    fn a_made_directory_is_known_empty_and_learns_its_names() {
+        let cache = started();
+        mkdir(&cache, "d", 2);
+        assert_eq!(cache.known("d/x"), Known::Absent);
+        let t = cache.changing();
+        cache.changed(t, Change::Made { path: "d/x", attr: &file_attr(3), now: 9 }, true);
+        assert_eq!(cache.known("d/x"), Known::Unknown, "a file's attributes are the server's");
+        let Known::Dir(d) = cache.known("d") else { panic!("d is known") };
+        assert_eq!((d.mtime, d.ctime, d.nlink), (ns_to_time(9), ns_to_time(9), 2));
+        mkdir(&cache, "d/sub", 4);
+        let Known::Dir(d) = cache.known("d") else { panic!("d is known") };
+        assert_eq!(d.nlink, 3, "a subdirectory's `..` links the parent");
+        let t = cache.changing();
+        cache.changed(t, Change::Taken { path: "d/sub", dir: true, now: 11 }, true);
+        let Known::Dir(d) = cache.known("d") else { panic!("d is known") };
+        assert_eq!((d.nlink, d.mtime), (2, ns_to_time(11)));
+        assert_eq!(cache.known("d/sub"), Known::Absent);
+        assert_eq!(cache.known("d/sub/y"), Known::Unknown);
+    }
+
+    #[test]
+    fn a_read_overtaken_by_a_change_or_a_notification_is_not_kept() {
+        let cache = started();
+        let t = cache.reading();
+        let c = cache.changing();
+        cache.read_attr(t, "d", &dir_attr(2, 2));
+        cache.changed(c, Change::Attrs { path: "e", attr: None }, true);
+        cache.read_attr(t, "d", &dir_attr(2, 2));
+        assert_eq!(cache.known("d"), Known::Unknown);
+        let t = cache.reading();
+        cache.remote(&RemoteChange::Content("zzz".into()));
+        cache.read_listing(t, "d", &[]);
+        assert_eq!(cache.known("d/x"), Known::Unknown);
+        let t = cache.reading();
+        cache.read_listing(t, "d", &[DirEntry { name: "a".into(), kind: FileKind::File }]);
+        assert_eq!(cache.known("d/x"), Known::Absent);
+        assert_eq!(cache.known("d/a"), Known::Unknown);
+    }
+
+    #[test]
+    fn overlapping_changes_forget_what_they_touched() {
+        let cache = started();
+        mkdir(&cache, "d", 2);
+        let a = cache.changing();
+        let b = cache.changing();
+        cache.changed(b, Change::Made { path: "d/b", attr: &dir_attr(4, 2), now: 7 }, true);
+        cache.changed(a, Change::Made { path: "d/a", attr: &dir_attr(3, 2), now: 6 }, true);
+        assert_eq!(cache.known("d"), Known::Unknown);
+        assert_eq!(cache.known("d/zz"), Known::Unknown);
+        assert_eq!(cache.known("d/b"), Known::Unknown);
+    }
+
+    #[test]
+    fn notifications_forget_the_directory_and_everything_below() {
+        let cache = started();
+        mkdir(&cache, "d", 2);
+        mkdir(&cache, "d/e", 3);
+        mkdir(&cache, "d/e/f", 4);
+        mkdir(&cache, "d0", 5);
+        cache.remote(&RemoteChange::Name("d/e".into()));
+        assert_eq!(cache.known("d"), Known::Unknown);
+        assert_eq!(cache.known("d/e/f"), Known::Unknown);
+        assert_eq!(cache.known("d/e/f/g"), Known::Unknown);
+        assert!(matches!(cache.known("d0"), Known::Dir(_)), "a sibling sorting after stays");
+        cache.remote(&RemoteChange::Content("d0".into()));
+        assert_eq!(cache.known("d0"), Known::Unknown);
+        assert_eq!(cache.known("d0/x"), Known::Absent, "content leaves the names");
+        cache.remote(&RemoteChange::Everything);
+        assert_eq!(cache.known("d0/x"), Known::Unknown);
+    }
+
+    #[test]
+    fn a_failed_change_forgets_and_a_node_change_finds_its_directory() {
+        let cache = started();
+        mkdir(&cache, "d", 2);
+        let t = cache.changing();
+        cache.changed(t, Change::Made { path: "d/x", attr: &file_attr(3), now: 1 }, false);
+        assert_eq!(cache.known("d/x"), Known::Unknown);
+        mkdir(&cache, "e", 7);
+        let t = cache.changing();
+        cache.changed(t, Change::Node { ino: 7 }, true);
+        assert_eq!(cache.known("e"), Known::Unknown);
+        assert_eq!(cache.known("e/x"), Known::Absent);
+    }
+}
