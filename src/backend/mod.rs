@@ -306,6 +306,15 @@ pub trait Backend: Send + Sync {
     fn watch(&self, _report: Box<dyn Fn(RemoteChange) + Send + Sync>) {}
 }
 
+/// `name` in the directory `dir` (both route-relative, `dir` empty for the root): the
+/// inverse of [`split_parent`].
+pub fn join_child(dir: &str, name: &str) -> String {
+    match dir {
+        "" => name.to_string(),
+        _ => format!("{dir}/{name}"),
+    }
+}
+
 /// The last component of a route-relative path and its parent (`""` for the route root).
 pub fn split_parent(path: &str) -> (&str, &str) {
     match path.rfind('/') {

@@ -109,14 +109,6 @@ impl DirFd<'_> {
     }
 }
 
-/// `name` in the directory `dir` (both relative to the root, `dir` empty for the root).
-fn join(dir: &str, name: &str) -> String {
-    match dir {
-        "" => name.to_string(),
-        _ => format!("{dir}/{name}"),
-    }
-}
-
 fn kind_of_dirent(d_type: u8) -> Option<FileKind> {
     Some(match d_type {
         libc::DT_REG => FileKind::File,
@@ -150,7 +142,7 @@ impl Backend for HostBackend {
                 .iter()
                 .map(|name| {
                     if !self.hidden.is_empty() {
-                        self.check_visible(&join(dir, name))?;
+                        self.check_visible(&crate::backend::join_child(dir, name))?;
                     }
                     Ok(sys::attr_from_stat(&sys::fstatat(fd.as_fd(), name)?))
                 })
@@ -183,7 +175,7 @@ impl Backend for HostBackend {
             entries.push(DirEntry { name: name.to_string(), kind });
         }
         if !self.hidden.is_empty() {
-            entries.retain(|e| self.check_visible(&join(path, &e.name)).is_ok());
+            entries.retain(|e| self.check_visible(&crate::backend::join_child(path, &e.name)).is_ok());
         }
         Ok(entries)
     }

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashSet};
 use parking_lot::Mutex;
 
 use crate::backend::tree::ns_to_time;
-use crate::backend::{split_parent, Attr, DirEntry, FileKind, RemoteChange};
+use crate::backend::{join_child, split_parent, Attr, DirEntry, FileKind, RemoteChange};
 
 /// Names kept at most over all listings; past it everything is forgotten and learned again.
 const MAX_NAMES: usize = 1 << 20;
@@ -126,8 +126,7 @@ impl DirCache {
     /// Keeps the attributes of the entry `name` of the directory `dir`, read from the server.
     pub fn read_entry_attr(&self, ticket: Ticket, (dir, name): (&str, &str), attr: &Attr) {
         if attr.kind == FileKind::Dir {
-            let path = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
-            self.read_attr(ticket, &path, attr);
+            self.read_attr(ticket, &join_child(dir, name), attr);
         }
     }
 
@@ -169,9 +168,8 @@ impl DirCache {
         let mut state = self.state.lock();
         state.changing -= 1;
         state.generation += 1;
-        let _ = ticket;
-        state.drop_dir(split_parent(path).0);
-        state.drop_tree(path);
+        let _ = ticket; // pairs the call with its `changing`
+        state.forget_name(path);
     }
 
     /// Another daemon's change: forgets what it may have changed.
@@ -179,10 +177,7 @@ impl DirCache {
         let mut state = self.state.lock();
         state.generation += 1;
         match change {
-            RemoteChange::Name(path) => {
-                state.drop_dir(split_parent(path).0);
-                state.drop_tree(path);
-            }
+            RemoteChange::Name(path) => state.forget_name(path),
             RemoteChange::Content(path) => {
                 if let Some(dir) = state.dirs.get_mut(path.as_str()) {
                     dir.attr = None;
@@ -241,20 +236,15 @@ impl State {
 
     fn forget(&mut self, change: Change<'_>) {
         match change {
-            Change::Made { path, .. } | Change::Taken { path, .. } => {
-                self.drop_dir(split_parent(path).0);
-                self.drop_tree(path);
-            }
+            Change::Made { path, .. } | Change::Taken { path, .. } => self.forget_name(path),
             Change::Attrs { path, .. } => {
                 if let Some(dir) = self.dirs.get_mut(path) {
                     dir.attr = None;
                 }
             }
             Change::Moved { from, to } => {
-                for path in [from, to] {
-                    self.drop_dir(split_parent(path).0);
-                    self.drop_tree(path);
-                }
+                self.forget_name(from);
+                self.forget_name(to);
             }
             Change::Node { ino } => {
                 for dir in self.dirs.values_mut() {
@@ -282,6 +272,12 @@ impl State {
         let after = names.as_ref().map_or(0, HashSet::len);
         dir.names = names;
         self.names = self.names - before + after;
+    }
+
+    /// A name came, went or changed at `path`: forgets its directory and what was there.
+    fn forget_name(&mut self, path: &str) {
+        self.drop_dir(split_parent(path).0);
+        self.drop_tree(path);
     }
 
     /// Forgets the directory at `path`, attributes and listing.
