@@ -734,14 +734,15 @@ impl Engine {
     }
 
     /// The last descriptor of `handle` is gone. Data a backend held and could not store is
-    /// lost here: that is logged as an error naming the file, and the kernel's cached pages and
-    /// size of it are dropped, so the mount shows what is stored.
+    /// lost here: the kernel's cached pages and size of it are dropped, so the mount shows what
+    /// is stored, and then that is logged as an error naming the file (in this order, so that
+    /// whoever reads the log line sees the mount as stored).
     pub fn release(&self, handle: &OpenHandle) -> FsResult<()> {
         handle.file.release().inspect_err(|e| {
-            tracing::error!("{}: {e}", crate::display::Escaped(handle.path.as_str()));
             if let Some(observer) = self.observer.get() {
                 observer.content_changed(&handle.path);
             }
+            tracing::error!("{}: {e}", crate::display::Escaped(handle.path.as_str()));
         })
     }
 

@@ -156,6 +156,13 @@ impl Inner {
         }
     }
 
+    /// Counts `bytes` of file content in the commit just counted, for the checkpoint thread.
+    fn committed_content(&self, bytes: u64) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.committed_content(bytes);
+        }
+    }
+
     /// Runs `f` in one IMMEDIATE write transaction and commits it; an error rolls back.
     ///
     /// A transaction that meets a full disk is tried once more after the WAL was checkpointed

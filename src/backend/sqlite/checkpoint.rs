@@ -22,6 +22,10 @@ use crate::error::FsResult;
 
 /// Commits after which the checkpointer is woken.
 const COMMITS_PER_CHECKPOINT: u64 = 512;
+/// Bytes of file content committed after which the checkpointer is woken: a copy of large
+/// files makes few commits, and a WAL that holds everything needs as much room again before a
+/// checkpoint can return its space (on a small disk, more than is left).
+const BYTES_PER_CHECKPOINT: u64 = 4 << 20;
 /// How long commits may wait for a checkpoint when fewer than a batch happened. (A wake-up
 /// lost between the check and the wait costs at most this delay.)
 const QUIET_INTERVAL: Duration = Duration::from_millis(500);
@@ -30,6 +34,7 @@ const RESTART_FRAMES: i64 = 16 * 1024;
 
 struct Shared {
     commits: AtomicU64,
+    bytes: AtomicU64,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -43,8 +48,12 @@ pub(super) struct Checkpointer {
 impl Checkpointer {
     pub fn start(path: &Path) -> FsResult<Checkpointer> {
         let conn = schema::open_checkpointer(path)?;
-        let shared =
-            Arc::new(Shared { commits: AtomicU64::new(0), stop: Mutex::new(false), wake: Condvar::new() });
+        let shared = Arc::new(Shared {
+            commits: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
         let theirs = shared.clone();
         let thread =
             std::thread::Builder::new().name("sqlite-checkpoint".into()).spawn(move || run(conn, &theirs))?;
@@ -55,6 +64,15 @@ impl Checkpointer {
     pub fn committed(&self) {
         let n = self.shared.commits.fetch_add(1, Ordering::Relaxed) + 1;
         if n % COMMITS_PER_CHECKPOINT == 0 {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Counts `bytes` of file content in a commit just counted, waking the thread once a
+    /// batch of bytes has accumulated.
+    pub fn committed_content(&self, bytes: u64) {
+        let before = self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if before / BYTES_PER_CHECKPOINT != (before + bytes) / BYTES_PER_CHECKPOINT {
             self.shared.wake.notify_one();
         }
     }
@@ -71,12 +89,13 @@ impl Drop for Checkpointer {
 }
 
 fn run(conn: Connection, shared: &Shared) {
-    let mut done = 0;
+    let (mut done, mut done_bytes) = (0, 0);
     loop {
         {
             let mut stop = shared.stop.lock();
             let pending = shared.commits.load(Ordering::Relaxed) - done;
-            if !*stop && pending < COMMITS_PER_CHECKPOINT {
+            let pending_bytes = shared.bytes.load(Ordering::Relaxed) - done_bytes;
+            if !*stop && pending < COMMITS_PER_CHECKPOINT && pending_bytes < BYTES_PER_CHECKPOINT {
                 shared.wake.wait_for(&mut stop, QUIET_INTERVAL);
             }
             if *stop {
@@ -88,6 +107,7 @@ fn run(conn: Connection, shared: &Shared) {
             continue;
         }
         done = commits;
+        done_bytes = shared.bytes.load(Ordering::Relaxed);
         if let Err(e) = checkpoint(&conn) {
             tracing::warn!("sqlite: checkpoint failed: {e}");
         }

@@ -251,9 +251,8 @@ impl Inner {
             });
             pages.map_or(0, |p| p.max(0) as u64 * PAGE_SIZE as u64)
         };
-        self.space.admit(self.dirty_total.load(Ordering::Relaxed) as u64 + at_most, reusable, || {
-            self.make_room()
-        })?;
+        let buffered = self.dirty_total.load(Ordering::Relaxed) as u64 + at_most;
+        self.space.admit(buffered, at_most, reusable, || self.make_room())?;
         let mut grown = 0usize;
         for span in chunks::spans(offset, data.len() as u64) {
             if !st.dirty.contains_key(&span.idx) {
@@ -319,6 +318,7 @@ impl Inner {
             return Ok(());
         }
         self.write_tx(|tx| self.write_pending(tx, ino, st))?;
+        self.committed_content(st.dirty_bytes as u64);
         st.clear_pending(&self.dirty_total);
         Ok(())
     }

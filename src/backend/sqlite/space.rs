@@ -25,6 +25,10 @@ pub(super) struct Space {
     /// (milliseconds since `started`).
     free: AtomicU64,
     read_at: AtomicU64,
+    /// What writes admitted since the last reading will take (twice their bytes), which
+    /// the reading does not show yet: a fast writer can fill a small disk well within
+    /// [`FRESH_MS`].
+    spent: AtomicU64,
 }
 
 impl Space {
@@ -38,26 +42,30 @@ impl Space {
             started: Instant::now(),
             free: AtomicU64::new(0),
             read_at: AtomicU64::new(0),
+            spent: AtomicU64::new(0),
         }
     }
 
-    /// Ok when `buffered` bytes (all that the store would hold uncommitted, this write
-    /// included) can still be committed: written to the WAL and copied into the database
-    /// later (twice their size), after what the WAL already holds for its next checkpoint,
-    /// with headroom. `reusable` tells how many bytes of free pages the database holds
-    /// (deleted content, which later commits reuse first); `empty_wal` checkpoints the WAL
-    /// into the database and empties it, and is asked for when room is short. The disk is
-    /// read again unless a recent reading leaves twice the need.
+    /// Ok when `buffered` bytes (all that the store would hold uncommitted, this write's
+    /// `adding` bytes included) can still be committed: written to the WAL and copied into
+    /// the database later (twice their size), after what the WAL already holds for its next
+    /// checkpoint, with headroom. `reusable` tells how many bytes of free pages the database
+    /// holds (deleted content, which later commits reuse first); `empty_wal` checkpoints the
+    /// WAL into the database and empties it, and is asked for when room is short. The disk is
+    /// read again unless a recent reading, less what was admitted since, leaves twice the need.
     pub fn admit(
         &self,
         buffered: u64,
+        adding: u64,
         reusable: impl Fn() -> u64,
         empty_wal: impl FnOnce() -> bool,
     ) -> FsResult<()> {
         let needed = buffered.saturating_mul(2).saturating_add(HEADROOM);
         let now = self.started.elapsed().as_millis() as u64;
         let fresh = now.saturating_sub(self.read_at.load(Ordering::Relaxed)) < FRESH_MS;
-        if fresh && needed.saturating_mul(2) <= self.free.load(Ordering::Relaxed) {
+        let spent = self.spent.fetch_add(adding.saturating_mul(2), Ordering::Relaxed);
+        let left = self.free.load(Ordering::Relaxed).saturating_sub(spent);
+        if fresh && needed.saturating_mul(2) <= left {
             return Ok(());
         }
         let mut free = self.read(&reusable);
@@ -65,6 +73,7 @@ impl Space {
             free = self.read(&reusable);
         }
         self.free.store(free, Ordering::Relaxed);
+        self.spent.store(0, Ordering::Relaxed);
         self.read_at.store(now, Ordering::Relaxed);
         if needed > free {
             return Err(FsError::new(
@@ -83,5 +92,33 @@ impl Space {
             Ok(s) => (s.blocks_available() * s.fragment_size() + reusable()).saturating_sub(wal),
             Err(_) => u64::MAX, // cannot tell: the commit will say
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn what_was_admitted_since_a_reading_counts_against_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let space = Space::new(&dir.path().join("store.db"));
+        let reads = Cell::new(0);
+        let reusable = || {
+            reads.set(reads.get() + 1);
+            0
+        };
+        space.admit(1, 1, reusable, || false).unwrap();
+        assert_eq!(reads.get(), 1, "the first write reads the disk");
+        let free = space.free.load(Ordering::Relaxed);
+        space.admit(1, 1, reusable, || false).unwrap();
+        assert_eq!(reads.get(), 1, "a small write trusts a fresh reading");
+        // A write that will take what the reading showed makes the next one look again,
+        // though that one alone is small against the reading.
+        space.admit(1, free / 2, reusable, || false).unwrap();
+        assert_eq!(reads.get(), 1);
+        let _ = space.admit(1, 1, reusable, || false);
+        assert_eq!(reads.get(), 2, "the disk was read again");
     }
 }
