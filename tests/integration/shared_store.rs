@@ -108,6 +108,11 @@ fn changes_on_one_daemon_are_seen_on_another_within_100ms() {
     // A rename and a deletion.
     fs::rename(b.p("f"), b.p("d/g")).unwrap();
     worst = worst.max(seen_within_100ms("a rename", || !a.p("f").exists() && read(&a.p("d/g")) == "two!"));
+    // A file A has just read (so A knows the inode its name leads to), replaced on B by a
+    // rename over it: A's next open reads the new file.
+    fs::write(b.p("d/g.new"), "three").unwrap();
+    fs::rename(b.p("d/g.new"), b.p("d/g")).unwrap();
+    worst = worst.max(seen_within_100ms("a file replaced", || read(&a.p("d/g")) == "three"));
     fs::remove_file(b.p("d/x")).unwrap();
     worst = worst.max(seen_within_100ms("a deletion", || !a.p("d/x").exists()));
     // A tool write on B (the other door).

@@ -1,7 +1,9 @@
 //! What this daemon knows of its namespace's directories without asking the server: their
-//! attributes, and the names each holds when its whole listing is known. It answers the
-//! requests the kernel sends after every change of a directory (a `GETATTR` of it, from
-//! `default_permissions`) and before every new name (a `LOOKUP` that finds nothing).
+//! attributes, the names each holds when its whole listing is known, and the node (inode and
+//! kind) a name leads to where a read or an own change told it. It answers the requests the
+//! kernel sends after every change of a directory (a `GETATTR` of it, from
+//! `default_permissions`), before every new name (a `LOOKUP` that finds nothing), and the walk
+//! of every `OPEN` of a known name.
 //!
 //! It is exactly as honest as the kernel's own caches, which live an hour on this route: it
 //! learns of this daemon's changes as they commit, and forgets what other daemons change when
@@ -14,7 +16,7 @@
 //! one under way from its start to its end; otherwise what it touched is forgotten.
 //! Directories have one name each, so a path names one of them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use parking_lot::Mutex;
 
@@ -48,8 +50,23 @@ struct State {
 #[derive(Default)]
 struct Dir {
     attr: Option<Attr>,
-    /// Every name in the directory, when known.
-    names: Option<HashSet<String>>,
+    /// Names in the directory, each with the node it leads to where that is known.
+    names: HashMap<String, Option<Node>>,
+    /// Whether `names` holds every name in the directory.
+    complete: bool,
+}
+
+/// The node a name leads to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Node {
+    pub ino: u64,
+    pub kind: FileKind,
+}
+
+impl Node {
+    fn of(attr: &Attr) -> Node {
+        Node { ino: attr.ino, kind: attr.kind }
+    }
 }
 
 /// What the cache knows of a path.
@@ -100,10 +117,26 @@ impl DirCache {
             return Known::Unknown;
         }
         let (parent, leaf) = split_parent(path);
-        match state.dirs.get(parent).and_then(|d| d.names.as_ref()) {
-            Some(names) if !names.contains(leaf) => Known::Absent,
+        match state.dirs.get(parent) {
+            Some(d) if d.complete && !d.names.contains_key(leaf) => Known::Absent,
             _ => Known::Unknown,
         }
+    }
+
+    /// The node `path` leads to, if known.
+    pub fn node(&self, path: &str) -> Option<Node> {
+        let state = self.state.lock();
+        if !state.on {
+            return None;
+        }
+        if let Some(attr) = state.dirs.get(path).and_then(|d| d.attr.as_ref()) {
+            return Some(Node::of(attr));
+        }
+        if path.is_empty() {
+            return None;
+        }
+        let (parent, leaf) = split_parent(path);
+        state.dirs.get(parent)?.names.get(leaf).copied().flatten()
     }
 
     /// Taken before a server read whose answer may be kept.
@@ -111,23 +144,18 @@ impl DirCache {
         Ticket(self.state.lock().generation)
     }
 
-    /// Keeps a directory's attributes read from the server.
+    /// Keeps what the server said of the node at `path`: the node the name leads to, and a
+    /// directory's attributes.
     pub fn read_attr(&self, ticket: Ticket, path: &str, attr: &Attr) {
-        if attr.kind != FileKind::Dir {
-            return;
-        }
         let mut state = self.state.lock();
         if state.keeps(ticket) {
-            state.make_room(0);
-            state.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone());
+            state.learn(path, attr);
         }
     }
 
-    /// Keeps the attributes of the entry `name` of the directory `dir`, read from the server.
+    /// Keeps what the server said of the entry `name` of the directory `dir`.
     pub fn read_entry_attr(&self, ticket: Ticket, (dir, name): (&str, &str), attr: &Attr) {
-        if attr.kind == FileKind::Dir {
-            self.read_attr(ticket, &join_child(dir, name), attr);
-        }
+        self.read_attr(ticket, &join_child(dir, name), attr);
     }
 
     /// Keeps a directory's whole listing read from the server.
@@ -135,8 +163,7 @@ impl DirCache {
         let mut state = self.state.lock();
         if state.keeps(ticket) {
             state.make_room(entries.len());
-            let names = entries.iter().map(|e| e.name.clone()).collect();
-            state.set_names(path, Some(names));
+            state.set_listing(path, entries);
         }
     }
 
@@ -196,29 +223,23 @@ impl State {
     fn apply(&mut self, change: Change<'_>) {
         match change {
             Change::Made { path, attr, now } => {
-                let (parent, leaf) = split_parent(path);
                 let is_dir = attr.kind == FileKind::Dir;
-                self.touch(parent, now, if is_dir { 1 } else { 0 });
-                self.make_room(1);
-                if let Some(names) = self.dirs.get_mut(parent).and_then(|d| d.names.as_mut()) {
-                    if names.insert(leaf.to_string()) {
-                        self.names += 1;
-                    }
-                }
+                self.touch(split_parent(path).0, now, if is_dir { 1 } else { 0 });
                 if is_dir {
                     // Made here a moment ago: empty, and every name it will get is learned.
                     self.drop_tree(path);
                     self.dirs.insert(
                         path.to_string(),
-                        Dir { attr: Some(attr.clone()), names: Some(HashSet::new()) },
+                        Dir { attr: Some(attr.clone()), names: HashMap::new(), complete: true },
                     );
                 }
+                self.learn(path, attr);
             }
             Change::Taken { path, dir, now } => {
                 let (parent, leaf) = split_parent(path);
                 self.touch(parent, now, if dir { -1 } else { 0 });
-                if let Some(names) = self.dirs.get_mut(parent).and_then(|d| d.names.as_mut()) {
-                    if names.remove(leaf) {
+                if let Some(d) = self.dirs.get_mut(parent) {
+                    if d.names.remove(leaf).is_some() {
                         self.names -= 1;
                     }
                 }
@@ -226,10 +247,7 @@ impl State {
                     self.drop_tree(path);
                 }
             }
-            Change::Attrs { path, attr: Some(attr) } if attr.kind == FileKind::Dir => {
-                self.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone());
-            }
-            Change::Attrs { attr: Some(_), .. } => {}
+            Change::Attrs { path, attr: Some(attr) } => self.learn(path, attr),
             change => self.forget(change),
         }
     }
@@ -266,11 +284,35 @@ impl State {
         }
     }
 
-    fn set_names(&mut self, path: &str, names: Option<HashSet<String>>) {
+    /// The node at `path` is `attr`'s: its parent's entry leads to it, and a directory's
+    /// attributes are kept.
+    fn learn(&mut self, path: &str, attr: &Attr) {
+        self.make_room(1);
+        if attr.kind == FileKind::Dir {
+            self.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone());
+        }
+        if path.is_empty() {
+            return;
+        }
+        let (parent, leaf) = split_parent(path);
+        let dir = self.dirs.entry(parent.to_string()).or_default();
+        if dir.names.insert(leaf.to_string(), Some(Node::of(attr))).is_none() {
+            self.names += 1;
+        }
+    }
+
+    /// The directory at `path` holds exactly `entries`; the nodes known of names it still
+    /// holds (with the same kind) stay known.
+    fn set_listing(&mut self, path: &str, entries: &[DirEntry]) {
         let dir = self.dirs.entry(path.to_string()).or_default();
-        let before = dir.names.as_ref().map_or(0, HashSet::len);
-        let after = names.as_ref().map_or(0, HashSet::len);
-        dir.names = names;
+        let before = dir.names.len();
+        let mut names = HashMap::with_capacity(entries.len());
+        for e in entries {
+            let node = dir.names.get(&e.name).copied().flatten().filter(|n| n.kind == e.kind);
+            names.insert(e.name.clone(), node);
+        }
+        let after = names.len();
+        (dir.names, dir.complete) = (names, true);
         self.names = self.names - before + after;
     }
 
@@ -283,7 +325,7 @@ impl State {
     /// Forgets the directory at `path`, attributes and listing.
     fn drop_dir(&mut self, path: &str) {
         if let Some(dir) = self.dirs.remove(path) {
-            self.names -= dir.names.map_or(0, |n| n.len());
+            self.names -= dir.names.len();
         }
     }
 
@@ -371,6 +413,7 @@ mod tests {
         let t = cache.changing();
         cache.changed(t, Change::Made { path: "d/x", attr: &file_attr(3), now: 9 }, true);
         assert_eq!(cache.known("d/x"), Known::Unknown, "a file's attributes are the server's");
+        assert_eq!(cache.node("d/x").map(|n| n.ino), Some(3), "its inode is known");
         let Known::Dir(d) = cache.known("d") else { panic!("d is known") };
         assert_eq!((d.mtime, d.ctime, d.nlink), (ns_to_time(9), ns_to_time(9), 2));
         mkdir(&cache, "d/sub", 4);
@@ -433,6 +476,55 @@ mod tests {
         assert_eq!(cache.known("d0/x"), Known::Absent, "content leaves the names");
         cache.remote(&RemoteChange::Everything);
         assert_eq!(cache.known("d0/x"), Known::Unknown);
+    }
+
+    #[test]
+    fn the_node_a_name_leads_to_is_learned_and_forgotten_with_the_name() {
+        let cache = started();
+        let t = cache.reading();
+        cache.read_listing(t, "d", &[DirEntry { name: "a".into(), kind: FileKind::File }]);
+        assert_eq!(cache.node("d/a"), None, "a listing names no inode");
+        let t = cache.reading();
+        cache.read_entry_attr(t, ("d", "a"), &file_attr(3));
+        assert_eq!(cache.node("d/a"), Some(Node { ino: 3, kind: FileKind::File }));
+        // Listed again: still there, still known; a name of another kind now is not.
+        let t = cache.reading();
+        cache.read_listing(
+            t,
+            "d",
+            &[
+                DirEntry { name: "a".into(), kind: FileKind::File },
+                DirEntry { name: "b".into(), kind: FileKind::Dir },
+            ],
+        );
+        assert_eq!(cache.node("d/a"), Some(Node { ino: 3, kind: FileKind::File }));
+        // A file found by a path walk, in a directory whose listing is not known.
+        let t = cache.reading();
+        cache.read_attr(t, "e/f", &file_attr(9));
+        assert_eq!(cache.node("e/f"), Some(Node { ino: 9, kind: FileKind::File }));
+        assert_eq!(cache.known("e/g"), Known::Unknown, "one name known is not the listing");
+        // Own changes: a created file is known, an unlinked one is not.
+        let t = cache.changing();
+        cache.changed(t, Change::Made { path: "d/c", attr: &file_attr(4), now: 1 }, true);
+        assert_eq!(cache.node("d/c").map(|n| n.ino), Some(4));
+        let t = cache.changing();
+        cache.changed(t, Change::Taken { path: "d/a", dir: false, now: 2 }, true);
+        assert_eq!((cache.node("d/a"), cache.known("d/a")), (None, Known::Absent));
+        let t = cache.changing();
+        cache.changed(t, Change::Moved { from: "d/c", to: "e/f" }, true);
+        assert_eq!((cache.node("d/c"), cache.node("e/f")), (None, None));
+        // Another daemon's change of a name forgets the node it led to.
+        let t = cache.reading();
+        cache.read_attr(t, "e/h", &file_attr(10));
+        cache.remote(&RemoteChange::Content("e/h".into()));
+        assert_eq!(cache.node("e/h").map(|n| n.ino), Some(10), "content leaves the inode");
+        cache.remote(&RemoteChange::Name("e/h".into()));
+        assert_eq!(cache.node("e/h"), None);
+        // A read overtaken by a change is not kept.
+        let t = cache.reading();
+        cache.remote(&RemoteChange::Content("zzz".into()));
+        cache.read_attr(t, "e/i", &file_attr(11));
+        assert_eq!(cache.node("e/i"), None);
     }
 
     #[test]

@@ -214,6 +214,15 @@ impl Backend for PostgresBackend {
 
     fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
         let inner = &self.inner;
+        // A name whose node is known needs no walk. Before the lookup, as before a walk: a
+        // deletion of this daemon that ended since has already made the cache forget the name.
+        let before = inner.handles.before_walk();
+        if let Some(node) = inner.dirs.node(path) {
+            if inner.handles.register_after(node.ino, before) {
+                return Ok(Box::new(self.file(node.ino, node.kind, path)));
+            }
+            inner.closed(node.ino);
+        }
         let mut vanished = None;
         for _ in 0..100 {
             let before = inner.handles.before_walk();
