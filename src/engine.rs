@@ -778,8 +778,8 @@ impl Engine {
     /// inode table uses it to drop names that no longer lead to a node, and nothing of the
     /// node reaches a caller.
     pub fn identity_now(&self, path: &VPath) -> Option<(u32, u64)> {
-        let attr = self.router.getattr(&self.gate.probe(path)).ok()?;
-        self.identity(path, &attr)
+        let node = self.router.kind_and_ino(&self.gate.probe(path)).ok()?;
+        self.identity_of(path, node)
     }
 
     /// How long the kernel may cache what it learned about `path`.

@@ -113,6 +113,17 @@ impl Router {
         }
     }
 
+    pub fn kind_and_ino(&self, permit: &Permit) -> FsResult<(FileKind, u64)> {
+        let (route, rel) = self.resolve(permit.path());
+        match route.backend.kind_and_ino(rel) {
+            Err(e) if e.is(Errno::ENOENT) && self.is_mount_point(permit.path()) => {
+                let attr = self.synthetic_dir();
+                Ok((attr.kind, attr.ino))
+            }
+            other => other,
+        }
+    }
+
     /// Attributes of several entries of the directory `permit` names, in one backend call
     /// where they share its route (route mount points among them are asked one by one).
     pub fn getattr_entries(&self, permit: &Permit, names: &[&str]) -> Vec<FsResult<Attr>> {

@@ -242,6 +242,12 @@ pub trait Backend: Send + Sync {
     /// A short description for status output: `host /home/me/project`, `memory`, ...
     fn describe(&self) -> String;
     fn getattr(&self, path: &str) -> FsResult<Attr>;
+    /// The kind and inode number of the node at `path`: what tells whether a name still leads
+    /// to the node the kernel knows it by. Backends that know it without a full `getattr`
+    /// (from a cache kept as fresh as the kernel's) override it.
+    fn kind_and_ino(&self, path: &str) -> FsResult<(FileKind, u64)> {
+        self.getattr(path).map(|a| (a.kind, a.ino))
+    }
     /// The attributes of several entries of one directory (for readdirplus). Backends that
     /// can do better than one `getattr` per name (resolving the directory once) override it.
     fn getattr_entries(&self, dir: &str, names: &[&str]) -> Vec<FsResult<Attr>> {

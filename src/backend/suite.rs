@@ -444,29 +444,46 @@ pub fn data_operations_on_a_directory_handle(b: &dyn Backend) {
 }
 
 pub fn lookups_follow_renames_and_replacements(b: &dyn Backend) {
+    // What a name leads to, asked first the quick way (from what the backend may have kept),
+    // then by `getattr`: the two must agree at every step.
+    let node = |path: &str| {
+        let quick = b.kind_and_ino(path).map_err(|e| e.errno);
+        assert_eq!(quick, b.getattr(path).map(|a| (a.kind, a.ino)).map_err(|e| e.errno), "{path}");
+        quick
+    };
     b.mkdir("a", 0o755, &ME).unwrap();
     b.mkdir("a/b", 0o755, &ME).unwrap();
     put(b, "a/b/f", b"one");
     let f1 = b.getattr("a/b/f").unwrap().ino; // the walk is cached now
+    assert_eq!(node("a/b/f"), Ok((FileKind::File, f1)));
     b.rename("a", "x", 0).unwrap();
     assert_eq!(errno(b.getattr("a/b/f")), Errno::ENOENT);
+    assert_eq!(node("a/b/f"), Err(Errno::ENOENT));
     assert_eq!(b.getattr("x/b/f").unwrap().ino, f1);
+    assert_eq!(node("x/b/f"), Ok((FileKind::File, f1)));
     put(b, "a", b"a file now");
     assert_eq!(errno(b.getattr("a/b")), Errno::ENOTDIR);
+    assert_eq!(node("a").map(|n| n.0), Ok(FileKind::File));
     b.unlink("x/b/f").unwrap();
+    assert_eq!(node("x/b/f"), Err(Errno::ENOENT));
     assert_eq!(errno(b.getattr("x/b/f")), Errno::ENOENT);
     put(b, "x/b/f", b"two");
+    let f2 = node("x/b/f").unwrap().1;
     assert_ne!(b.getattr("x/b/f").unwrap().ino, f1);
     assert_eq!(get(b, "x/b/f"), b"two");
     b.mkdir("y", 0o755, &ME).unwrap();
     b.rename("x", "y", RENAME_EXCHANGE).unwrap();
     assert_eq!(get(b, "y/b/f"), b"two");
+    assert_eq!(node("y/b/f"), Ok((FileKind::File, f2)));
     assert_eq!(errno(b.getattr("x/b")), Errno::ENOENT);
+    assert_eq!(node("x/b"), Err(Errno::ENOENT));
     // A failed rename changes nothing, cached or not.
     assert_eq!(errno(b.rename("y/b", "a/b", 0)), Errno::ENOTDIR);
     assert_eq!(get(b, "y/b/f"), b"two");
     b.unlink("y/b/f").unwrap();
     b.rmdir("y/b").unwrap();
+    assert_eq!(node("y/b"), Err(Errno::ENOENT));
     b.mkdir("y/b", 0o700, &ME).unwrap();
     assert_eq!(b.getattr("y/b").unwrap().perm, 0o700);
+    assert_eq!(node("y/b").map(|n| n.0), Ok(FileKind::Dir));
 }

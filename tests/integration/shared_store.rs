@@ -113,6 +113,12 @@ fn changes_on_one_daemon_are_seen_on_another_within_100ms() {
     fs::write(b.p("d/g.new"), "three").unwrap();
     fs::rename(b.p("d/g.new"), b.p("d/g")).unwrap();
     worst = worst.max(seen_within_100ms("a file replaced", || read(&a.p("d/g")) == "three"));
+    // A change of the new file's mode on A, which A's door judges by the node its name leads to
+    // now (not the one it led to before), reaches B.
+    fs::set_permissions(a.p("d/g"), fs::Permissions::from_mode(0o640)).unwrap();
+    worst = worst.max(seen_within_100ms("a mode set on the replacement", || {
+        fs::metadata(b.p("d/g")).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o640)
+    }));
     fs::remove_file(b.p("d/x")).unwrap();
     worst = worst.max(seen_within_100ms("a deletion", || !a.p("d/x").exists()));
     // A tool write on B (the other door).

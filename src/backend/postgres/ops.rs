@@ -184,6 +184,13 @@ impl Backend for PostgresBackend {
         Ok(attr)
     }
 
+    fn kind_and_ino(&self, path: &str) -> FsResult<(FileKind, u64)> {
+        match self.inner.dirs.node(path) {
+            Some(node) => Ok((node.kind, node.ino)),
+            None => self.getattr(path).map(|a| (a.kind, a.ino)),
+        }
+    }
+
     fn getattr_entries(&self, dir: &str, names: &[&str]) -> Vec<FsResult<Attr>> {
         let inner = &self.inner;
         let ticket = inner.dirs.reading();
