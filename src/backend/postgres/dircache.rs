@@ -1,9 +1,10 @@
 //! What this daemon knows of its namespace's directories without asking the server: their
-//! attributes, the names each holds when its whole listing is known, and the node (inode and
-//! kind) a name leads to where a read or an own change told it. It answers the requests the
-//! kernel sends after every change of a directory (a `GETATTR` of it, from
-//! `default_permissions`), before every new name (a `LOOKUP` that finds nothing), and the walk
-//! of every `OPEN` of a known name.
+//! attributes, the names each holds when its whole listing is known, the node (inode and kind)
+//! a name leads to where a read or an own change told it, and the attributes of such nodes
+//! that are not directories. It answers the requests the kernel sends after every change of a
+//! directory (a `GETATTR` of it, from `default_permissions`), before every new name (a `LOOKUP`
+//! that finds nothing), the walk of every `OPEN` of a known name, and the `GETATTR` of a file
+//! between its attribute changes.
 //!
 //! It is exactly as honest as the kernel's own caches, which live an hour on this route: it
 //! learns of this daemon's changes as they commit, and forgets what other daemons change when
@@ -45,6 +46,10 @@ struct State {
     dirs: BTreeMap<String, Dir>,
     /// Names held by all listings together.
     names: usize,
+    /// The attributes of nodes other than directories, by inode (a file with several names
+    /// has one entry). Whatever may change a node's attributes forgets them, and a change of
+    /// a node this cache cannot name forgets them all.
+    files: HashMap<u64, Attr>,
 }
 
 #[derive(Default)]
@@ -97,6 +102,8 @@ pub(super) enum Change<'a> {
     Moved { from: &'a str, to: &'a str },
     /// The attributes of inode `ino` changed, at whatever path.
     Node { ino: u64 },
+    /// The attributes of inode `attr.ino` are `attr` now (a change through a handle).
+    NodeAttrs { attr: &'a Attr },
 }
 
 impl DirCache {
@@ -126,17 +133,29 @@ impl DirCache {
     /// The node `path` leads to, if known.
     pub fn node(&self, path: &str) -> Option<Node> {
         let state = self.state.lock();
-        if !state.on {
-            return None;
+        state.on.then(|| state.node(path)).flatten()
+    }
+
+    /// The attributes of what `path` leads to, if that is not a directory and they are known.
+    pub fn file_attr(&self, path: &str) -> Option<Attr> {
+        let state = self.state.lock();
+        let node = state.on.then(|| state.node(path)).flatten()?;
+        state.files.get(&node.ino).cloned()
+    }
+
+    /// The attributes of inode `ino`, if it is not a directory and they are known.
+    pub fn attr_of(&self, ino: u64) -> Option<Attr> {
+        let state = self.state.lock();
+        state.on.then(|| state.files.get(&ino).cloned()).flatten()
+    }
+
+    /// Keeps the attributes of a node read by its inode from the server, if not a directory's.
+    pub fn read_node_attr(&self, ticket: Ticket, attr: &Attr) {
+        let mut state = self.state.lock();
+        if attr.kind != FileKind::Dir && state.keeps(ticket) {
+            state.make_room(1);
+            state.files.insert(attr.ino, attr.clone());
         }
-        if let Some(attr) = state.dirs.get(path).and_then(|d| d.attr.as_ref()) {
-            return Some(Node::of(attr));
-        }
-        if path.is_empty() {
-            return None;
-        }
-        let (parent, leaf) = split_parent(path);
-        state.dirs.get(parent)?.names.get(leaf).copied().flatten()
     }
 
     /// Taken before a server read whose answer may be kept.
@@ -205,17 +224,55 @@ impl DirCache {
         state.generation += 1;
         match change {
             RemoteChange::Name(path) => state.forget_name(path),
-            RemoteChange::Content(path) => {
-                if let Some(dir) = state.dirs.get_mut(path.as_str()) {
-                    dir.attr = None;
-                }
-            }
+            RemoteChange::Content(path) => state.forget_attrs_at(path),
             RemoteChange::Everything => state.clear(),
         }
     }
 }
 
 impl State {
+    fn node(&self, path: &str) -> Option<Node> {
+        if let Some(attr) = self.dirs.get(path).and_then(|d| d.attr.as_ref()) {
+            return Some(Node::of(attr));
+        }
+        if path.is_empty() {
+            return None;
+        }
+        let (parent, leaf) = split_parent(path);
+        self.dirs.get(parent)?.names.get(leaf).copied().flatten()
+    }
+
+    /// The attributes of what `path` leads to (or led to) may have changed: forgets them, and
+    /// all files' when the node is not known, unless nothing was at the name.
+    fn forget_attrs_at(&mut self, path: &str) {
+        match self.node(path) {
+            Some(node) => {
+                self.files.remove(&node.ino);
+            }
+            None => {
+                let (parent, leaf) = split_parent(path);
+                let absent = !path.is_empty()
+                    && self.dirs.get(parent).is_some_and(|d| d.complete && !d.names.contains_key(leaf));
+                if !absent {
+                    self.files.clear();
+                }
+            }
+        }
+        if let Some(dir) = self.dirs.get_mut(path) {
+            dir.attr = None;
+        }
+    }
+
+    /// The attributes of inode `ino` may have changed.
+    fn forget_node(&mut self, ino: u64) {
+        self.files.remove(&ino);
+        for dir in self.dirs.values_mut() {
+            if dir.attr.as_ref().is_some_and(|a| a.ino == ino) {
+                dir.attr = None;
+            }
+        }
+    }
+
     fn keeps(&self, ticket: Ticket) -> bool {
         self.on && self.generation == ticket.0 && self.changing == 0
     }
@@ -236,6 +293,8 @@ impl State {
                 self.learn(path, attr);
             }
             Change::Taken { path, dir, now } => {
+                // A file's link count and change time moved (it may have other names).
+                self.forget_attrs_at(path);
                 let (parent, leaf) = split_parent(path);
                 self.touch(parent, now, if dir { -1 } else { 0 });
                 if let Some(d) = self.dirs.get_mut(parent) {
@@ -248,6 +307,10 @@ impl State {
                 }
             }
             Change::Attrs { path, attr: Some(attr) } => self.learn(path, attr),
+            Change::NodeAttrs { attr } if attr.kind != FileKind::Dir => {
+                self.make_room(1);
+                self.files.insert(attr.ino, attr.clone());
+            }
             change => self.forget(change),
         }
     }
@@ -255,22 +318,16 @@ impl State {
     fn forget(&mut self, change: Change<'_>) {
         match change {
             Change::Made { path, .. } | Change::Taken { path, .. } => self.forget_name(path),
-            Change::Attrs { path, .. } => {
-                if let Some(dir) = self.dirs.get_mut(path) {
-                    dir.attr = None;
-                }
-            }
+            Change::Attrs { path, .. } => self.forget_attrs_at(path),
             Change::Moved { from, to } => {
-                self.forget_name(from);
-                self.forget_name(to);
+                // Both nodes first: forgetting a name forgets its directory's listing.
+                self.forget_attrs_at(from);
+                self.forget_attrs_at(to);
+                self.drop_name(from);
+                self.drop_name(to);
             }
-            Change::Node { ino } => {
-                for dir in self.dirs.values_mut() {
-                    if dir.attr.as_ref().is_some_and(|a| a.ino == ino) {
-                        dir.attr = None;
-                    }
-                }
-            }
+            Change::Node { ino } => self.forget_node(ino),
+            Change::NodeAttrs { attr } => self.forget_node(attr.ino),
         }
     }
 
@@ -288,8 +345,9 @@ impl State {
     /// attributes are kept.
     fn learn(&mut self, path: &str, attr: &Attr) {
         self.make_room(1);
-        if attr.kind == FileKind::Dir {
-            self.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone());
+        match attr.kind {
+            FileKind::Dir => self.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone()),
+            _ => drop(self.files.insert(attr.ino, attr.clone())),
         }
         if path.is_empty() {
             return;
@@ -318,6 +376,12 @@ impl State {
 
     /// A name came, went or changed at `path`: forgets its directory and what was there.
     fn forget_name(&mut self, path: &str) {
+        self.forget_attrs_at(path);
+        self.drop_name(path);
+    }
+
+    /// Forgets the directory of the name `path` and the tree at it.
+    fn drop_name(&mut self, path: &str) {
         self.drop_dir(split_parent(path).0);
         self.drop_tree(path);
     }
@@ -345,13 +409,14 @@ impl State {
 
     /// Makes room for `more` names and one more directory: past either bound, forgets all.
     fn make_room(&mut self, more: usize) {
-        if self.names + more > MAX_NAMES || self.dirs.len() >= MAX_DIRS {
+        if self.names + self.files.len() + more > MAX_NAMES || self.dirs.len() >= MAX_DIRS {
             self.clear();
         }
     }
 
     fn clear(&mut self) {
         self.dirs.clear();
+        self.files.clear();
         self.names = 0;
     }
 }
@@ -525,6 +590,67 @@ mod tests {
         cache.remote(&RemoteChange::Content("zzz".into()));
         cache.read_attr(t, "e/i", &file_attr(11));
         assert_eq!(cache.node("e/i"), None);
+    }
+
+    #[test]
+    fn a_files_attributes_are_kept_until_anything_may_change_them() {
+        let cache = started();
+        mkdir(&cache, "d", 2);
+        let made = |path, ino| {
+            let t = cache.changing();
+            cache.changed(t, Change::Made { path, attr: &file_attr(ino), now: 1 }, true);
+        };
+        made("d/a", 3);
+        assert_eq!(cache.file_attr("d/a").map(|a| a.ino), Some(3));
+        assert_eq!(cache.attr_of(3).map(|a| a.ino), Some(3));
+        // A write through a handle forgets; the attributes a handle's change answered are kept.
+        let t = cache.changing();
+        cache.changed(t, Change::Node { ino: 3 }, true);
+        assert_eq!(cache.file_attr("d/a"), None);
+        let t = cache.changing();
+        cache.changed(t, Change::NodeAttrs { attr: &Attr { perm: 0o600, ..file_attr(3) } }, true);
+        assert_eq!(cache.file_attr("d/a").map(|a| a.perm), Some(0o600));
+        // A second name of the same node: one entry, which the unlink of either name forgets.
+        let t = cache.changing();
+        cache.changed(
+            t,
+            Change::Made { path: "d/b", attr: &Attr { nlink: 2, ..file_attr(3) }, now: 2 },
+            true,
+        );
+        assert_eq!(cache.file_attr("d/a").map(|a| a.nlink), Some(2));
+        let t = cache.changing();
+        cache.changed(t, Change::Taken { path: "d/b", dir: false, now: 3 }, true);
+        assert_eq!(cache.attr_of(3), None, "the link count moved");
+        // A read by path or by inode is kept; an xattr change by path forgets.
+        let t = cache.reading();
+        cache.read_attr(t, "d/a", &file_attr(3));
+        assert!(cache.file_attr("d/a").is_some());
+        let t = cache.changing();
+        cache.changed(t, Change::Attrs { path: "d/a", attr: None }, true);
+        assert_eq!(cache.file_attr("d/a"), None);
+        let t = cache.reading();
+        cache.read_node_attr(t, &file_attr(3));
+        assert!(cache.file_attr("d/a").is_some());
+        // Another daemon's content change of a known name forgets that node alone; of a name
+        // this cache cannot place, every file's attributes.
+        made("d/c", 4);
+        cache.remote(&RemoteChange::Content("d/a".into()));
+        assert_eq!((cache.attr_of(3).is_some(), cache.attr_of(4).is_some()), (false, true));
+        cache.remote(&RemoteChange::Content("elsewhere/x".into()));
+        assert_eq!(cache.attr_of(4), None);
+        // A new name in a directory whose listing is known moves no node's link count.
+        made("d/c", 4);
+        cache.remote(&RemoteChange::Name("d/new".into()));
+        assert!(cache.attr_of(4).is_some());
+        // A rename forgets what both names led to, and no other file's attributes.
+        mkdir(&cache, "e", 5);
+        for (path, ino) in [("e/c", 6), ("e/y", 7), ("e/z", 8)] {
+            made(path, ino);
+        }
+        let t = cache.changing();
+        cache.changed(t, Change::Moved { from: "e/c", to: "e/z" }, true);
+        let kept = |ino| cache.attr_of(ino).is_some();
+        assert_eq!((kept(6), kept(7), kept(8)), (false, true, false));
     }
 
     #[test]

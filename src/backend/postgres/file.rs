@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::dircache::Change;
 use super::ops::{at, Changed};
 use super::{Inner, Lock};
 use crate::backend::chunks;
@@ -112,6 +113,101 @@ impl OpenFile for PgFile {
             return Ok(0);
         }
         let end = chunks::end_of(offset, data.len() as u64)?;
+        self.changing_attrs(|| self.write_at(offset, data, end))
+    }
+
+    fn flush(&self) -> FsResult<()> {
+        if !self.inner.settings.sync_on_close {
+            return Ok(());
+        }
+        match self.changed.swap(false, Ordering::AcqRel) {
+            true => {
+                self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
+            }
+            false => Ok(()),
+        }
+    }
+
+    fn needs_flush(&self) -> bool {
+        self.inner.settings.sync_on_close
+    }
+
+    fn fsync(&self, _datasync: bool) -> FsResult<()> {
+        // Also for a handle that wrote nothing: its file's creation may not be on disk yet.
+        self.changed.store(false, Ordering::Release);
+        self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
+    }
+
+    fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        match self.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
+            _ => return Err(FsError::errno(Errno::ENODEV)),
+        }
+        match chunks::fallocate_end(offset, length, mode)? {
+            // Space is not reserved (the server has no such request); the size is what callers see.
+            Some(end) => self.changing_attrs(|| self.grow_to(end)),
+            None => Ok(()),
+        }
+    }
+
+    fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
+        Ok((self.kind, self.ino))
+    }
+
+    fn getattr(&self) -> FsResult<Attr> {
+        let dirs = &self.inner.dirs;
+        if let Some(attr) = dirs.attr_of(self.ino) {
+            return Ok(attr);
+        }
+        let ticket = dirs.reading();
+        let attr = self.inner.read(|sql| sql.node(self.ino))?.ok_or_else(stale)?.attr();
+        dirs.read_node_attr(ticket, &attr);
+        Ok(attr)
+    }
+
+    fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
+        // The daemon's cache learns the attributes the server answers, or forgets them.
+        let dirs = &self.inner.dirs;
+        let ticket = dirs.changing();
+        let done = self.set_attrs(changes);
+        let change = match &done {
+            Ok(attr) => Change::NodeAttrs { attr },
+            Err(_) => Change::Node { ino: self.ino },
+        };
+        dirs.changed(ticket, change, true);
+        done
+    }
+
+    fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        self.inner.opened(self.ino);
+        Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path)))
+    }
+}
+
+impl PgFile {
+    /// `setattr`, on the server.
+    fn set_attrs(&self, changes: &SetAttr) -> FsResult<Attr> {
+        let inner = &self.inner;
+        self.changed.store(true, Ordering::Release);
+        if changes.size.is_none() && !changes.is_empty() {
+            let payload = inner.payload(Changed::Content, &self.path);
+            let node = inner.read(|sql| sql.set_attrs_at(self.ino, "", changes, (&inner.channel, &payload)));
+            return match node {
+                Err(e) if e.is(Errno::ENOENT) => Err(stale()),
+                node => Ok(node?.attr()),
+            };
+        }
+        inner.write(Lock::Rows, |sql| {
+            let node = sql.lock_node(self.ino)?.ok_or_else(stale)?;
+            let node = tree::setattr_in(sql, node, changes, MAX_FILE_SIZE)?;
+            inner.announce(sql, Changed::Content, &self.path)?;
+            Ok(node.attr())
+        })
+    }
+
+    /// [`OpenFile::write`] of `data` at `offset`, ending at `end`, on the server.
+    fn write_at(&self, offset: u64, data: &[u8], end: u64) -> FsResult<u32> {
         if self.write_fresh(offset, data, end)? {
             self.changed.store(true, Ordering::Release);
             return Ok(data.len() as u32);
@@ -152,85 +248,13 @@ impl OpenFile for PgFile {
         Ok(data.len() as u32)
     }
 
-    fn flush(&self) -> FsResult<()> {
-        if !self.inner.settings.sync_on_close {
-            return Ok(());
-        }
-        match self.changed.swap(false, Ordering::AcqRel) {
-            true => {
-                self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
-            }
-            false => Ok(()),
-        }
-    }
-
-    fn needs_flush(&self) -> bool {
-        self.inner.settings.sync_on_close
-    }
-
-    fn fsync(&self, _datasync: bool) -> FsResult<()> {
-        // Also for a handle that wrote nothing: its file's creation may not be on disk yet.
-        self.changed.store(false, Ordering::Release);
-        self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
-    }
-
-    fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
-        match self.kind {
-            FileKind::File => {}
-            FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
-            _ => return Err(FsError::errno(Errno::ENODEV)),
-        }
-        match chunks::fallocate_end(offset, length, mode)? {
-            // Space is not reserved (the server has no such request); the size is what callers see.
-            Some(end) => self.grow_to(end),
-            None => Ok(()),
-        }
-    }
-
-    fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
-        Ok((self.kind, self.ino))
-    }
-
-    fn getattr(&self) -> FsResult<Attr> {
-        Ok(self.inner.read(|sql| sql.node(self.ino))?.ok_or_else(stale)?.attr())
-    }
-
-    fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
-        if self.kind != FileKind::Dir {
-            return self.set_attrs(changes);
-        }
-        // A directory's attributes may be known by path (`dircache`): forget them.
+    /// Runs `change` of the node's content or attributes, and makes the daemon's cache forget
+    /// the attributes it knew of the node.
+    fn changing_attrs<T>(&self, change: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
         let ticket = self.inner.dirs.changing();
-        let done = self.set_attrs(changes);
-        self.inner.dirs.changed(ticket, super::dircache::Change::Node { ino: self.ino }, true);
+        let done = change();
+        self.inner.dirs.changed(ticket, Change::Node { ino: self.ino }, true);
         done
-    }
-
-    fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
-        self.inner.opened(self.ino);
-        Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path)))
-    }
-}
-
-impl PgFile {
-    /// `setattr`, on the server.
-    fn set_attrs(&self, changes: &SetAttr) -> FsResult<Attr> {
-        let inner = &self.inner;
-        self.changed.store(true, Ordering::Release);
-        if changes.size.is_none() && !changes.is_empty() {
-            let payload = inner.payload(Changed::Content, &self.path);
-            let node = inner.read(|sql| sql.set_attrs_at(self.ino, "", changes, (&inner.channel, &payload)));
-            return match node {
-                Err(e) if e.is(Errno::ENOENT) => Err(stale()),
-                node => Ok(node?.attr()),
-            };
-        }
-        inner.write(Lock::Rows, |sql| {
-            let node = sql.lock_node(self.ino)?.ok_or_else(stale)?;
-            let node = tree::setattr_in(sql, node, changes, MAX_FILE_SIZE)?;
-            inner.announce(sql, Changed::Content, &self.path)?;
-            Ok(node.attr())
-        })
     }
 }
 

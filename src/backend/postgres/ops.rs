@@ -177,6 +177,9 @@ impl Backend for PostgresBackend {
             Known::Absent => return Err(err(Errno::ENOENT)).map_err(at(path)),
             Known::Unknown => {}
         }
+        if let Some(attr) = inner.dirs.file_attr(path) {
+            return Ok(attr);
+        }
         let ticket = inner.dirs.reading();
         let attr =
             inner.read(|sql| Ok(tree::resolve_node(sql, inner.root, path)?.attr())).map_err(at(path))?;
