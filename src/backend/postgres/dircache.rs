@@ -1,4 +1,4 @@
-//! What this daemon knows of its namespace's directories without asking the server: their
+//! What this daemon knows of its namespace's tree without asking the server: directories'
 //! attributes, the names each holds when its whole listing is known, the node (inode and kind)
 //! a name leads to where a read or an own change told it, and the attributes of such nodes
 //! that are not directories. It answers the requests the kernel sends after every change of a
@@ -153,8 +153,7 @@ impl DirCache {
     pub fn read_node_attr(&self, ticket: Ticket, attr: &Attr) {
         let mut state = self.state.lock();
         if attr.kind != FileKind::Dir && state.keeps(ticket) {
-            state.make_room(1);
-            state.files.insert(attr.ino, attr.clone());
+            state.keep_file_attr(attr);
         }
     }
 
@@ -307,10 +306,7 @@ impl State {
                 }
             }
             Change::Attrs { path, attr: Some(attr) } => self.learn(path, attr),
-            Change::NodeAttrs { attr } if attr.kind != FileKind::Dir => {
-                self.make_room(1);
-                self.files.insert(attr.ino, attr.clone());
-            }
+            Change::NodeAttrs { attr } if attr.kind != FileKind::Dir => self.keep_file_attr(attr),
             change => self.forget(change),
         }
     }
@@ -344,10 +340,12 @@ impl State {
     /// The node at `path` is `attr`'s: its parent's entry leads to it, and a directory's
     /// attributes are kept.
     fn learn(&mut self, path: &str, attr: &Attr) {
-        self.make_room(1);
         match attr.kind {
-            FileKind::Dir => self.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone()),
-            _ => drop(self.files.insert(attr.ino, attr.clone())),
+            FileKind::Dir => {
+                self.make_room(1);
+                self.dirs.entry(path.to_string()).or_default().attr = Some(attr.clone());
+            }
+            _ => self.keep_file_attr(attr),
         }
         if path.is_empty() {
             return;
@@ -357,6 +355,12 @@ impl State {
         if dir.names.insert(leaf.to_string(), Some(Node::of(attr))).is_none() {
             self.names += 1;
         }
+    }
+
+    /// Keeps the attributes of a node other than a directory.
+    fn keep_file_attr(&mut self, attr: &Attr) {
+        self.make_room(1);
+        self.files.insert(attr.ino, attr.clone());
     }
 
     /// The directory at `path` holds exactly `entries`; the nodes known of names it still
