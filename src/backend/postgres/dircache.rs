@@ -223,7 +223,15 @@ impl DirCache {
         state.generation += 1;
         match change {
             RemoteChange::Name(path) => state.forget_name(path),
-            RemoteChange::Content(path) => state.forget_attrs_at(path),
+            RemoteChange::Content(path) => {
+                // A writer names the file by the name it opened it with, which may lead
+                // elsewhere now (or nowhere): a name this cache cannot place says nothing of
+                // which node changed.
+                if state.node(path).is_none() {
+                    state.files.clear();
+                }
+                state.forget_attrs_at(path);
+            }
             RemoteChange::Everything => state.clear(),
         }
     }
@@ -642,10 +650,15 @@ mod tests {
         assert_eq!((cache.attr_of(3).is_some(), cache.attr_of(4).is_some()), (false, true));
         cache.remote(&RemoteChange::Content("elsewhere/x".into()));
         assert_eq!(cache.attr_of(4), None);
-        // A new name in a directory whose listing is known moves no node's link count.
+        // A new name in a directory whose listing is known moves no node's link count; a
+        // content change at a name known to be absent (a handle's old name) may be any node's.
         made("d/c", 4);
         cache.remote(&RemoteChange::Name("d/new".into()));
         assert!(cache.attr_of(4).is_some());
+        mkdir(&cache, "f", 9);
+        cache.remote(&RemoteChange::Content("f/gone".into()));
+        assert_eq!(cache.attr_of(4), None);
+        made("d/c", 4);
         // A rename forgets what both names led to, and no other file's attributes.
         mkdir(&cache, "e", 5);
         for (path, ino) in [("e/c", 6), ("e/y", 7), ("e/z", 8)] {
