@@ -107,18 +107,24 @@ impl Router {
 
     pub fn getattr(&self, permit: &Permit) -> FsResult<Attr> {
         let (route, rel) = self.resolve(permit.path());
-        match route.backend.getattr(rel) {
-            Err(e) if e.is(Errno::ENOENT) && self.is_mount_point(permit.path()) => Ok(self.synthetic_dir()),
-            other => other,
-        }
+        self.or_mount_point(permit, route.backend.getattr(rel), |attr| attr)
     }
 
     pub fn kind_and_ino(&self, permit: &Permit) -> FsResult<(FileKind, u64)> {
         let (route, rel) = self.resolve(permit.path());
-        match route.backend.kind_and_ino(rel) {
+        self.or_mount_point(permit, route.backend.kind_and_ino(rel), |attr| (attr.kind, attr.ino))
+    }
+
+    /// A route's mount point that its backend does not hold is shown as an empty directory.
+    fn or_mount_point<T>(
+        &self,
+        permit: &Permit,
+        found: FsResult<T>,
+        from: impl FnOnce(Attr) -> T,
+    ) -> FsResult<T> {
+        match found {
             Err(e) if e.is(Errno::ENOENT) && self.is_mount_point(permit.path()) => {
-                let attr = self.synthetic_dir();
-                Ok((attr.kind, attr.ino))
+                Ok(from(self.synthetic_dir()))
             }
             other => other,
         }

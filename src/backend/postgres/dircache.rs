@@ -100,8 +100,8 @@ pub(super) enum Change<'a> {
     Attrs { path: &'a str, attr: Option<&'a Attr> },
     /// A rename.
     Moved { from: &'a str, to: &'a str },
-    /// The attributes of inode `ino` changed, at whatever path.
-    Node { ino: u64 },
+    /// The attributes of the node changed, at whatever path.
+    Node(Node),
     /// The attributes of inode `attr.ino` are `attr` now (a change through a handle).
     NodeAttrs { attr: &'a Attr },
 }
@@ -270,11 +270,15 @@ impl State {
         }
     }
 
-    /// The attributes of inode `ino` may have changed.
-    fn forget_node(&mut self, ino: u64) {
-        self.files.remove(&ino);
+    /// The attributes of `node` may have changed. (Only a directory's are kept by path and
+    /// must be looked for: a file's write, on the hot path, forgets one entry.)
+    fn forget_node(&mut self, node: Node) {
+        if node.kind != FileKind::Dir {
+            self.files.remove(&node.ino);
+            return;
+        }
         for dir in self.dirs.values_mut() {
-            if dir.attr.as_ref().is_some_and(|a| a.ino == ino) {
+            if dir.attr.as_ref().is_some_and(|a| a.ino == node.ino) {
                 dir.attr = None;
             }
         }
@@ -330,8 +334,8 @@ impl State {
                 self.drop_name(from);
                 self.drop_name(to);
             }
-            Change::Node { ino } => self.forget_node(ino),
-            Change::NodeAttrs { attr } => self.forget_node(attr.ino),
+            Change::Node(node) => self.forget_node(node),
+            Change::NodeAttrs { attr } => self.forget_node(Node::of(attr)),
         }
     }
 
@@ -617,7 +621,7 @@ mod tests {
         assert_eq!(cache.attr_of(3).map(|a| a.ino), Some(3));
         // A write through a handle forgets; the attributes a handle's change answered are kept.
         let t = cache.changing();
-        cache.changed(t, Change::Node { ino: 3 }, true);
+        cache.changed(t, Change::Node(Node { ino: 3, kind: FileKind::File }), true);
         assert_eq!(cache.file_attr("d/a"), None);
         let t = cache.changing();
         cache.changed(t, Change::NodeAttrs { attr: &Attr { perm: 0o600, ..file_attr(3) } }, true);
@@ -679,7 +683,7 @@ mod tests {
         assert_eq!(cache.known("d/x"), Known::Unknown);
         mkdir(&cache, "e", 7);
         let t = cache.changing();
-        cache.changed(t, Change::Node { ino: 7 }, true);
+        cache.changed(t, Change::Node(Node { ino: 7, kind: FileKind::Dir }), true);
         assert_eq!(cache.known("e"), Known::Unknown);
         assert_eq!(cache.known("e/x"), Known::Absent);
     }

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::dircache::Change;
+use super::dircache::{Change, Node};
 use super::ops::{at, Changed};
 use super::{Inner, Lock};
 use crate::backend::chunks;
@@ -173,7 +173,7 @@ impl OpenFile for PgFile {
         let done = self.set_attrs(changes);
         let change = match &done {
             Ok(attr) => Change::NodeAttrs { attr },
-            Err(_) => Change::Node { ino: self.ino },
+            Err(_) => Change::Node(self.node()),
         };
         dirs.changed(ticket, change, true);
         done
@@ -253,8 +253,13 @@ impl PgFile {
     fn changing_attrs<T>(&self, change: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
         let ticket = self.inner.dirs.changing();
         let done = change();
-        self.inner.dirs.changed(ticket, Change::Node { ino: self.ino }, true);
+        self.inner.dirs.changed(ticket, Change::Node(self.node()), true);
         done
+    }
+
+    /// The node this handle is on, as the daemon's cache names it.
+    fn node(&self) -> Node {
+        Node { ino: self.ino, kind: self.kind }
     }
 }
 
