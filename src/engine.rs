@@ -117,6 +117,12 @@ pub trait ChangeObserver: Send + Sync {
         self.changed(path);
     }
 
+    /// Only the content or attributes of the file with backend identity `identity` changed;
+    /// `path` is a name it had, which may lead elsewhere by now.
+    fn file_changed(&self, _identity: (u32, u64), path: &VPath) {
+        self.content_changed(path);
+    }
+
     /// A rename is replacing the file with backend identity `identity`, which `file` holds: a
     /// door that may still be asked for that file by its old name (an open racing the rename)
     /// can keep it. Said just before the rename and again just after (the file may have come
@@ -201,11 +207,14 @@ impl Engine {
         observer: Arc<dyn ChangeObserver>,
         forget: Arc<dyn Fn() + Send + Sync>,
     ) {
-        for route in self.router.routes() {
+        for (index, route) in self.router.routes().iter().enumerate() {
             let (prefix, observer, forget) = (route.prefix.clone(), observer.clone(), forget.clone());
             route.backend.watch(Box::new(move |change| match change {
                 RemoteChange::Name(rel) => observer.changed(&prefix.join_rel(&rel)),
                 RemoteChange::Content(rel) => observer.content_changed(&prefix.join_rel(&rel)),
+                RemoteChange::FileContent { ino, path } => {
+                    observer.file_changed((index as u32, ino), &prefix.join_rel(&path))
+                }
                 RemoteChange::Everything => forget(),
             }));
         }

@@ -189,6 +189,9 @@ pub enum RemoteChange {
     Name(String),
     /// The content or attributes of the node at the path changed.
     Content(String),
+    /// The content or attributes of the file with backend inode `ino` changed. `path` is
+    /// the name its writer opened it by, which may lead elsewhere by now (or nowhere).
+    FileContent { ino: u64, path: String },
     /// Anything may have changed (changes were missed).
     Everything,
 }

@@ -44,6 +44,17 @@ impl ChangeObserver for KernelInvalidator {
         }
     }
 
+    fn file_changed(&self, identity: (u32, u64), path: &VPath) {
+        // The kernel knows every file it caches by its identity; the name is a fallback for
+        // a node it has not met under one.
+        match self.inodes.ino_by_identity(identity) {
+            Some(ino) => {
+                let _ = self.notifier.inval_inode(INodeNo(ino), 0, -1);
+            }
+            None => self.content_changed(path),
+        }
+    }
+
     fn replacing(&self, identity: (u32, u64), file: &Arc<OpenHandle>) {
         self.replaced.keep(&self.inodes, identity, file.clone());
     }

@@ -4,6 +4,7 @@
 //! tool edit of a file changed elsewhere is stale; acknowledged writes survive `kill -9`.
 
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -119,6 +120,19 @@ fn changes_on_one_daemon_are_seen_on_another_within_100ms() {
     worst = worst.max(seen_within_100ms("a mode set on the replacement", || {
         fs::metadata(b.p("d/g")).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o640)
     }));
+    // A write through a descriptor opened before its file was renamed (on the writing
+    // daemon): B, which read the file by its new name, sees the write.
+    let mut writer = fs::OpenOptions::new().write(true).create(true).truncate(true).open(a.p("d/h")).unwrap();
+    writer.write_all(b"old").unwrap();
+    fs::rename(a.p("d/h"), a.p("d/moved")).unwrap();
+    within("the renamed file on B", Duration::from_secs(5), || {
+        read(&b.p("d/moved")) == "old" && fs::metadata(b.p("d/moved")).is_ok_and(|m| m.len() == 3)
+    });
+    writer.write_all(b" and new").unwrap();
+    worst = worst.max(seen_within_100ms("a write after a rename", || {
+        fs::metadata(b.p("d/moved")).is_ok_and(|m| m.len() == 11) && read(&b.p("d/moved")) == "old and new"
+    }));
+    drop(writer);
     fs::remove_file(b.p("d/x")).unwrap();
     worst = worst.max(seen_within_100ms("a deletion", || !a.p("d/x").exists()));
     // A tool write on B (the other door).

@@ -232,6 +232,9 @@ impl DirCache {
                 }
                 state.forget_attrs_at(path);
             }
+            RemoteChange::FileContent { ino, .. } => {
+                state.files.remove(ino);
+            }
             RemoteChange::Everything => state.clear(),
         }
     }
@@ -654,6 +657,12 @@ mod tests {
         assert_eq!((cache.attr_of(3).is_some(), cache.attr_of(4).is_some()), (false, true));
         cache.remote(&RemoteChange::Content("elsewhere/x".into()));
         assert_eq!(cache.attr_of(4), None);
+        // A handle's write names its inode: that file's attributes alone go, wherever its
+        // old name leads.
+        made("d/c", 4);
+        made("d/e", 5);
+        cache.remote(&RemoteChange::FileContent { ino: 4, path: "d/e".into() });
+        assert_eq!((cache.attr_of(4).is_some(), cache.attr_of(5).is_some()), (false, true));
         // A new name in a directory whose listing is known moves no node's link count; a
         // content change at a name known to be absent (a handle's old name) may be any node's.
         made("d/c", 4);

@@ -24,7 +24,8 @@ pub(super) struct PgFile {
     inner: Arc<Inner>,
     ino: u64,
     kind: FileKind,
-    /// The name it was opened by, for the change notifications of its writes.
+    /// The name it was opened by, for messages and (beside the inode) the change
+    /// notifications of its writes.
     path: String,
     /// Changed through this handle since the server last synced its disk for it.
     changed: AtomicBool,
@@ -61,7 +62,7 @@ impl PgFile {
             })
             .collect();
         let inner = &self.inner;
-        let payload = inner.payload(Changed::Content, &self.path);
+        let payload = inner.payload(Changed::FileContent(self.ino), &self.path);
         let done = inner.read(|sql| {
             sql.put_fresh_chunks(self.ino, &fresh, (end, limit), tree::now_ns(), (&inner.channel, &payload))
         });
@@ -80,7 +81,7 @@ impl PgFile {
             let n = sql.lock_node(self.ino)?.ok_or_else(stale)?;
             if size > n.size {
                 sql.set_data_attrs(self.ino, size, tree::now_ns())?;
-                inner.announce(sql, Changed::Content, &self.path)?;
+                inner.announce(sql, Changed::FileContent(self.ino), &self.path)?;
             }
             Ok(())
         })
@@ -191,7 +192,7 @@ impl PgFile {
         let inner = &self.inner;
         self.changed.store(true, Ordering::Release);
         if changes.size.is_none() && !changes.is_empty() {
-            let payload = inner.payload(Changed::Content, &self.path);
+            let payload = inner.payload(Changed::FileContent(self.ino), &self.path);
             let node = inner.read(|sql| sql.set_attrs_at(self.ino, "", changes, (&inner.channel, &payload)));
             return match node {
                 Err(e) if e.is(Errno::ENOENT) => Err(stale()),
@@ -201,7 +202,7 @@ impl PgFile {
         inner.write(Lock::Rows, |sql| {
             let node = sql.lock_node(self.ino)?.ok_or_else(stale)?;
             let node = tree::setattr_in(sql, node, changes, MAX_FILE_SIZE)?;
-            inner.announce(sql, Changed::Content, &self.path)?;
+            inner.announce(sql, Changed::FileContent(self.ino), &self.path)?;
             Ok(node.attr())
         })
     }
@@ -241,7 +242,7 @@ impl PgFile {
                     out.push((span.idx, buf));
                 }
                 sql.put_chunks(self.ino, &out, size.max(end), tree::now_ns())?;
-                inner.announce(sql, Changed::Content, &self.path)
+                inner.announce(sql, Changed::FileContent(self.ino), &self.path)
             })
             .map_err(at(&self.path))?;
         self.changed.store(true, Ordering::Release);

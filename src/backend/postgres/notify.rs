@@ -1,7 +1,8 @@
 //! Other daemons' changes: each committed change of a namespace sends a notification on the
 //! namespace's channel (`instance \t kind \t path`, kind `n` for a name, `c` for content or
-//! attributes, `*` for "anything"), and one connection per backend listens on it and reports
-//! what others changed. The same connection holds this instance's advisory lock, by which other
+//! attributes, `*` for "anything"; `instance \t i \t inode \t path` for a file changed
+//! through a handle, whose name may lead elsewhere by then), and one connection per backend
+//! listens on it and reports what others changed. The same connection holds this instance's advisory lock, by which other
 //! daemons know it is alive.
 //!
 //! When the connection is lost, notifications are lost with it: after reconnecting, the
@@ -154,6 +155,10 @@ impl Run {
         let change = match kind {
             "n" => RemoteChange::Name(path.to_string()),
             "c" => RemoteChange::Content(path.to_string()),
+            "i" => match path.split_once('\t').and_then(|(ino, path)| Some((ino.parse().ok()?, path))) {
+                Some((ino, path)) => RemoteChange::FileContent { ino, path: path.to_string() },
+                None => RemoteChange::Everything,
+            },
             _ => RemoteChange::Everything,
         };
         (self.report)(change);

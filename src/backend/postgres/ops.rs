@@ -31,6 +31,9 @@ pub(super) enum Changed {
     Name,
     /// The content or attributes of the node a name leads to.
     Content,
+    /// The content or attributes of the file with this inode, opened by the name given
+    /// (which may lead elsewhere by the time the change commits).
+    FileContent(u64),
 }
 
 impl Inner {
@@ -42,13 +45,11 @@ impl Inner {
 
     /// What the notification of a change to `path` says.
     pub(super) fn payload(&self, what: Changed, path: &str) -> String {
-        let kind = match what {
-            Changed::Name => 'n',
-            Changed::Content => 'c',
-        };
-        match path.len() <= PAYLOAD_MAX {
-            true => format!("{}\t{kind}\t{path}", self.instance),
-            false => format!("{}\t*\t", self.instance),
+        match (what, path.len() <= PAYLOAD_MAX) {
+            (Changed::Name, true) => format!("{}\tn\t{path}", self.instance),
+            (Changed::Content, true) => format!("{}\tc\t{path}", self.instance),
+            (Changed::FileContent(ino), true) => format!("{}\ti\t{ino}\t{path}", self.instance),
+            (_, false) => format!("{}\t*\t", self.instance),
         }
     }
 
