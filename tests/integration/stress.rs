@@ -226,8 +226,8 @@ fn both_doors_at_once_agree_with_a_model() {
 /// Opens that race a rename over their name, or an unlink, get what they would get on a local
 /// filesystem: the old file or the new one, and for a deleted name ENOENT, never ESTALE. A
 /// name only ever replaced is never missing. One writer replaces, deletes and recreates files
-/// through the mount, another replaces one through the tools, both as fast as they can, while
-/// this thread opens and reads them.
+/// through the mount, another replaces one and deletes and recreates another through the tools,
+/// all as fast as they can, while this thread opens and reads them.
 #[test]
 fn opens_racing_replacements_never_fail() {
     let fx = Fixture::new("");
@@ -238,7 +238,7 @@ fn opens_racing_replacements_never_fail() {
         for name in ["replaced", "recreated", "by-tools"] {
             std::fs::write(dir.join(name), "0").unwrap();
         }
-        let names = ["replaced", "recreated", "deleted", "by-tools"];
+        let names = ["replaced", "recreated", "deleted", "by-tools", "tool-recreated"];
         let done = AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -266,6 +266,17 @@ fn opens_racing_replacements_never_fail() {
                     let args =
                         json!({"file_path": format!("{route}/race/by-tools"), "content": n.to_string()});
                     assert!(call_tool(&mut tools, "write_file", args).0);
+                    // Deleted and recreated behind the kernel's back.
+                    let path = format!("{route}/race/tool-recreated");
+                    let (ok, text) = match n % 2 {
+                        0 => call_tool(&mut tools, "delete", json!({"file_path": path})),
+                        _ => call_tool(
+                            &mut tools,
+                            "write_file",
+                            json!({"file_path": path, "content": n.to_string()}),
+                        ),
+                    };
+                    assert!(ok, "{text}");
                 }
             });
             let _stop = SetOnDrop(&done);
@@ -276,6 +287,7 @@ fn opens_racing_replacements_never_fail() {
                     Ok(text) => assert!(text.parse::<u32>().is_ok(), "{route} {name}: {text:?}"),
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) && name == "recreated" => missing += 1,
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) && name == "deleted" => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) && name == "tool-recreated" => {}
                     Err(e) => panic!("{route} {name}, read {i}: {e}"),
                 }
             }
