@@ -123,11 +123,25 @@ pub trait ChangeObserver: Send + Sync {
         self.content_changed(path);
     }
 
-    /// A rename is replacing the file with backend identity `identity`, which `file` holds: a
-    /// door that may still be asked for that file by its old name (an open racing the rename)
-    /// can keep it. Said just before the rename and again just after (the file may have come
-    /// to a door's notice in between).
+    /// A rename is replacing, or an unlink removing, the file with backend identity
+    /// `identity`, which `file` holds: a door that may still be asked for that file by its old
+    /// name (an open racing the change) can keep it. Said just before the change and again
+    /// just after (the file may have come to a door's notice in between).
     fn replacing(&self, _identity: (u32, u64), _file: &Arc<OpenHandle>) {}
+}
+
+/// A file a tool's change is about to replace or remove, held for the opens racing it.
+struct HeldForOpens<'a> {
+    observer: &'a Arc<dyn ChangeObserver>,
+    identity: (u32, u64),
+    file: Arc<OpenHandle>,
+}
+
+impl HeldForOpens<'_> {
+    /// The change is made: tells the observer again.
+    fn changed(self) {
+        self.observer.replacing(self.identity, &self.file);
+    }
 }
 
 pub struct Engine {
@@ -509,16 +523,11 @@ impl Engine {
                 offset += file.write(offset as u64, &data[offset..end])? as usize;
             }
             file.fsync(false)?;
-            file.flush()
+            file.flush()?;
+            file.getattr()
         })();
         drop(file);
-        // The file being replaced, for opens that race the rename (see ChangeObserver).
-        let replacing = self.observer.get().filter(|_| written.is_ok()).and_then(|observer| {
-            let (identity, old) = self.hold(path)?;
-            observer.replacing(identity, &old);
-            Some((observer, identity, old))
-        });
-        let renamed = written.and_then(|_| {
+        let renamed = written.as_ref().map_err(Clone::clone).and_then(|_| {
             let _moving = self.names.write();
             // The temporary name can be guessed: it must still name the file written here, or
             // a directory moved there meanwhile would be carried over `path` unjudged.
@@ -526,17 +535,38 @@ impl Engine {
             if (now.ino, now.kind) != (attr.ino, FileKind::File) {
                 return Err(FsError::new(Errno::EIO, "the temporary file was replaced"));
             }
-            self.router.rename(&temporary, &permit, 0)
+            // The file being replaced, for opens that race the rename (see ChangeObserver):
+            // held under the lock, so that it is the one the rename replaces.
+            let replacing = self.hold_for_racing_opens(path);
+            self.router.rename(&temporary, &permit, 0).map(|()| replacing)
         });
-        if let Err(e) = renamed {
-            let _ = self.router.unlink(&temporary);
-            return Err(e);
-        }
-        if let Some((observer, identity, old)) = replacing {
-            observer.replacing(identity, &old);
+        let replacing = match renamed {
+            Ok(replacing) => replacing,
+            Err(e) => {
+                let _ = self.router.unlink(&temporary);
+                return Err(e);
+            }
+        };
+        if let Some(held) = replacing {
+            held.changed();
         }
         self.note_change(ctx, path);
-        self.router.getattr(&permit)
+        match self.router.getattr(&permit) {
+            // Deleted again already, by another caller: what was written is what there was.
+            Err(e) if e.is(Errno::ENOENT) => written,
+            now => now,
+        }
+    }
+
+    /// Holds the file at `path`, which a change from a door other than the FUSE one is about
+    /// to replace or remove, for the opens through the mount that may race the change (see
+    /// [`ChangeObserver::replacing`]), and tells the observer. The caller calls
+    /// [`HeldForOpens::changed`] once the change is made.
+    fn hold_for_racing_opens(&self, path: &VPath) -> Option<HeldForOpens<'_>> {
+        let observer = self.observer.get()?;
+        let (identity, file) = self.hold(path)?;
+        observer.replacing(identity, &file);
+        Some(HeldForOpens { observer, identity, file })
     }
 
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {
@@ -586,8 +616,17 @@ impl Engine {
 
     pub fn unlink(&self, ctx: &Ctx, path: &VPath) -> FsResult<()> {
         let permit = self.check(ctx, "unlink", Op::Write, path, false)?;
+        // A tool's delete: an open through the mount that found the file just before gets it,
+        // as on a local filesystem (the kernel knows its own unlinks). No rename may put
+        // another file at the name between the hold and the unlink.
+        let _no_renames = (ctx.door != Door::Fuse).then(|| self.names.read());
+        let removing = _no_renames.as_ref().and_then(|_| self.hold_for_racing_opens(path));
         let result = self.router.unlink(&permit);
+        drop(_no_renames);
         if result.is_ok() {
+            if let Some(held) = removing {
+                held.changed();
+            }
             self.note_change(ctx, path);
         }
         result

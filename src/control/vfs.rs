@@ -213,7 +213,11 @@ impl<'e> ToolFs<'e> {
         let attr = self.engine.lookup(&self.ctx, path)?;
         if attr.kind == FileKind::Dir {
             for entry in self.engine.readdir(&self.ctx, path)? {
-                self.remove_tree(&path.join(&entry.name))?;
+                match self.remove_tree(&path.join(&entry.name)) {
+                    // Removed meanwhile by another caller: as good as removed here.
+                    Err(e) if e.is(Errno::ENOENT) => {}
+                    other => other?,
+                }
             }
             self.engine.rmdir(&self.ctx, path)
         } else {

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::common::{self, Located};
 use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
+use crate::error::Errno;
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
 
@@ -79,6 +80,10 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Ok(()) => {
             env.session.forget(&loc.real);
             ToolOutput::text(format!("Deleted {path}")).with("path", json!(path.as_str()))
+        }
+        // Deleted meanwhile by another caller: the same answer as a moment later.
+        Err(e) if e.is(Errno::ENOENT) && e.denied_by.is_none() => {
+            ToolOutput::error(ErrorCode::NotFound, format!("Error: '{path}' not found"))
         }
         Err(e) => common::fs_failure(Op::Write, &path, &e, || {
             format!("Error deleting '{path}': {}", common::py_os_error(&e, &path))
