@@ -97,10 +97,6 @@ pub struct OpenHandle {
     pub writable: bool,
 }
 
-/// Numbers the temporary files of [`Engine::write_atomic`], so that two writes of one path at
-/// once never meet on one name.
-static TEMPORARY_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Past this many entries a directory rename that rules might care about is refused rather
 /// than judged entry by entry.
 const RENAME_WALK_LIMIT: usize = 100_000;
@@ -128,20 +124,6 @@ pub trait ChangeObserver: Send + Sync {
     /// name (an open racing the change) can keep it. Said just before the change and again
     /// just after (the file may have come to a door's notice in between).
     fn replacing(&self, _identity: (u32, u64), _file: &Arc<OpenHandle>) {}
-}
-
-/// A file a tool's change is about to replace or remove, held for the opens racing it.
-struct HeldForOpens<'a> {
-    observer: &'a Arc<dyn ChangeObserver>,
-    identity: (u32, u64),
-    file: Arc<OpenHandle>,
-}
-
-impl HeldForOpens<'_> {
-    /// The change is made: tells the observer again.
-    fn changed(self) {
-        self.observer.replacing(self.identity, &self.file);
-    }
 }
 
 pub struct Engine {
@@ -489,86 +471,6 @@ impl Engine {
         Ok((attr, OpenHandle { path: path.clone(), file, writable: true }))
     }
 
-    /// Replaces (or creates) the file at `path` with `data` atomically: a temporary file beside
-    /// it is written, fsynced and renamed over it, so a reader sees the old content or the new,
-    /// and a crash leaves one of them. Judged as one write of `path`: the temporary name is
-    /// the engine's own, and no rule is asked about it. `owner` (uid, gid) is given to the new
-    /// file before it takes the name, where the daemon may change owners.
-    pub fn write_atomic(
-        &self,
-        ctx: &Ctx,
-        path: &VPath,
-        data: &[u8],
-        mode: u32,
-        owner: Option<(u32, u32)>,
-    ) -> FsResult<Attr> {
-        let permit = self.check_new(ctx, "write", path, false)?;
-        let serial = TEMPORARY_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!(".{}.agentvfs-{}-{serial}.tmp", path.name(), std::process::id());
-        let temporary = permit.temporary_sibling(&name).ok_or_else(|| FsError::errno(Errno::EISDIR))?;
-        let (attr, file) = {
-            let _adding = self.names.read();
-            self.router.create(&temporary, mode, libc::O_WRONLY, &ctx.caller)?
-        };
-        let written = (|| {
-            if let Some((uid, gid)) = owner.filter(|&(uid, gid)| (uid, gid) != (attr.uid, attr.gid)) {
-                match file.setattr(&SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() }) {
-                    Err(e) if e.is(Errno::EPERM) => {} // a daemon that is not root keeps its own
-                    other => other.map(|_| ())?,
-                }
-            }
-            let mut offset = 0usize;
-            while offset < data.len() {
-                let end = (offset + (1 << 20)).min(data.len());
-                offset += file.write(offset as u64, &data[offset..end])? as usize;
-            }
-            file.fsync(false)?;
-            file.flush()?;
-            file.getattr()
-        })();
-        drop(file);
-        let renamed = written.as_ref().map_err(Clone::clone).and_then(|_| {
-            let _moving = self.names.write();
-            // The temporary name can be guessed: it must still name the file written here, or
-            // a directory moved there meanwhile would be carried over `path` unjudged.
-            let now = self.router.getattr(&temporary)?;
-            if (now.ino, now.kind) != (attr.ino, FileKind::File) {
-                return Err(FsError::new(Errno::EIO, "the temporary file was replaced"));
-            }
-            // The file being replaced, for opens that race the rename (see ChangeObserver):
-            // held under the lock, so that it is the one the rename replaces.
-            let replacing = self.hold_for_racing_opens(path);
-            self.router.rename(&temporary, &permit, 0).map(|()| replacing)
-        });
-        let replacing = match renamed {
-            Ok(replacing) => replacing,
-            Err(e) => {
-                let _ = self.router.unlink(&temporary);
-                return Err(e);
-            }
-        };
-        if let Some(held) = replacing {
-            held.changed();
-        }
-        self.note_change(ctx, path);
-        match self.router.getattr(&permit) {
-            // Deleted again already, by another caller: what was written is what there was.
-            Err(e) if e.is(Errno::ENOENT) => written,
-            now => now,
-        }
-    }
-
-    /// Holds the file at `path`, which a change from a door other than the FUSE one is about
-    /// to replace or remove, for the opens through the mount that may race the change (see
-    /// [`ChangeObserver::replacing`]), and tells the observer. The caller calls
-    /// [`HeldForOpens::changed`] once the change is made.
-    fn hold_for_racing_opens(&self, path: &VPath) -> Option<HeldForOpens<'_>> {
-        let observer = self.observer.get()?;
-        let (identity, file) = self.hold(path)?;
-        observer.replacing(identity, &file);
-        Some(HeldForOpens { observer, identity, file })
-    }
-
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {
         let _adding = self.names.read();
         let permit = self.check_new(ctx, "mknod", path, false)?;
@@ -835,6 +737,8 @@ impl Engine {
         self.router.route_of(path).ttl
     }
 }
+
+mod whole_writes;
 
 #[cfg(test)]
 #[path = "engine_tests.rs"]
