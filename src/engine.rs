@@ -521,10 +521,10 @@ impl Engine {
         // A tool's delete: an open through the mount that found the file just before gets it,
         // as on a local filesystem (the kernel knows its own unlinks). No rename may put
         // another file at the name between the hold and the unlink.
-        let _no_renames = (ctx.door != Door::Fuse).then(|| self.names.read());
-        let removing = _no_renames.as_ref().and_then(|_| self.hold_for_racing_opens(path));
+        let no_renames = (ctx.door != Door::Fuse).then(|| self.names.read());
+        let removing = no_renames.is_some().then(|| self.hold_for_racing_opens(path)).flatten();
         let result = self.router.unlink(&permit);
-        drop(_no_renames);
+        drop(no_renames);
         if result.is_ok() {
             if let Some(held) = removing {
                 held.changed();

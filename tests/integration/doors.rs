@@ -278,10 +278,11 @@ fn a_hard_link_outlives_the_name_a_tool_deleted() {
 /// Host filesystems reuse a deleted file's inode number. A file a host program deletes while
 /// the kernel still holds its inode (here through an inotify watch, which keeps no host file
 /// open) must not lend its name to a later file that gets its number: the new file is an inode
-/// of its own, reached by its own name. (A file a tool deletes is held by the daemon for as
-/// long as the kernel keeps its inode, so its number cannot be reused meanwhile.)
+/// of its own, reached by its own name. A file a tool deletes is held by the daemon for as
+/// long as the kernel keeps its inode (so its number is not reused meanwhile); every other
+/// round deletes through the tools, and the new file must be itself there too.
 #[test]
-fn a_file_deleted_behind_the_kernels_back_lends_nothing_to_its_successor() {
+fn a_deleted_file_lends_nothing_to_its_successor() {
     let mut d = Doors::new();
     let watches = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
     assert!(watches >= 0);
@@ -294,7 +295,12 @@ fn a_file_deleted_behind_the_kernels_back_lends_nothing_to_its_successor() {
         let c = std::ffi::CString::new(d.fx.p(&old).into_os_string().into_encoded_bytes()).unwrap();
         let watch = unsafe { libc::inotify_add_watch(watches.as_raw_fd(), c.as_ptr(), libc::IN_ATTRIB) };
         assert!(watch >= 0, "{}", std::io::Error::last_os_error());
-        fs::remove_file(d.fx.host_root.join(format!("open/old{i}"))).unwrap();
+        if i % 2 == 0 {
+            fs::remove_file(d.fx.host_root.join(format!("open/old{i}"))).unwrap();
+        } else {
+            let (ok, text) = d.tool("delete", json!({"file_path": old}));
+            assert!(ok, "{text}");
+        }
         let new = format!("/host/open/new-{i}");
         d.mount_write(&new, "new\n").unwrap();
         if fs::metadata(d.fx.host_root.join(format!("open/new-{i}"))).unwrap().ino() == old_host_ino {

@@ -63,7 +63,7 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         return e;
     }
     if loc.attr.is_none() {
-        return ToolOutput::error(ErrorCode::NotFound, format!("Error: '{path}' not found"));
+        return not_found(&path);
     }
     // `file.txt/` names a directory: unlink and rmdir answer ENOTDIR, and so does the tool.
     if let Err(e) = common::require_dir(&named, &loc, |written, os_error| {
@@ -82,13 +82,15 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
             ToolOutput::text(format!("Deleted {path}")).with("path", json!(path.as_str()))
         }
         // Deleted meanwhile by another caller: the same answer as a moment later.
-        Err(e) if e.is(Errno::ENOENT) && e.denied_by.is_none() => {
-            ToolOutput::error(ErrorCode::NotFound, format!("Error: '{path}' not found"))
-        }
+        Err(e) if e.is(Errno::ENOENT) && e.denied_by.is_none() => not_found(&path),
         Err(e) => common::fs_failure(Op::Write, &path, &e, || {
             format!("Error deleting '{path}': {}", common::py_os_error(&e, &path))
         }),
     }
+}
+
+fn not_found(path: &VPath) -> ToolOutput {
+    ToolOutput::error(ErrorCode::NotFound, format!("Error: '{path}' not found"))
 }
 
 /// The delete permission check (doc/tools.md). Only a confirmed non-directory is a leaf; a
