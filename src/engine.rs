@@ -370,7 +370,16 @@ impl Engine {
     /// The root's own attributes are never refused: a mount whose root cannot be stat'ed is
     /// unusable, and its existence is no secret. Listing it is judged as usual.
     pub fn getattr(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
-        let attr = self.router.getattr(&self.gate.probe(path))?;
+        self.judged_attr(ctx, path, self.router.getattr(&self.gate.probe(path))?)
+    }
+
+    /// [`Engine::getattr`] as the store holds the node at this moment (see
+    /// [`Backend::getattr_stored`](crate::backend::Backend::getattr_stored)).
+    pub fn getattr_stored(&self, ctx: &Ctx, path: &VPath) -> FsResult<Attr> {
+        self.judged_attr(ctx, path, self.router.getattr_stored(&self.gate.probe(path))?)
+    }
+
+    fn judged_attr(&self, ctx: &Ctx, path: &VPath, attr: Attr) -> FsResult<Attr> {
         if !path.is_root() {
             self.check_metadata(ctx, "getattr", path, attr.kind == FileKind::Dir)?;
         }
@@ -456,7 +465,7 @@ impl Engine {
     /// there is no file there.
     pub fn hold(&self, path: &VPath) -> Option<((u32, u64), Arc<OpenHandle>)> {
         let file = self.router.open(&self.gate.probe(path), libc::O_PATH).ok()?;
-        let identity = self.identity(path, &file.getattr().ok()?)?;
+        let identity = self.identity_of(path, file.kind_and_ino().ok()?)?;
         Some((identity, Arc::new(OpenHandle { path: path.clone(), file, writable: false })))
     }
 
@@ -555,15 +564,15 @@ impl Engine {
             return Err(FsError::new(Errno::EINVAL, format!("unsupported rename flags {flags:#x}")));
         }
         let _moving = self.names.write();
-        let from_attr = self.router.getattr(&self.gate.probe(from))?;
-        let from_is_dir = from_attr.kind == FileKind::Dir;
+        // Only the kinds are needed (which rules apply): a backend may know them without a
+        // round trip, where it would have to ask for the attributes.
+        let from_is_dir = self.router.kind_and_ino(&self.gate.probe(from))?.0 == FileKind::Dir;
         let from_permit = self.check(ctx, "rename", Op::Write, from, from_is_dir)?;
         let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
         let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
         let mut to_is_dir = false;
         if exchange {
-            let to_attr = self.router.getattr(&self.gate.probe(to))?;
-            to_is_dir = to_attr.kind == FileKind::Dir;
+            to_is_dir = self.router.kind_and_ino(&self.gate.probe(to))?.0 == FileKind::Dir;
             self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
             self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
         }

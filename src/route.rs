@@ -110,6 +110,11 @@ impl Router {
         self.or_mount_point(permit, route.backend.getattr(rel), |attr| attr)
     }
 
+    pub fn getattr_stored(&self, permit: &Permit) -> FsResult<Attr> {
+        let (route, rel) = self.resolve(permit.path());
+        self.or_mount_point(permit, route.backend.getattr_stored(rel), |attr| attr)
+    }
+
     pub fn kind_and_ino(&self, permit: &Permit) -> FsResult<(FileKind, u64)> {
         let (route, rel) = self.resolve(permit.path());
         self.or_mount_point(permit, route.backend.kind_and_ino(rel), |attr| (attr.kind, attr.ino))

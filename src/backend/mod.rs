@@ -245,6 +245,12 @@ pub trait Backend: Send + Sync {
     /// A short description for status output: `host /home/me/project`, `memory`, ...
     fn describe(&self) -> String;
     fn getattr(&self, path: &str) -> FsResult<Attr>;
+    /// The attributes as the store holds them at this moment, for checks that must see every
+    /// daemon's changes (the tools' stale-version check). Backends that answer `getattr` from
+    /// a cache that other daemons' changes reach a moment later override it.
+    fn getattr_stored(&self, path: &str) -> FsResult<Attr> {
+        self.getattr(path)
+    }
     /// The kind and inode number of the node at `path`: what tells whether a name still leads
     /// to the node the kernel knows it by. Backends that know it without a full `getattr`
     /// (from a cache kept as fresh as the kernel's) override it.

@@ -128,6 +128,11 @@ impl<'e> ToolFs<'e> {
         Ok(Resolved { path: current, attr, through_symlink })
     }
 
+    /// The attributes of `path` (resolved already) as the store holds them at this moment.
+    pub fn stat_stored(&self, path: &VPath) -> FsResult<Attr> {
+        self.engine.getattr_stored(&self.ctx, path)
+    }
+
     /// A directory's visible entries with their attributes, sorted by name, as the mount
     /// lists them: an entry a rule denies without hiding it is listed with placeholder
     /// attributes; entries that vanish meanwhile are left out.

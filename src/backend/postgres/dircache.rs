@@ -98,8 +98,9 @@ pub(super) enum Change<'a> {
     Taken { path: &'a str, dir: bool, now: i64 },
     /// The node at `path` got these attributes (`None`: changed in a way not known here).
     Attrs { path: &'a str, attr: Option<&'a Attr> },
-    /// A rename.
-    Moved { from: &'a str, to: &'a str },
+    /// A rename (`exchange`: RENAME_EXCHANGE) that moved a node, the directories touched at
+    /// `now`.
+    Moved { from: &'a str, to: &'a str, now: i64, exchange: bool },
     /// The attributes of the node changed, at whatever path.
     Node(Node),
     /// The attributes of inode `attr.ino` are `attr` now (a change through a handle).
@@ -320,6 +321,13 @@ impl State {
                     self.drop_tree(path);
                 }
             }
+            Change::Moved { from, to, now, exchange: false } => match self.node(from) {
+                // A file (the common rename: an editor's save, git's lock files) moves along
+                // with what is known of it, as the server moved it. Directories (whose trees
+                // are known by path) and exchanges are forgotten.
+                Some(file) if file.kind != FileKind::Dir => self.move_file(file, (from, to), now),
+                _ => self.forget(change),
+            },
             Change::Attrs { path, attr: Some(attr) } => self.learn(path, attr),
             Change::NodeAttrs { attr } if attr.kind != FileKind::Dir => self.keep_file_attr(attr),
             change => self.forget(change),
@@ -330,7 +338,7 @@ impl State {
         match change {
             Change::Made { path, .. } | Change::Taken { path, .. } => self.forget_name(path),
             Change::Attrs { path, .. } => self.forget_attrs_at(path),
-            Change::Moved { from, to } => {
+            Change::Moved { from, to, .. } => {
                 // Both nodes first: forgetting a name forgets its directory's listing.
                 self.forget_attrs_at(from);
                 self.forget_attrs_at(to);
@@ -339,6 +347,31 @@ impl State {
             }
             Change::Node(node) => self.forget_node(node),
             Change::NodeAttrs { attr } => self.forget_node(Node::of(attr)),
+        }
+    }
+
+    /// The file `file` at `from` was renamed to `to` at `now` (replacing whatever was there):
+    /// as `rename_at` does, both directories' times and the file's change time become `now`.
+    fn move_file(&mut self, file: Node, (from, to): (&str, &str), now: i64) {
+        // A replaced node lost a link (and maybe its rows).
+        self.forget_attrs_at(to);
+        let ((from_dir, from_leaf), (to_dir, to_leaf)) = (split_parent(from), split_parent(to));
+        if let Some(d) = self.dirs.get_mut(from_dir) {
+            if d.names.remove(from_leaf).is_some() {
+                self.names -= 1;
+            }
+        }
+        if let Some(d) = self.dirs.get_mut(to_dir) {
+            if d.names.insert(to_leaf.to_string(), Some(file)).is_none() {
+                self.names += 1;
+            }
+        }
+        self.touch(from_dir, now, 0);
+        if to_dir != from_dir {
+            self.touch(to_dir, now, 0);
+        }
+        if let Some(attr) = self.files.get_mut(&file.ino) {
+            attr.ctime = ns_to_time(now);
         }
     }
 
@@ -512,6 +545,42 @@ mod tests {
     }
 
     #[test]
+    fn a_renamed_file_moves_with_what_is_known_of_it() {
+        let cache = started();
+        mkdir(&cache, "d", 2);
+        mkdir(&cache, "e", 3);
+        for (path, ino) in [("d/a", 4), ("d/b", 5), ("e/c", 6)] {
+            let t = cache.changing();
+            cache.changed(t, Change::Made { path, attr: &file_attr(ino), now: 1 }, true);
+        }
+        // Within a directory, over an existing file.
+        let t = cache.changing();
+        cache.changed(t, Change::Moved { from: "d/a", to: "d/b", now: 7, exchange: false }, true);
+        assert_eq!((cache.known("d/a"), cache.node("d/b").map(|n| n.ino)), (Known::Absent, Some(4)));
+        assert_eq!(cache.attr_of(4).map(|a| a.ctime), Some(ns_to_time(7)), "the change time moves");
+        assert_eq!(cache.attr_of(5), None, "the replaced file lost a link");
+        let Known::Dir(d) = cache.known("d") else { panic!("d is known") };
+        assert_eq!((d.mtime, d.ctime, d.nlink), (ns_to_time(7), ns_to_time(7), 2));
+        // To another directory, to a new name.
+        let t = cache.changing();
+        cache.changed(t, Change::Moved { from: "d/b", to: "e/n", now: 8, exchange: false }, true);
+        assert_eq!((cache.known("d/b"), cache.node("e/n").map(|n| n.ino)), (Known::Absent, Some(4)));
+        for dir in ["d", "e"] {
+            let Known::Dir(a) = cache.known(dir) else { panic!("{dir} is known") };
+            assert_eq!(a.mtime, ns_to_time(8));
+        }
+        assert_eq!(cache.node("e/c").map(|n| n.ino), Some(6), "other names stay");
+        // A failed rename, and a directory's, are forgotten.
+        let t = cache.changing();
+        cache.changed(t, Change::Moved { from: "e/n", to: "d/x", now: 9, exchange: false }, false);
+        assert_eq!((cache.node("e/n"), cache.known("d/x")), (None, Known::Unknown));
+        mkdir(&cache, "e/sub", 10);
+        let t = cache.changing();
+        cache.changed(t, Change::Moved { from: "e/sub", to: "d/sub", now: 9, exchange: false }, true);
+        assert_eq!((cache.known("e"), cache.known("d/sub")), (Known::Unknown, Known::Unknown));
+    }
+
+    #[test]
     fn a_read_overtaken_by_a_change_or_a_notification_is_not_kept() {
         let cache = started();
         let t = cache.reading();
@@ -595,8 +664,8 @@ mod tests {
         cache.changed(t, Change::Taken { path: "d/a", dir: false, now: 2 }, true);
         assert_eq!((cache.node("d/a"), cache.known("d/a")), (None, Known::Absent));
         let t = cache.changing();
-        cache.changed(t, Change::Moved { from: "d/c", to: "e/f" }, true);
-        assert_eq!((cache.node("d/c"), cache.node("e/f")), (None, None));
+        cache.changed(t, Change::Moved { from: "d/c", to: "e/f", now: 3, exchange: true }, true);
+        assert_eq!((cache.node("d/c"), cache.node("e/f")), (None, None), "an exchange is forgotten");
         // Another daemon's change of a name forgets the node it led to.
         let t = cache.reading();
         cache.read_attr(t, "e/h", &file_attr(10));
@@ -672,15 +741,17 @@ mod tests {
         cache.remote(&RemoteChange::Content("f/gone".into()));
         assert_eq!(cache.attr_of(4), None);
         made("d/c", 4);
-        // A rename forgets what both names led to, and no other file's attributes.
+        // A rename forgets the replaced file's attributes and no other file's; the moved
+        // file's go with it.
         mkdir(&cache, "e", 5);
         for (path, ino) in [("e/c", 6), ("e/y", 7), ("e/z", 8)] {
             made(path, ino);
         }
         let t = cache.changing();
-        cache.changed(t, Change::Moved { from: "e/c", to: "e/z" }, true);
+        cache.changed(t, Change::Moved { from: "e/c", to: "e/z", now: 3, exchange: false }, true);
         let kept = |ino| cache.attr_of(ino).is_some();
-        assert_eq!((kept(6), kept(7), kept(8)), (false, true, false));
+        assert_eq!((kept(6), kept(7), kept(8)), (true, true, false));
+        assert_eq!(cache.file_attr("e/z").map(|a| a.ino), Some(6));
     }
 
     #[test]

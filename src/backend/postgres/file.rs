@@ -50,9 +50,9 @@ impl PgFile {
     }
 
     /// A write that keeps no stored byte of the chunks it touches (a new file's, an append at a
-    /// chunk boundary, whole chunks) in one round trip, if the file's size still allows it;
-    /// false to take the general path.
-    fn write_fresh(&self, offset: u64, data: &[u8], end: u64) -> FsResult<bool> {
+    /// chunk boundary, whole chunks) in one round trip, if the file's size still allows it:
+    /// the file's attributes after it, or `None` to take the general path.
+    fn write_fresh(&self, offset: u64, data: &[u8], end: u64) -> FsResult<Option<Attr>> {
         let limit = chunks::fresh_below(offset, data.len() as u64);
         let fresh: Vec<(u64, Vec<u8>)> = chunks::spans(offset, data.len() as u64)
             .map(|span| {
@@ -68,8 +68,8 @@ impl PgFile {
         });
         match done {
             // A deadlock or serialization failure: the general path tries again.
-            Err(e) if e.is(Errno::EAGAIN) => Ok(false),
-            done => done.map_err(at(&self.path)),
+            Err(e) if e.is(Errno::EAGAIN) => Ok(None),
+            done => Ok(done.map_err(at(&self.path))?.map(|n| n.attr())),
         }
     }
 
@@ -114,7 +114,16 @@ impl OpenFile for PgFile {
             return Ok(0);
         }
         let end = chunks::end_of(offset, data.len() as u64)?;
-        self.changing_attrs(|| self.write_at(offset, data, end))
+        // The daemon's cache learns the attributes the server answers, or forgets them.
+        let dirs = &self.inner.dirs;
+        let ticket = dirs.changing();
+        let done = self.write_at(offset, data, end);
+        let change = match &done {
+            Ok(attr) => Change::NodeAttrs { attr },
+            Err(_) => Change::Node(self.node()),
+        };
+        dirs.changed(ticket, change, true);
+        done.map(|_| data.len() as u32)
     }
 
     fn flush(&self) -> FsResult<()> {
@@ -207,14 +216,15 @@ impl PgFile {
         })
     }
 
-    /// [`OpenFile::write`] of `data` at `offset`, ending at `end`, on the server.
-    fn write_at(&self, offset: u64, data: &[u8], end: u64) -> FsResult<u32> {
-        if self.write_fresh(offset, data, end)? {
+    /// [`OpenFile::write`] of `data` at `offset`, ending at `end`, on the server; the file's
+    /// attributes after it.
+    fn write_at(&self, offset: u64, data: &[u8], end: u64) -> FsResult<Attr> {
+        if let Some(attr) = self.write_fresh(offset, data, end)? {
             self.changed.store(true, Ordering::Release);
-            return Ok(data.len() as u32);
+            return Ok(attr);
         }
         let inner = &self.inner;
-        inner
+        let node = inner
             .write(Lock::Rows, |sql| {
                 let size = sql.lock_node(self.ino)?.ok_or_else(stale)?.size;
                 let spans: Vec<chunks::Span> = chunks::spans(offset, data.len() as u64).collect();
@@ -241,12 +251,14 @@ impl PgFile {
                     chunks::splice(&mut buf, span.within, &data[span.from..][..span.len]);
                     out.push((span.idx, buf));
                 }
-                sql.put_chunks(self.ino, &out, size.max(end), tree::now_ns())?;
-                inner.announce(sql, Changed::FileContent(self.ino), &self.path)
+                let node =
+                    sql.put_chunks(self.ino, &out, size.max(end), tree::now_ns())?.ok_or_else(stale)?;
+                inner.announce(sql, Changed::FileContent(self.ino), &self.path)?;
+                Ok(node)
             })
             .map_err(at(&self.path))?;
         self.changed.store(true, Ordering::Release);
-        Ok(data.len() as u32)
+        Ok(node.attr())
     }
 
     /// Runs `change` of the node's content or attributes, and makes the daemon's cache forget

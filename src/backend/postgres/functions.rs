@@ -1,14 +1,17 @@
 //! Tree operations as functions on the server, each called in one round trip instead of a
 //! transaction of four or more (`BEGIN` with the name lock, the walk, the change, the
 //! notification with `COMMIT`): their SQL (a migration), and the calls. `create_at` makes a
-//! node (create, mknod, mkdir, symlink), `unlink_at` takes a non-directory's name, and
-//! [`Sql::set_attrs_at`] (one plain statement) changes attributes other than the size.
+//! node (create, mknod, mkdir, symlink), `unlink_at` takes a non-directory's name, `rmdir_at`
+//! an empty directory's, `link_at` adds a name, `rename_at` is renameat2, `drop_nameless`
+//! deletes an orphan's rows, and [`Sql::set_attrs_at`] (one plain statement) changes
+//! attributes other than the size.
 //!
 //! A call is one statement outside any transaction, so it commits on its own. Inside a
 //! function, each statement reads the data committed before it started, so a walk that follows
 //! the name lock sees every name change that held the lock before. The checks and results are
-//! those of the shared tree logic ([`tree::create_in`], [`tree::ownership`]); the backend suite
-//! runs on this route and holds both to the same outcomes.
+//! those of the shared tree logic ([`tree::create_in`], [`tree::ownership`],
+//! [`tree::rename_in`]); the backend suite, pjdfstest and the model test run on this route and
+//! hold both to the same outcomes.
 
 use super::store::{components, node_at, walk_cte, Sql};
 use crate::backend::tree::{self, NewNode, Node};
@@ -20,8 +23,17 @@ use crate::error::{Errno, FsError, FsResult};
 /// returns ENOENT (2), a name under a non-directory or a non-directory at the end ENOTDIR (20).
 /// (Written out in each function: a nested call of a function costs the server more than the
 /// walk.)
+/// With a second name, `walk_to_dir!(dir, chain)` also collects the inodes walked, from the
+/// root to the directory, into the array `chain`.
 macro_rules! walk_to_dir {
     ($dir:ident) => {
+        walk_to_dir!(@ $dir, "")
+    };
+    ($dir:ident, $chain:ident) => {
+        walk_to_dir!(@ $dir, concat!("
+        ", stringify!($chain), " := ", stringify!($chain), " || dir_ino;"))
+    };
+    (@ $dir:ident, $step:expr) => {
         concat!(
             "
     dir_ino := root_ino;
@@ -29,7 +41,9 @@ macro_rules! walk_to_dir {
     IF NOT FOUND THEN
         out_errno := 2;
         RETURN;
-    END IF;
+    END IF;",
+            $step,
+            "
     FOR step IN 1 .. coalesce(array_length(",
             stringify!($dir),
             ", 1), 0) LOOP
@@ -45,7 +59,9 @@ macro_rules! walk_to_dir {
         IF NOT FOUND THEN
             out_errno := 2;
             RETURN;
-        END IF;
+        END IF;",
+            $step,
+            "
     END LOOP;
     IF dir_kind <> 16384 THEN
         out_errno := 20;
@@ -260,6 +276,147 @@ END $$;
 "
 );
 
+/// Migration 4: `rename_at`, renameat2(2) as [`tree::rename_in`] does it, in one call.
+///
+/// Under the name lock it walks to both directories (collecting the inodes on the way, for
+/// the checks against moving a directory into itself), finds the source and any target, and
+/// makes the shared logic's checks in its order: RENAME_NOREPLACE (1) over a target EEXIST,
+/// RENAME_EXCHANGE (2) without one ENOENT, the source an ancestor of the target's directory
+/// EINVAL, the target an ancestor of the source's directory ENOTEMPTY (EINVAL for an
+/// exchange), two names of one node nothing at all; then, replacing, a directory over a
+/// non-directory ENOTDIR, the reverse EISDIR, a directory over one with entries ENOTEMPTY.
+/// A replaced node left without a link loses every row, unless it is one of `kept` (then it
+/// is marked as `instance`'s orphan and answered as `out_orphan`). Directories' link counts
+/// follow a directory that changes parent; both names' notifications are queued. `out_moved`
+/// is false when nothing changed (two names of one node).
+///
+/// `drop_nameless` deletes every row of a node without a name (the orphan of a handle that
+/// closed), the inode's row first, as `unlink_at` does.
+pub(super) const RENAME_MIGRATION: &str = concat!(
+    "
+CREATE FUNCTION rename_at(
+    lock_key integer, ns_id integer, root_ino bigint, from_dir text[], from_leaf text,
+    to_dir text[], to_leaf text, flags integer, now_ns bigint, instance integer, kept bigint[],
+    channel text, from_payload text, to_payload text,
+    OUT out_errno integer, OUT out_moved boolean, OUT out_orphan bigint)
+LANGUAGE plpgsql AS $$",
+    walk_vars!(),
+    "    chain bigint[] := ARRAY[root_ino];
+    from_chain bigint[];
+    from_ino bigint;
+    src bigint;
+    src_kind integer;
+    dst bigint;
+    dst_kind integer;
+    exchange boolean := flags & 2 <> 0;
+    moves boolean;
+    from_delta integer := 0;
+    to_delta integer := 0;
+    left_links integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
+    walk_to_dir!(from_dir, chain),
+    "
+    from_ino := dir_ino;
+    from_chain := chain;
+    chain := ARRAY[root_ino];",
+    find_leaf!(src, src_kind, from_leaf),
+    walk_to_dir!(to_dir, chain),
+    "
+    SELECT i.ino, i.kind INTO dst, dst_kind
+        FROM dentries d JOIN inodes i ON i.ino = d.child
+        WHERE d.parent = dir_ino AND d.name = to_leaf;
+    IF flags & 1 <> 0 AND dst IS NOT NULL THEN
+        out_errno := 17;
+        RETURN;
+    END IF;
+    IF exchange AND dst IS NULL THEN
+        out_errno := 2;
+        RETURN;
+    END IF;
+    IF src = ANY(chain) THEN
+        out_errno := 22;
+        RETURN;
+    END IF;
+    IF dst = ANY(from_chain) THEN
+        out_errno := CASE WHEN exchange THEN 22 ELSE 39 END;
+        RETURN;
+    END IF;
+    out_errno := 0;
+    out_moved := dst IS DISTINCT FROM src;
+    IF NOT out_moved THEN
+        RETURN;
+    END IF;
+    moves := from_ino <> dir_ino;
+    IF moves AND src_kind = 16384 THEN
+        from_delta := -1;
+        to_delta := 1;
+    END IF;
+    IF exchange THEN
+        IF moves AND dst_kind = 16384 THEN
+            from_delta := from_delta + 1;
+            to_delta := to_delta - 1;
+        END IF;
+        UPDATE dentries SET child = dst WHERE parent = from_ino AND name = from_leaf;
+        UPDATE dentries SET child = src WHERE parent = dir_ino AND name = to_leaf;
+        UPDATE inodes SET ctime = now_ns WHERE ino = dst;
+    ELSE
+        IF dst IS NOT NULL THEN
+            IF src_kind = 16384 AND dst_kind <> 16384 THEN
+                out_errno := 20;
+                RETURN;
+            END IF;
+            IF src_kind <> 16384 AND dst_kind = 16384 THEN
+                out_errno := 21;
+                RETURN;
+            END IF;
+            IF dst_kind = 16384 THEN
+                IF EXISTS (SELECT 1 FROM dentries WHERE parent = dst) THEN
+                    out_errno := 39;
+                    RETURN;
+                END IF;
+                to_delta := to_delta - 1;
+            END IF;
+            DELETE FROM dentries WHERE parent = dir_ino AND name = to_leaf;
+            UPDATE inodes SET nlink = CASE WHEN kind = 16384 THEN 0 ELSE greatest(nlink - 1, 0) END,
+                    ctime = now_ns
+                WHERE ino = dst RETURNING nlink INTO left_links;
+            IF left_links = 0 THEN
+                IF dst = ANY(kept) THEN
+                    UPDATE inodes SET orphan_of = instance WHERE ino = dst;
+                    out_orphan := dst;
+                ELSE
+                    DELETE FROM inodes WHERE ino = dst;
+                    WITH c AS (DELETE FROM chunks WHERE ino = dst), x AS (DELETE FROM xattrs WHERE ino = dst)
+                    DELETE FROM dentries WHERE parent = dst;
+                END IF;
+            END IF;
+        END IF;
+        UPDATE dentries SET parent = dir_ino, name = to_leaf WHERE parent = from_ino AND name = from_leaf;
+    END IF;
+    UPDATE inodes SET ctime = now_ns WHERE ino = src;
+    IF moves THEN
+        UPDATE inodes SET nlink = nlink + from_delta, mtime = now_ns, ctime = now_ns WHERE ino = from_ino;
+        UPDATE inodes SET nlink = nlink + to_delta, mtime = now_ns, ctime = now_ns WHERE ino = dir_ino;
+    ELSE
+        UPDATE inodes SET nlink = nlink + from_delta + to_delta, mtime = now_ns, ctime = now_ns
+            WHERE ino = from_ino;
+    END IF;
+    PERFORM pg_notify(channel, from_payload);
+    PERFORM pg_notify(channel, to_payload);
+END $$;
+
+CREATE FUNCTION drop_nameless(node bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM inodes WHERE ino = node AND nlink = 0;
+    IF FOUND THEN
+        WITH c AS (DELETE FROM chunks WHERE ino = node), x AS (DELETE FROM xattrs WHERE ino = node)
+        DELETE FROM dentries WHERE parent = node;
+    END IF;
+END $$;
+"
+);
+
 /// Whose name [`Sql::take_name`] takes: a non-directory's (unlink) or an empty directory's.
 #[derive(Clone, Copy)]
 pub(super) enum Taking {
@@ -286,6 +443,7 @@ fn errno_of(code: i32) -> FsResult<()> {
         1 => Err(FsError::errno(Errno::EPERM)),
         20 => Err(FsError::errno(Errno::ENOTDIR)),
         21 => Err(FsError::errno(Errno::EISDIR)),
+        22 => Err(FsError::errno(Errno::EINVAL)),
         39 => Err(FsError::errno(Errno::ENOTEMPTY)),
         other => Err(FsError::new(Errno::EIO, format!("postgres: a tree function answered {other}"))),
     }
@@ -502,6 +660,63 @@ impl Sql<'_> {
     }
 }
 
+impl Sql<'_> {
+    /// Renames `from` (its parent's components and its name) to `to` with `flags` (those of
+    /// renameat2), with [`rename_at`](RENAME_MIGRATION), which keeps the rows of a replaced
+    /// node of `kept` that loses its last name; `to_payload` is the
+    /// notification of the new name, `call`'s that of the old one.
+    pub fn rename_at(
+        &self,
+        call: &Call<'_>,
+        (from, to): (Name<'_>, Name<'_>),
+        flags: u32,
+        (ns, instance): (i64, i64),
+        (kept, to_payload): (&[i64], &str),
+    ) -> FsResult<Renamed> {
+        let row = self
+            .row(
+                "SELECT out_errno, out_moved, out_orphan FROM rename_at($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                     $12, $13, $14)",
+                &[
+                    &call.lock_key,
+                    &(ns as i32),
+                    &(call.root as i64),
+                    &from.0,
+                    &from.1,
+                    &to.0,
+                    &to.1,
+                    &(flags as i32),
+                    &call.now,
+                    &(instance as i32),
+                    &kept,
+                    &call.channel,
+                    &call.payload,
+                    &to_payload,
+                ],
+            )?
+            .expect("a function call returns a row");
+        errno_of(row.get(0))?;
+        Ok(Renamed { moved: row.get(1), orphan: row.get::<_, Option<i64>>(2).map(|ino| ino as u64) })
+    }
+
+    /// Deletes the rows of `ino` if it has no name, with [`drop_nameless`](RENAME_MIGRATION).
+    pub fn drop_nameless(&self, ino: u64) -> FsResult<()> {
+        self.row("SELECT drop_nameless($1)", &[&(ino as i64)])?;
+        Ok(())
+    }
+}
+
+/// A name as the functions take it: its directory's components and its leaf.
+pub(super) type Name<'a> = (&'a [&'a str], &'a str);
+
+/// What [`Sql::rename_at`] did.
+pub(super) struct Renamed {
+    /// A node moved (false for two names of one node: nothing changed).
+    pub moved: bool,
+    /// The replaced node kept for a handle of this daemon.
+    pub orphan: Option<u64>,
+}
+
 /// The checks of [`tree::create_in`] made before the call: the path's parent components and
 /// leaf name.
 pub(super) fn split_new(path: &str) -> FsResult<(Vec<&str>, &str)> {
@@ -515,5 +730,12 @@ pub(super) fn split_new(path: &str) -> FsResult<(Vec<&str>, &str)> {
 pub(super) fn split(path: &str) -> FsResult<(Vec<&str>, &str)> {
     let (parent, leaf) = crate::backend::split_parent(path);
     tree::check_name(leaf)?;
+    Ok((super::store::components(parent)?, leaf))
+}
+
+/// An existing node's parent components and leaf name (as [`tree::rename_in`] looks it up:
+/// a name that cannot exist is not found, rather than refused).
+pub(super) fn split_existing(path: &str) -> FsResult<(Vec<&str>, &str)> {
+    let (parent, leaf) = crate::backend::split_parent(path);
     Ok((super::store::components(parent)?, leaf))
 }

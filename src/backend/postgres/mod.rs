@@ -43,7 +43,6 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use postgres::{Client, Statement};
 
-use crate::backend::tree::Tree;
 use crate::error::{Errno, FsError, FsResult};
 pub use connect::PgSettings;
 pub use langgraph::LangGraphBackend;
@@ -234,12 +233,7 @@ impl Inner {
     /// Deletes the rows of the nameless `ino`, kept for a handle of this daemon that closed
     /// before it could be marked an orphan; a failure leaves them to the next daemon.
     fn delete_orphan(&self, ino: u64) {
-        let done = self.write(Lock::Rows, |sql| {
-            if sql.node(ino)?.is_some_and(|n| n.nlink == 0) {
-                sql.delete_rows(ino)?;
-            }
-            Ok(())
-        });
+        let done = self.call(|sql| sql.drop_nameless(ino));
         if let Err(e) = done {
             tracing::warn!(ino, "postgres: deleting unlinked file failed (the next start does): {e}");
         }
@@ -288,18 +282,6 @@ impl Inner {
         }
         inos.0 += 1;
         Ok(inos.0 - 1)
-    }
-
-    /// Inside a transaction that took the last name from `ino`: deletes its rows now unless a
-    /// handle of this daemon held it when the deletion started (`kept`, from
-    /// [`handles::Handles::deleting`]), in which case it is marked as this instance's orphan.
-    fn drop_or_defer(&self, sql: &Sql<'_>, ino: u64, kept: &[i64]) -> FsResult<bool> {
-        if kept.contains(&(ino as i64)) {
-            sql.mark_orphan(ino, self.instance)?;
-            return Ok(true);
-        }
-        sql.delete_rows(ino)?;
-        Ok(false)
     }
 
     /// Registers a handle on `ino`.

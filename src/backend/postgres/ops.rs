@@ -178,9 +178,14 @@ impl Backend for PostgresBackend {
             Known::Absent => return Err(err(Errno::ENOENT)).map_err(at(path)),
             Known::Unknown => {}
         }
-        if let Some(attr) = inner.dirs.file_attr(path) {
-            return Ok(attr);
+        match inner.dirs.file_attr(path) {
+            Some(attr) => Ok(attr),
+            None => self.getattr_stored(path),
         }
+    }
+
+    fn getattr_stored(&self, path: &str) -> FsResult<Attr> {
+        let inner = &self.inner;
         let ticket = inner.dirs.reading();
         let attr =
             inner.read(|sql| Ok(tree::resolve_node(sql, inner.root, path)?.attr())).map_err(at(path))?;
@@ -351,20 +356,22 @@ impl Backend for PostgresBackend {
     fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()> {
         tree::check_rename(from, to, flags).map_err(at(to))?;
         let inner = &self.inner;
+        let (old, new) = (functions::split_existing(from), functions::split(to));
+        let (old, new) = (old.map_err(at(from))?, new.map_err(at(to))?);
+        let (from_payload, to_payload) =
+            (inner.payload(Changed::Name, from), inner.payload(Changed::Name, to));
+        let call = inner.call_args(&from_payload);
+        // As for an unlink: a replaced node this daemon has handles on keeps its rows.
         let (kept, deletion) = inner.handles.deleting();
         let ticket = inner.dirs.changing();
-        let moved = inner
-            .write(Lock::Tree, |sql| {
-                let orphan = tree::rename_in(sql, inner.root, (from, to, flags), |sql, ino| {
-                    inner.drop_or_defer(sql, ino, &kept)
-                })?;
-                inner.announce(sql, Changed::Name, from)?;
-                inner.announce(sql, Changed::Name, to)?;
-                Ok(orphan)
-            })
-            .map_err(at(from));
-        inner.dirs.changed(ticket, Change::Moved { from, to }, true);
-        inner.keep_orphan(moved?, &deletion);
+        let renamed = inner.call(|sql| {
+            let names = ((&old.0[..], old.1), (&new.0[..], new.1));
+            sql.rename_at(&call, names, flags, (inner.ns, inner.instance), (&kept, &to_payload))
+        });
+        let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
+        let moved = renamed.as_ref().is_ok_and(|r| r.moved);
+        inner.dirs.changed(ticket, Change::Moved { from, to, now: call.now, exchange }, moved);
+        inner.keep_orphan(renamed.map_err(at(from))?.orphan, &deletion);
         Ok(())
     }
 

@@ -66,6 +66,7 @@ CREATE TABLE xattrs (
 ",
     super::langgraph::SIDE_TABLES,
     super::functions::MIGRATION,
+    super::functions::RENAME_MIGRATION,
 ];
 
 /// A stable 32-bit key for advisory locks of `purpose` in `schema` (FNV-1a).

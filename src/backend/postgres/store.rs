@@ -247,25 +247,32 @@ impl<'a> Sql<'a> {
 
     /// Stores whole chunk contents and, in the same statement (one round trip), a data
     /// write's size and times as [`Sql::set_data_attrs`] does.
-    pub fn put_chunks(&self, ino: u64, chunks: &[(u64, Vec<u8>)], size: u64, now: i64) -> FsResult<()> {
+    pub fn put_chunks(
+        &self,
+        ino: u64,
+        chunks: &[(u64, Vec<u8>)],
+        size: u64,
+        now: i64,
+    ) -> FsResult<Option<Node>> {
         let idx: Vec<i64> = chunks.iter().map(|(i, _)| *i as i64).collect();
         let data: Vec<&[u8]> = chunks.iter().map(|(_, d)| d.as_slice()).collect();
-        self.exec(
+        let row = self.row(
             "WITH c AS (INSERT INTO chunks (ino, idx, data)
                  SELECT $1, i, d FROM unnest($2::bigint[], $3::bytea[]) AS u(i, d)
                  ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data)
-             UPDATE inodes SET size = $4, mtime = $5, ctime = greatest(ctime, $5) WHERE ino = $1",
+             UPDATE inodes SET size = $4, mtime = $5, ctime = greatest(ctime, $5) WHERE ino = $1
+             RETURNING ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime",
             &[&(ino as i64), &idx, &data, &(size as i64), &now],
         )?;
-        Ok(())
+        row.map(|r| node_at(&r, 0)).transpose()
     }
 
     /// A write that keeps none of the stored bytes of the chunks it touches, in one statement
     /// (its own transaction): stores `chunks`, grows the size to `end`, sets the times and
     /// announces `payload` on `channel`, if the file is still there and its size is at most
     /// `size_limit` (beyond which some chunk holds bytes the write must keep). The size is
-    /// checked on the locked row, so a concurrent write that grew the file is seen. Whether it
-    /// was done.
+    /// checked on the locked row, so a concurrent write that grew the file is seen. The node as
+    /// the write left it, if it was done.
     #[allow(clippy::too_many_arguments)]
     pub fn put_fresh_chunks(
         &self,
@@ -274,17 +281,18 @@ impl<'a> Sql<'a> {
         (end, size_limit): (u64, u64),
         now: i64,
         (channel, payload): (&str, &str),
-    ) -> FsResult<bool> {
+    ) -> FsResult<Option<Node>> {
         let idx: Vec<i64> = chunks.iter().map(|(i, _)| *i as i64).collect();
         let data: Vec<&[u8]> = chunks.iter().map(|(_, d)| d.as_slice()).collect();
         let row = self.row(
             "WITH u AS (UPDATE inodes SET size = greatest(size, $4), mtime = $5, ctime = greatest(ctime, $5)
-                 WHERE ino = $1 AND size <= $6 RETURNING ino),
+                 WHERE ino = $1 AND size <= $6
+                 RETURNING ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime),
              c AS (INSERT INTO chunks (ino, idx, data)
                  SELECT u.ino, x.i, x.d FROM u, unnest($2::bigint[], $3::bytea[]) AS x(i, d)
                  ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data),
              n AS (SELECT pg_notify($7, $8) FROM u)
-             SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n)",
+             SELECT u.*, (SELECT count(*) FROM n) FROM u",
             &[
                 &(ino as i64),
                 &idx,
@@ -296,7 +304,7 @@ impl<'a> Sql<'a> {
                 &payload,
             ],
         )?;
-        Ok(row.is_some_and(|r| r.get::<_, i64>(0) == 1))
+        row.map(|r| node_at(&r, 0)).transpose()
     }
 
     /// A data write's size and times: the size becomes `size`, mtime and ctime `now`.
@@ -320,11 +328,6 @@ impl<'a> Sql<'a> {
         let mut batch: String = self.notifications.borrow_mut().drain(..).collect();
         batch.push_str("COMMIT");
         batch
-    }
-
-    pub fn mark_orphan(&self, ino: u64, instance: i64) -> FsResult<()> {
-        self.exec("UPDATE inodes SET orphan_of = $2 WHERE ino = $1", &[&(ino as i64), &(instance as i32)])?;
-        Ok(())
     }
 
     /// Deletes every row of a node that has no name and no open handle left. The inode's row

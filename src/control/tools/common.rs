@@ -427,7 +427,9 @@ pub fn prepare(
 // Read-before-write (deviation 4).
 
 /// Refuses a mutation of the existing file at `loc` when this session read another version
-/// of it, or (with `require_read`) never read it. `observation = "off"` skips both.
+/// of it, or (with `require_read`) never read it. `observation = "off"` skips both. The
+/// version compared is the store's at this moment, not what a cache of this daemon holds (on
+/// a store shared by several daemons, another one may have changed the file just now).
 pub fn check_observed(
     env: &ToolEnv,
     loc: &Located,
@@ -442,10 +444,14 @@ pub fn check_observed(
             ErrorCode::NotObserved,
             format!("Error: edit requires reading '{}' first", loc.path),
         )),
-        Some(seen) if seen != Version::of(attr) => Err(ToolOutput::error(
-            ErrorCode::StaleVersion,
-            format!("Error: '{}' changed since it was read; re-read the file, then retry", loc.path),
-        )),
+        Some(seen)
+            if seen != Version::of(&env.fs.stat_stored(&loc.real).unwrap_or_else(|_| attr.clone())) =>
+        {
+            Err(ToolOutput::error(
+                ErrorCode::StaleVersion,
+                format!("Error: '{}' changed since it was read; re-read the file, then retry", loc.path),
+            ))
+        }
         _ => Ok(()),
     }
 }
