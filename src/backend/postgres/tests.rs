@@ -87,3 +87,44 @@ fn an_open_racing_this_daemons_unlinks_never_holds_a_deleted_inode() {
     unlinker.join().unwrap();
     assert!(opened >= 50 && rounds >= 50, "too little overlap to tell: {opened} opens, {rounds} rounds");
 }
+
+/// The rows of `namespace`'s nodes that have no name left.
+fn nameless_rows(namespace: &str) -> i64 {
+    let mut client = postgres::Client::connect(&TestServer::shared().url(), postgres::NoTls).unwrap();
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM agentvfs.inodes i JOIN agentvfs.namespaces n ON n.id = i.ns
+             WHERE n.name = $1 AND i.nlink = 0",
+            &[&namespace],
+        )
+        .unwrap();
+    row.get(0)
+}
+
+/// A rename over a file this daemon holds open keeps the file's rows for the handle, which
+/// reads the old content, and deletes them at its last close; a replaced file nobody holds
+/// goes at once.
+#[test]
+fn a_file_renamed_over_while_open_keeps_its_rows_until_its_last_close() {
+    use crate::backend::{Backend, Caller};
+    let ns = fresh_namespace();
+    let b = backend(&ns);
+    let write = |path: &str, data: &[u8]| {
+        let (_, f) = b.create(path, 0o644, libc::O_WRONLY, &Caller::daemon()).unwrap();
+        f.write(0, data).unwrap();
+    };
+    write("a", b"old");
+    let held = b.open("a", libc::O_RDONLY).unwrap();
+    write("b", b"new");
+    b.rename("b", "a", 0).unwrap();
+    assert_eq!(held.read(0, 16).unwrap(), b"old");
+    assert_eq!(b.open("a", libc::O_RDONLY).unwrap().read(0, 16).unwrap(), b"new");
+    assert_eq!(nameless_rows(&ns), 1, "the held file is kept");
+    drop(held);
+    assert_eq!(nameless_rows(&ns), 0, "and goes at its last close");
+    write("c", b"newer");
+    b.rename("c", "a", 0).unwrap();
+    assert_eq!(nameless_rows(&ns), 0, "a replaced file nobody holds goes with the rename");
+    assert_eq!(b.open("a", libc::O_RDONLY).unwrap().read(0, 16).unwrap(), b"newer");
+    assert_eq!(b.getattr("a").unwrap().size, 5, "the cache followed the renames");
+}
