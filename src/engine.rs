@@ -564,15 +564,13 @@ impl Engine {
             return Err(FsError::new(Errno::EINVAL, format!("unsupported rename flags {flags:#x}")));
         }
         let _moving = self.names.write();
-        // Only the kinds are needed (which rules apply): a backend may know them without a
-        // round trip, where it would have to ask for the attributes.
-        let from_is_dir = self.router.kind_and_ino(&self.gate.probe(from))?.0 == FileKind::Dir;
+        let from_is_dir = self.is_dir_for_rename(from, to)?;
         let from_permit = self.check(ctx, "rename", Op::Write, from, from_is_dir)?;
         let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
         let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
         let mut to_is_dir = false;
         if exchange {
-            to_is_dir = self.router.kind_and_ino(&self.gate.probe(to))?.0 == FileKind::Dir;
+            to_is_dir = self.is_dir_for_rename(to, from)?;
             self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
             self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
         }
@@ -586,6 +584,25 @@ impl Engine {
         self.note_change(ctx, from);
         self.note_change(ctx, to);
         Ok(())
+    }
+
+    /// Whether the node at `path`, about to be renamed to `other`, is a directory: which rules
+    /// apply. The kind is all that is needed, which a backend may know without a round trip;
+    /// where a directory would be judged differently (a rule for `dir/`, entries a move would
+    /// carry past a rule), a "not a directory" is confirmed with the store, whose cache of it
+    /// may lag behind another daemon's change.
+    fn is_dir_for_rename(&self, path: &VPath, other: &VPath) -> FsResult<bool> {
+        let probe = self.gate.probe(path);
+        if self.router.kind_and_ino(&probe)?.0 == FileKind::Dir {
+            return Ok(true);
+        }
+        let judged = |p: &VPath, is_dir| {
+            let v = self.gate.decide(Op::Write, p, is_dir);
+            (v.mode, v.hide)
+        };
+        let kind_matters = self.gate.rename_may_change_verdicts(path, other)
+            || [path, other].into_iter().any(|p| judged(p, true) != judged(p, false));
+        Ok(kind_matters && self.router.getattr_stored(&probe)?.kind == FileKind::Dir)
     }
 
     /// Refuses moving the directory at `from` to `to` when any entry beneath it would be
