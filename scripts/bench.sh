@@ -166,6 +166,8 @@ time_it() {
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 w_create() { mkdir c && cd c && for i in $(seq 1 10000); do printf '%1024s' '' > f$i; done; }
+# Renames from one process (a shell loop would time 10k starts of mv).
+w_rename() { perl -e 'for (1 .. 10000) { rename "c/f$_", "c/r$_" or die "c/f$_: $!\n" }'; }
 w_stat() { find c -type f -exec stat -c %s {} + >/dev/null; }
 w_lslr() { ls -lR c >/dev/null; }
 w_delete() { rm -rf c; }
@@ -205,7 +207,7 @@ w_gitadd() { cd g && git add -A; }
 w_gitcommit() { cd g && git -c user.name=bench -c user.email=bench@localhost commit -qm change; }
 w_gitafter() { cd g && git status >/dev/null; }
 w_gitclean() { rm -rf g; }
-export -f w_create w_stat w_lslr w_delete w_untar w_grep w_rmtree w_seqwrite w_seqread w_cleanup \
+export -f w_create w_rename w_stat w_lslr w_delete w_untar w_grep w_rmtree w_seqwrite w_seqread w_cleanup \
   w_gitsetup w_gitstatus w_gitchange w_gitadd w_gitcommit w_gitafter w_gitclean w_seqreadwarm w_randwrite w_cargosetup w_cargo \
   w_cargoclean
 export W
@@ -246,7 +248,7 @@ dir_of() {
   esac
 }
 
-ROWS=(create stat lslr delete untar grep rmtree seqwrite seqread seqreadwarm randwrite gitstatus gitadd gitafter cargo)
+ROWS=(create rename stat lslr delete untar grep rmtree seqwrite seqread seqreadwarm randwrite gitstatus gitadd gitafter cargo)
 part main || TARGETS=()
 for target in "${TARGETS[@]}"; do
   for row in "${ROWS[@]}"; do : > "$W/times.$target.$row"; done
@@ -256,7 +258,7 @@ done
 for _ in $(seq "$RUNS"); do
   for target in "${TARGETS[@]}"; do
     dir=$(dir_of "$target")
-    for row in create stat lslr delete untar grep rmtree seqwrite; do
+    for row in create rename stat lslr delete untar grep rmtree seqwrite; do
       [[ $row == stat ]] && drop_caches
       [[ $row == grep ]] && run "$target" "$dir" -grep # warm
       run "$target" "$dir" "$row"
@@ -294,7 +296,7 @@ for target in "${COLUMNS_SHOWN[@]}"; do printf ' %8s' "${target/#ll/pt_ll}"; don
 printf '\n'
 label() {
   case $1 in
-    create) echo "create 10k 1 KiB files" ;; stat) echo "stat 10k files, cold" ;;
+    create) echo "create 10k 1 KiB files" ;; rename) echo "rename 10k files" ;; stat) echo "stat 10k files, cold" ;;
     lslr) echo "ls -lR over 10k files" ;; delete) echo "delete 10k files" ;;
     untar) echo "untar 7.6k-file tree + sync" ;; grep) echo "grep -r, warm" ;;
     rmtree) echo "rm -rf the 7.6k-file tree" ;; seqwrite) echo "1 GiB write + fsync" ;;
