@@ -202,7 +202,7 @@ pub(super) fn remove_dead_orphans(client: &mut Client, settings: &PgSettings, ns
             .map(|r| r.get(0))
             .collect();
         for ino in inos {
-            Sql::new(client, &mut stmts, settings).delete_rows(ino as u64)?;
+            Sql::new(client, &mut stmts, settings).drop_nameless(ino as u64)?;
         }
         let unlock =
             instance_lock(&settings.schema, owner.into()).replace("pg_advisory_lock", "pg_advisory_unlock");

@@ -329,19 +329,6 @@ impl<'a> Sql<'a> {
         batch.push_str("COMMIT");
         batch
     }
-
-    /// Deletes every row of a node that has no name and no open handle left. The inode's row
-    /// goes first, waiting for a write that holds it, so that the chunks it committed are
-    /// seen (and deleted) by the statement after.
-    pub fn delete_rows(&self, ino: u64) -> FsResult<()> {
-        self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
-        self.exec(
-            "WITH c AS (DELETE FROM chunks WHERE ino = $1), x AS (DELETE FROM xattrs WHERE ino = $1)
-             DELETE FROM dentries WHERE parent = $1",
-            &[&(ino as i64)],
-        )?;
-        Ok(())
-    }
 }
 
 /// A new inode's column values as the server takes them, for the parameters `$1`–`$11` of

@@ -128,3 +128,42 @@ fn a_file_renamed_over_while_open_keeps_its_rows_until_its_last_close() {
     assert_eq!(b.open("a", libc::O_RDONLY).unwrap().read(0, 16).unwrap(), b"newer");
     assert_eq!(b.getattr("a").unwrap().size, 5, "the cache followed the renames");
 }
+
+/// A nameless file kept for the handle of a daemon that is gone (its instance lock is free)
+/// is deleted, chunks and all, by the next daemon to open the namespace; one kept by a daemon
+/// still running stays.
+#[test]
+fn the_next_daemon_deletes_the_orphans_of_one_that_died() {
+    use crate::backend::{Backend, Caller};
+    let ns = fresh_namespace();
+    let alive = backend(&ns);
+    let (_, f) = alive.create("kept", 0o644, libc::O_WRONLY, &Caller::daemon()).unwrap();
+    f.write(0, b"still open").unwrap();
+    alive.unlink("kept").unwrap();
+    assert_eq!(nameless_rows(&ns), 1);
+    // A dead daemon's orphan: an instance number no session holds the lock of.
+    let mut client = postgres::Client::connect(&TestServer::shared().url(), postgres::NoTls).unwrap();
+    let dead =
+        client.query_one("SELECT nextval('agentvfs.instance_seq')::integer", &[]).unwrap().get::<_, i32>(0);
+    client
+        .batch_execute(&format!(
+            "INSERT INTO agentvfs.inodes (ino, ns, kind, perm, uid, gid, rdev, size, nlink, atime, mtime,
+                 ctime, crtime, orphan_of)
+             SELECT 1000000000000 + id, id, 32768, 420, 0, 0, 0, 3, 0, 0, 0, 0, 0, {dead}
+             FROM agentvfs.namespaces WHERE name = '{ns}';
+             INSERT INTO agentvfs.chunks (ino, idx, data)
+             SELECT 1000000000000 + id, 0, 'abc' FROM agentvfs.namespaces WHERE name = '{ns}';"
+        ))
+        .unwrap();
+    assert_eq!(nameless_rows(&ns), 2);
+    let _next = backend(&ns);
+    assert_eq!(nameless_rows(&ns), 1, "the dead daemon's orphan went, the live one's stayed");
+    let chunks: i64 = client
+        .query_one("SELECT count(*) FROM agentvfs.chunks WHERE ino >= 1000000000000", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(chunks, 0, "with its content");
+    assert_eq!(f.read(0, 16).unwrap(), b"still open");
+    drop(f);
+    assert_eq!(nameless_rows(&ns), 0);
+}
