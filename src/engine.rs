@@ -596,12 +596,8 @@ impl Engine {
         if self.router.kind_and_ino(&probe)?.0 == FileKind::Dir {
             return Ok(true);
         }
-        let judged = |p: &VPath, is_dir| {
-            let v = self.gate.decide(Op::Write, p, is_dir);
-            (v.mode, v.hide)
-        };
         let kind_matters = self.gate.rename_may_change_verdicts(path, other)
-            || [path, other].into_iter().any(|p| judged(p, true) != judged(p, false));
+            || [path, other].into_iter().any(|p| self.gate.kind_changes_verdict(Op::Write, p));
         Ok(kind_matters && self.router.getattr_stored(&probe)?.kind == FileKind::Dir)
     }
 

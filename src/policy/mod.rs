@@ -165,6 +165,13 @@ impl Gate {
         })
     }
 
+    /// Whether `op` on `path` is judged differently for a directory than for anything else
+    /// (a rule for `dir/`): only then does a decision need the node's kind.
+    pub fn kind_changes_verdict(&self, op: Op, path: &VPath) -> bool {
+        let rules = self.rules.load();
+        rules.decide(op, path, false) != rules.decide(op, path, true)
+    }
+
     /// A permit to learn a node's attributes for the gate's own use (judging it as a
     /// directory, or what a rename would carry along). Its results never reach a door
     /// unless a real decision allows.

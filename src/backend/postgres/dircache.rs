@@ -312,11 +312,7 @@ impl State {
                 self.forget_attrs_at(path);
                 let (parent, leaf) = split_parent(path);
                 self.touch(parent, now, if dir { -1 } else { 0 });
-                if let Some(d) = self.dirs.get_mut(parent) {
-                    if d.names.remove(leaf).is_some() {
-                        self.names -= 1;
-                    }
-                }
+                self.remove_entry(parent, leaf);
                 if dir {
                     self.drop_tree(path);
                 }
@@ -356,11 +352,7 @@ impl State {
         // A replaced node lost a link (and maybe its rows).
         self.forget_attrs_at(to);
         let ((from_dir, from_leaf), (to_dir, to_leaf)) = (split_parent(from), split_parent(to));
-        if let Some(d) = self.dirs.get_mut(from_dir) {
-            if d.names.remove(from_leaf).is_some() {
-                self.names -= 1;
-            }
-        }
+        self.remove_entry(from_dir, from_leaf);
         if let Some(d) = self.dirs.get_mut(to_dir) {
             if d.names.insert(to_leaf.to_string(), Some(file)).is_none() {
                 self.names += 1;
@@ -372,6 +364,15 @@ impl State {
         }
         if let Some(attr) = self.files.get_mut(&file.ino) {
             attr.ctime = ns_to_time(now);
+        }
+    }
+
+    /// The name `leaf` is gone from the directory at `dir`, if that is known.
+    fn remove_entry(&mut self, dir: &str, leaf: &str) {
+        if let Some(d) = self.dirs.get_mut(dir) {
+            if d.names.remove(leaf).is_some() {
+                self.names -= 1;
+            }
         }
     }
 

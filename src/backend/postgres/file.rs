@@ -114,16 +114,7 @@ impl OpenFile for PgFile {
             return Ok(0);
         }
         let end = chunks::end_of(offset, data.len() as u64)?;
-        // The daemon's cache learns the attributes the server answers, or forgets them.
-        let dirs = &self.inner.dirs;
-        let ticket = dirs.changing();
-        let done = self.write_at(offset, data, end);
-        let change = match &done {
-            Ok(attr) => Change::NodeAttrs { attr },
-            Err(_) => Change::Node(self.node()),
-        };
-        dirs.changed(ticket, change, true);
-        done.map(|_| data.len() as u32)
+        self.learning_attrs(|| self.write_at(offset, data, end)).map(|_| data.len() as u32)
     }
 
     fn flush(&self) -> FsResult<()> {
@@ -177,16 +168,7 @@ impl OpenFile for PgFile {
     }
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
-        // The daemon's cache learns the attributes the server answers, or forgets them.
-        let dirs = &self.inner.dirs;
-        let ticket = dirs.changing();
-        let done = self.set_attrs(changes);
-        let change = match &done {
-            Ok(attr) => Change::NodeAttrs { attr },
-            Err(_) => Change::Node(self.node()),
-        };
-        dirs.changed(ticket, change, true);
-        done
+        self.learning_attrs(|| self.set_attrs(changes))
     }
 
     fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
@@ -259,6 +241,20 @@ impl PgFile {
             .map_err(at(&self.path))?;
         self.changed.store(true, Ordering::Release);
         Ok(node.attr())
+    }
+
+    /// Runs `change` of the node's content or attributes, which answers the node's attributes
+    /// after it: the daemon's cache learns them, or forgets what it knew if the change failed.
+    fn learning_attrs(&self, change: impl FnOnce() -> FsResult<Attr>) -> FsResult<Attr> {
+        let dirs = &self.inner.dirs;
+        let ticket = dirs.changing();
+        let done = change();
+        let learned = match &done {
+            Ok(attr) => Change::NodeAttrs { attr },
+            Err(_) => Change::Node(self.node()),
+        };
+        dirs.changed(ticket, learned, true);
+        done
     }
 
     /// Runs `change` of the node's content or attributes, and makes the daemon's cache forget

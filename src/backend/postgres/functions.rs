@@ -455,7 +455,7 @@ impl Sql<'_> {
     pub fn create_at(
         &self,
         call: &Call<'_>,
-        (dir, leaf): (&[&str], &str),
+        (dir, leaf): Name<'_>,
         ino: u64,
         n: &NewNode<'_>,
     ) -> FsResult<(u32, u32)> {
@@ -497,7 +497,7 @@ impl Sql<'_> {
         &self,
         what: Taking,
         call: &Call<'_>,
-        (dir, leaf): (&[&str], &str),
+        (dir, leaf): Name<'_>,
         (ns, instance): (i64, i64),
         kept: &[i64],
     ) -> FsResult<(u64, u32)> {
@@ -633,8 +633,8 @@ impl Sql<'_> {
     pub fn link_at(
         &self,
         call: &Call<'_>,
-        (src_dir, src_leaf): (&[&str], &str),
-        (dir, leaf): (&[&str], &str),
+        (src_dir, src_leaf): Name<'_>,
+        (dir, leaf): Name<'_>,
         (ns, src_payload): (i64, &str),
     ) -> FsResult<Node> {
         let row = self
@@ -728,9 +728,8 @@ pub(super) fn split_new(path: &str) -> FsResult<(Vec<&str>, &str)> {
 
 /// A non-empty path's parent components and leaf name.
 pub(super) fn split(path: &str) -> FsResult<(Vec<&str>, &str)> {
-    let (parent, leaf) = crate::backend::split_parent(path);
-    tree::check_name(leaf)?;
-    Ok((super::store::components(parent)?, leaf))
+    tree::check_name(crate::backend::split_parent(path).1)?;
+    split_existing(path)
 }
 
 /// An existing node's parent components and leaf name (as [`tree::rename_in`] looks it up:
