@@ -48,12 +48,22 @@ fn a_restart_in_the_middle_of_a_copy_loses_nothing_acknowledged() {
     let a = Daemon::start_with(&ns, &server.url());
     let block = |i: usize| -> Vec<u8> { (0..BLOCK).map(|j| ((i * 31 + j) % 251) as u8).collect() };
     let path = a.p("copy.bin");
+    // The copy stops halfway until the server is down, so the restart always falls inside it.
+    let server_down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let halfway = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let (down, half) = (server_down.clone(), halfway.clone());
     let writer = std::thread::spawn(move || {
         let mut f = fs::File::create(&path).unwrap();
         let mut acknowledged = 0;
         let mut failures = 0;
         let deadline = Instant::now() + Duration::from_secs(60);
         while acknowledged < BLOCKS && Instant::now() < deadline {
+            if acknowledged == BLOCKS / 2 && !down.load(std::sync::atomic::Ordering::Acquire) {
+                half.wait();
+                while !down.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             let written = f
                 .seek(SeekFrom::Start((acknowledged * BLOCK) as u64))
                 .and_then(|_| f.write_all(&block(acknowledged)))
@@ -66,10 +76,14 @@ fn a_restart_in_the_middle_of_a_copy_loses_nothing_acknowledged() {
                 }
             }
         }
+        if acknowledged < BLOCKS / 2 {
+            half.wait(); // never got there: the main thread must not wait for it forever
+        }
         (acknowledged, failures)
     });
-    std::thread::sleep(Duration::from_millis(300));
+    halfway.wait();
     server.stop().unwrap();
+    server_down.store(true, std::sync::atomic::Ordering::Release);
     std::thread::sleep(Duration::from_secs(1));
     server.start_again().unwrap();
     let (acknowledged, failures) = writer.join().unwrap();
