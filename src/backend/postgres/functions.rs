@@ -22,7 +22,9 @@ use crate::error::{Errno, FsError, FsResult};
 /// functions below, into `dir_ino`, `dir_kind`, `dir_perm` and `dir_gid`; a missing name
 /// returns ENOENT (2), a name under a non-directory or a non-directory at the end ENOTDIR (20).
 /// (Written out in each function: a nested call of a function costs the server more than the
-/// walk.)
+/// walk.) Each step reads the node by the key its name gives, in a subquery: as a join, the
+/// planner's generic plan of a table it believes small scans the whole `inodes` index per step
+/// (190 µs against 20 µs in a namespace of 2,000 live and 29,000 dead rows).
 /// With a second name, `walk_to_dir!(dir, chain)` also collects the inodes walked, from the
 /// root to the directory, into the array `chain`.
 macro_rules! walk_to_dir {
@@ -52,10 +54,10 @@ macro_rules! walk_to_dir {
             RETURN;
         END IF;
         SELECT i.ino, i.kind, i.perm, i.gid INTO dir_ino, dir_kind, dir_perm, dir_gid
-            FROM dentries d JOIN inodes i ON i.ino = d.child
-            WHERE d.parent = dir_ino AND d.name = ",
+            FROM inodes i WHERE i.ino = (SELECT d.child FROM dentries d
+                WHERE d.parent = dir_ino AND d.name = ",
             stringify!($dir),
-            "[step];
+            "[step]);
         IF NOT FOUND THEN
             out_errno := 2;
             RETURN;
@@ -96,10 +98,10 @@ macro_rules! find_leaf {
             ", ",
             stringify!($kind),
             "
-        FROM dentries d JOIN inodes i ON i.ino = d.child
-        WHERE d.parent = dir_ino AND d.name = ",
+        FROM inodes i WHERE i.ino = (SELECT d.child FROM dentries d
+            WHERE d.parent = dir_ino AND d.name = ",
             stringify!($name),
-            ";
+            ");
     IF NOT FOUND THEN
         out_errno := 2;
         RETURN;
@@ -324,8 +326,8 @@ BEGIN
     walk_to_dir!(to_dir, chain),
     "
     SELECT i.ino, i.kind INTO dst, dst_kind
-        FROM dentries d JOIN inodes i ON i.ino = d.child
-        WHERE d.parent = dir_ino AND d.name = to_leaf;
+        FROM inodes i WHERE i.ino = (SELECT d.child FROM dentries d
+            WHERE d.parent = dir_ino AND d.name = to_leaf);
     IF flags & 1 <> 0 AND dst IS NOT NULL THEN
         out_errno := 17;
         RETURN;
@@ -569,7 +571,7 @@ macro_rules! update_attrs {
                  ctime = $8
              WHERE ino = (SELECT ino FROM t)
              RETURNING ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime),
-         n AS (SELECT pg_notify($9, $10) FROM u)"
+         n AS (SELECT notice($9, $10) FROM u)"
     };
 }
 

@@ -30,6 +30,9 @@ mod handles;
 mod langgraph;
 mod notify;
 mod ops;
+mod quiet;
+#[cfg(test)]
+mod quiet_tests;
 mod schema;
 mod store;
 pub mod testing;

@@ -40,7 +40,7 @@ impl Inner {
     /// Tells the other daemons on the namespace, at this transaction's commit, that `path`
     /// changed.
     pub(super) fn announce(&self, sql: &Sql<'_>, what: Changed, path: &str) -> FsResult<()> {
-        sql.notify(&self.channel, &self.payload(what, path))
+        sql.notice(&self.channel, &self.payload(what, path))
     }
 
     /// What the notification of a change to `path` says.

@@ -6,6 +6,7 @@
 //! `xattrs`); chunks are keyed by `(ino, idx)` here, and inode numbers come from a sequence
 //! that hands out blocks of [`INO_BLOCK`](super::INO_BLOCK).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use postgres::Client;
@@ -17,7 +18,14 @@ use crate::error::{Errno, FsError, FsResult};
 
 /// The layouts, oldest first: entry `i` makes version `i + 1`. To change the layout, append a
 /// migration; a daemon upgrades an older schema at start and refuses a newer one.
-const MIGRATIONS: &[&str] = &[
+fn migrations() -> Vec<Cow<'static, str>> {
+    let mut all: Vec<Cow<'static, str>> = FIXED_MIGRATIONS.iter().map(|m| Cow::Borrowed(*m)).collect();
+    all.push(Cow::Owned(super::quiet::migration()));
+    all
+}
+
+/// The migrations written out as text: versions 1 to 4.
+const FIXED_MIGRATIONS: &[&str] = &[
     "
 CREATE SEQUENCE inode_seq INCREMENT BY 1024 START WITH 1;
 CREATE SEQUENCE instance_seq;
@@ -70,7 +78,7 @@ CREATE TABLE xattrs (
 ];
 
 /// A stable 32-bit key for advisory locks of `purpose` in `schema` (FNV-1a).
-fn key(schema: &str, purpose: &str) -> i32 {
+pub(super) fn key(schema: &str, purpose: &str) -> i32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in schema.bytes().chain([b':']).chain(purpose.bytes()) {
         h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
@@ -123,7 +131,8 @@ pub(super) fn create_or_migrate(client: &mut Client, settings: &PgSettings) -> F
         .query_one(&format!("SELECT coalesce(max(version), 0) FROM {schema}.migrations"), &[])
         .map_err(err)?
         .get(0);
-    let latest = MIGRATIONS.len() as i32;
+    let migrations = migrations();
+    let latest = migrations.len() as i32;
     if version > latest {
         return Err(FsError::new(
             Errno::EINVAL,
@@ -133,7 +142,7 @@ pub(super) fn create_or_migrate(client: &mut Client, settings: &PgSettings) -> F
             ),
         ));
     }
-    for (i, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+    for (i, migration) in migrations.iter().enumerate().skip(version as usize) {
         tx.batch_execute(&format!("SET LOCAL search_path TO {schema}; {migration}")).map_err(err)?;
         tx.execute(&format!("INSERT INTO {schema}.migrations (version) VALUES ($1)"), &[&(i as i32 + 1)])
             .map_err(err)?;

@@ -45,7 +45,7 @@ pub(super) struct Sql<'a> {
     /// Nodes read by the last walk, so that looking at them again costs no query; forgotten
     /// at every change.
     walked: RefCell<HashMap<u64, Node>>,
-    /// Notifications to send at commit, as `SELECT pg_notify(..)` statements: sent in the
+    /// Notifications to send at commit, as `SELECT pg_notify(..)` (or `notice`) statements: sent in the
     /// same round trip as the COMMIT rather than one each.
     notifications: RefCell<Vec<String>>,
 }
@@ -291,7 +291,7 @@ impl<'a> Sql<'a> {
              c AS (INSERT INTO chunks (ino, idx, data)
                  SELECT u.ino, x.i, x.d FROM u, unnest($2::bigint[], $3::bytea[]) AS x(i, d)
                  ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data),
-             n AS (SELECT pg_notify($7, $8) FROM u)
+             n AS (SELECT notice($7, $8) FROM u)
              SELECT u.*, (SELECT count(*) FROM n) FROM u",
             &[
                 &(ino as i64),
@@ -318,7 +318,19 @@ impl<'a> Sql<'a> {
 
     /// Queues a notification on `channel` (a plain SQL name of ours) for [`Sql::commit_batch`].
     pub fn notify(&self, channel: &str, payload: &str) -> FsResult<()> {
-        self.notifications.borrow_mut().push(format!("SELECT pg_notify('{channel}', {});", literal(payload)));
+        self.queue_notification("pg_notify", channel, payload)
+    }
+
+    /// Like [`Sql::notify`], through the server's `notice`: not sent while the instance that
+    /// `payload` names is alone on the namespace (see `quiet`).
+    pub fn notice(&self, channel: &str, payload: &str) -> FsResult<()> {
+        self.queue_notification("notice", channel, payload)
+    }
+
+    fn queue_notification(&self, function: &str, channel: &str, payload: &str) -> FsResult<()> {
+        self.notifications
+            .borrow_mut()
+            .push(format!("SELECT {function}('{channel}', {});", literal(payload)));
         Ok(())
     }
 

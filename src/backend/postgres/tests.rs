@@ -18,7 +18,7 @@ pub fn backend(namespace: &str) -> PostgresBackend {
 }
 
 /// A namespace no other test of this process uses.
-fn fresh_namespace() -> String {
+pub fn fresh_namespace() -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     format!("test-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
