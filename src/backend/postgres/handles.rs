@@ -84,17 +84,23 @@ impl Handles {
         *self.state.lock().count.entry(ino).or_insert(0) += 1;
     }
 
-    /// A handle on `ino` closed; true if it was the last one of a nameless inode, whose rows
-    /// the caller deletes.
-    pub fn closed(&self, ino: u64) -> bool {
+    /// A handle on `ino` closed. The last one of a nameless inode starts the deletion of its
+    /// rows, which the caller makes while it holds the guard returned: an open racing it (one
+    /// that found the inode by a walk from before its name went) checks with the server once
+    /// the rows are gone, rather than while they are going.
+    pub fn closed(&self, ino: u64) -> Option<Deletion<'_>> {
         let mut s = self.state.lock();
         let count = s.count.get_mut(&ino).expect("a registered handle");
         *count -= 1;
         if *count > 0 {
-            return false;
+            return None;
         }
         s.count.remove(&ino);
-        s.orphans.remove(&ino)
+        if !s.orphans.remove(&ino) {
+            return None;
+        }
+        s.deleting += 1;
+        Some(Deletion(self))
     }
 
     /// Registers a handle on `ino`, which is about to be created, once no deletion is under
@@ -140,7 +146,7 @@ mod tests {
         let h = Handles::default();
         let before = h.before_walk();
         assert!(h.register_after(7, before), "nothing happened meanwhile");
-        assert!(!h.closed(7));
+        assert!(h.closed(7).is_none());
 
         // A deletion under way when the open registers.
         let before = h.before_walk();
@@ -148,7 +154,7 @@ mod tests {
         assert!(open.is_empty());
         assert!(!h.register_after(7, before), "under way");
         drop(deletion);
-        assert!(!h.closed(7));
+        assert!(h.closed(7).is_none());
 
         // A deletion that ended between the walk and the registration.
         let before = h.before_walk();
@@ -156,14 +162,17 @@ mod tests {
         assert!(!h.register_after(7, before), "one ended since the walk");
 
         // A deletion that started with a handle keeps the inode as an orphan.
-        let before = h.before_walk();
         let (open, deletion) = h.deleting();
         assert_eq!(open, vec![7]);
         assert!(deletion.kept(7), "a handle holds it");
         drop(deletion);
-        assert!(h.closed(7), "the last close of an orphan deletes it");
+        let before = h.before_walk();
+        let deleting = h.closed(7).expect("the last close of an orphan deletes it");
+        assert!(!h.register_after(7, before), "an open racing that deletion is not sure");
+        drop(deleting);
+        assert!(h.closed(7).is_none(), "the racing open's handle is no orphan");
         assert!(!h.register_after(8, before), "one ended since the walk");
-        assert!(!h.closed(8));
+        assert!(h.closed(8).is_none());
 
         // The handle closed before the deletion could keep it: the caller deletes.
         let (_, deletion) = h.deleting();

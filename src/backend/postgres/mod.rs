@@ -294,7 +294,7 @@ impl Inner {
 
     /// A handle on `ino` closed: the last one of a nameless inode deletes its rows.
     fn closed(&self, ino: u64) {
-        if self.handles.closed(ino) {
+        if let Some(_deletion) = self.handles.closed(ino) {
             self.delete_orphan(ino);
         }
     }

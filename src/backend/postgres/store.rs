@@ -16,8 +16,10 @@ use crate::error::{Errno, FsError, FsResult};
 /// the start of every query that resolves a path in one round trip.
 macro_rules! walk_cte {
     () => {
-        // Each step reads the node it reaches by its key, inside the recursion: joined after
-        // it, the planner may scan the whole inode table to hash a handful of rows.
+        // Each step reads the entry and then the node by their keys, in subqueries of the
+        // step: joined, the planner may scan the whole inode table to hash a handful of rows,
+        // or (its statistics taken while a table was nearly empty) scan a whole index once
+        // per step, which an untar or a `git add` after a large deletion pays at every call.
         "WITH RECURSIVE w(depth, ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime) AS (
              SELECT 0, i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime, i.mtime,
                  i.ctime, i.crtime
@@ -25,9 +27,8 @@ macro_rules! walk_cte {
            UNION ALL
              SELECT w.depth + 1, i.ino, i.kind, i.perm, i.uid, i.gid, i.rdev, i.size, i.nlink, i.atime,
                  i.mtime, i.ctime, i.crtime
-             FROM w
-             JOIN dentries d ON d.parent = w.ino AND d.name = ($2::text[])[w.depth + 1]
-             JOIN inodes i ON i.ino = d.child
+             FROM w CROSS JOIN LATERAL (SELECT * FROM inodes i WHERE i.ino = (SELECT d.child
+                 FROM dentries d WHERE d.parent = w.ino AND d.name = ($2::text[])[w.depth + 1]) OFFSET 0) i
              WHERE w.depth < cardinality($2::text[]))
          "
     };
