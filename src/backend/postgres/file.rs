@@ -205,38 +205,19 @@ impl PgFile {
             self.changed.store(true, Ordering::Release);
             return Ok(attr);
         }
+        // Spliced where the chunks are stored, in one call.
         let inner = &self.inner;
+        let spans: Vec<chunks::Span> = chunks::spans(offset, data.len() as u64).collect();
+        let payload = inner.payload(Changed::FileContent(self.ino), &self.path);
         let node = inner
-            .write(Lock::Rows, |sql| {
-                let size = sql.lock_node(self.ino)?.ok_or_else(stale)?.size;
-                let spans: Vec<chunks::Span> = chunks::spans(offset, data.len() as u64).collect();
-                // Only the first and last chunk can be partly overwritten.
-                let partial: Vec<u64> =
-                    spans.iter().filter(|s| chunks::needs_base(s, size)).map(|s| s.idx).collect();
-                let mut bases = match (partial.first(), partial.last()) {
-                    (Some(&a), Some(&b)) => sql.read_chunks(self.ino, a, b)?.ok_or_else(stale)?.1,
-                    _ => Vec::new(),
-                };
-                let mut out = Vec::with_capacity(spans.len());
-                for span in &spans {
-                    let mut buf = match partial.contains(&span.idx) {
-                        true => match bases.iter().position(|(i, _)| *i == span.idx) {
-                            Some(p) => {
-                                let mut b = bases.swap_remove(p).1;
-                                b.truncate(chunks::valid_bytes(span.idx, size));
-                                b
-                            }
-                            None => Vec::new(),
-                        },
-                        false => Vec::new(),
-                    };
-                    chunks::splice(&mut buf, span.within, &data[span.from..][..span.len]);
-                    out.push((span.idx, buf));
-                }
-                let node =
-                    sql.put_chunks(self.ino, &out, size.max(end), tree::now_ns())?.ok_or_else(stale)?;
-                inner.announce(sql, Changed::FileContent(self.ino), &self.path)?;
-                Ok(node)
+            .call(|sql| {
+                let done = sql.write_spans(
+                    self.ino,
+                    (&spans, data),
+                    (end, tree::now_ns()),
+                    (&inner.channel, &payload),
+                );
+                done?.ok_or_else(stale)
             })
             .map_err(at(&self.path))?;
         self.changed.store(true, Ordering::Release);

@@ -34,6 +34,7 @@ mod quiet;
 #[cfg(test)]
 mod quiet_tests;
 mod schema;
+mod splice;
 mod store;
 pub mod testing;
 #[cfg(test)]

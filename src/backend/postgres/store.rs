@@ -246,28 +246,6 @@ impl<'a> Sql<'a> {
         Ok(Some((size, found)))
     }
 
-    /// Stores whole chunk contents and, in the same statement (one round trip), a data
-    /// write's size and times as [`Sql::set_data_attrs`] does.
-    pub fn put_chunks(
-        &self,
-        ino: u64,
-        chunks: &[(u64, Vec<u8>)],
-        size: u64,
-        now: i64,
-    ) -> FsResult<Option<Node>> {
-        let idx: Vec<i64> = chunks.iter().map(|(i, _)| *i as i64).collect();
-        let data: Vec<&[u8]> = chunks.iter().map(|(_, d)| d.as_slice()).collect();
-        let row = self.row(
-            "WITH c AS (INSERT INTO chunks (ino, idx, data)
-                 SELECT $1, i, d FROM unnest($2::bigint[], $3::bytea[]) AS u(i, d)
-                 ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data)
-             UPDATE inodes SET size = $4, mtime = $5, ctime = greatest(ctime, $5) WHERE ino = $1
-             RETURNING ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime",
-            &[&(ino as i64), &idx, &data, &(size as i64), &now],
-        )?;
-        row.map(|r| node_at(&r, 0)).transpose()
-    }
-
     /// A write that keeps none of the stored bytes of the chunks it touches, in one statement
     /// (its own transaction): stores `chunks`, grows the size to `end`, sets the times and
     /// announces `payload` on `channel`, if the file is still there and its size is at most
