@@ -1,6 +1,7 @@
-//! Open files of the postgres route. Every write is one transaction, committed before it
-//! returns: it locks the inode's row, reads the chunks it only partly overwrites, stores the
-//! chunks it touches and the new size, and announces the change. Nothing is buffered, so every
+//! Open files of the postgres route. Every write is one statement, committed before it
+//! returns: it locks the inode's row, stores the chunks it touches (spliced into the stored
+//! ones on the server where it keeps some of their bytes) and the new size, and announces the
+//! change. Nothing is buffered, so every
 //! daemon on the namespace reads what was acknowledged; `fsync` waits until the server has it
 //! on disk, and so does the `close` of a descriptor that changed the file with the route's
 //! `sync_on_close` (without it, a close has nothing to do and the kernel does not ask).
