@@ -176,7 +176,8 @@ impl Run {
                     }
                 }
                 Drained::Lost => {
-                    alone = false;
+                    // The lease went with the connection; a look's wait before taking it again.
+                    (alone, idle_polls) = (false, 0);
                     match self.reconnect() {
                         Some(c) => client = c,
                         None => return,
