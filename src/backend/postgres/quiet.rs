@@ -69,6 +69,17 @@ BEGIN
 END $$;
 ";
 
+/// The first key of the alone leases on the namespace of `channel` (the second is the
+/// instance), as an SQL expression; `notice` computes the same.
+fn lease_key(channel: &str) -> String {
+    format!("hashtext('{channel}:alone')")
+}
+
+/// The server processes holding an alone lease on the namespace of `channel`.
+pub(super) fn lease_holders(channel: &str) -> String {
+    format!("SELECT pid FROM pg_locks WHERE {} AND mode = 'ExclusiveLock'", locks_of("", &lease_key(channel)))
+}
+
 /// The join lock of the namespace of `channel`, for the current transaction.
 fn join_lock(channel: &str) -> String {
     format!("SELECT pg_advisory_xact_lock(hashtext('{channel}:join'), 0)")
@@ -94,10 +105,8 @@ pub(super) fn member_lock(schema: &str, ns: i64) -> String {
 /// change under way has committed.
 pub(super) fn join(client: &mut Client, settings: &PgSettings, channel: &str, instance: i64) -> FsResult<()> {
     let err = |e| settings.error(e);
-    let leases = format!(
-        "SELECT pid FROM pg_locks WHERE {} AND mode = 'ExclusiveLock' AND pid <> pg_backend_pid()",
-        locks_of("", &format!("hashtext('{channel}:alone')"))
-    );
+    // (A joining connection holds no lease: it is new, or its old session went with it.)
+    let leases = lease_holders(channel);
     let quiet: Vec<i32> = {
         client.batch_execute(&format!("BEGIN; {}", join_lock(channel))).map_err(err)?;
         let found = client.query(&leases, &[]);
@@ -162,7 +171,7 @@ pub(super) fn try_alone(
             return Ok(false);
         }
         let taken: bool = client
-            .query_one(&format!("SELECT pg_try_advisory_lock(hashtext('{channel}:alone'), {instance})"), &[])?
+            .query_one(&format!("SELECT pg_try_advisory_lock({}, {instance})", lease_key(channel)), &[])?
             .get(0);
         Ok(taken)
     })();
@@ -180,6 +189,6 @@ pub(super) fn give_up(
     instance: i64,
 ) -> FsResult<()> {
     client
-        .batch_execute(&format!("SELECT pg_advisory_unlock(hashtext('{channel}:alone'), {instance})"))
+        .batch_execute(&format!("SELECT pg_advisory_unlock({}, {instance})", lease_key(channel)))
         .map_err(|e| settings.error(e))
 }

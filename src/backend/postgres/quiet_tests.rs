@@ -18,14 +18,7 @@ fn client() -> Client {
 
 /// The server processes holding an alone lease on the namespace of `b`.
 fn lease_holders(b: &PostgresBackend) -> Vec<i32> {
-    let rows = client()
-        .query(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
-                 AND mode = 'ExclusiveLock'
-                 AND classid = (hashtext($1 || ':alone')::bigint & 4294967295)::oid",
-            &[&b.inner.channel],
-        )
-        .unwrap();
+    let rows = client().query(&super::quiet::lease_holders(&b.inner.channel), &[]).unwrap();
     rows.iter().map(|r| r.get(0)).collect()
 }
 
