@@ -81,19 +81,6 @@ pub fn needs_base(span: &Span, size: u64) -> bool {
     valid != 0 && !(span.within == 0 && span.len >= valid)
 }
 
-/// The largest file size at which a write of `len` bytes at `offset` keeps no stored byte of
-/// the chunks it touches (no span [`needs_base`]), `u64::MAX` for a write of whole chunks.
-pub fn fresh_below(offset: u64, len: u64) -> u64 {
-    spans(offset, len)
-        .map(|s| match (s.within, s.len as u64) {
-            (0, CHUNK_SIZE) => u64::MAX,
-            (0, n) => s.idx * CHUNK_SIZE + n,
-            _ => s.idx * CHUNK_SIZE,
-        })
-        .min()
-        .unwrap_or(u64::MAX)
-}
-
 /// Writes `src` into the chunk content `buf` at `within`, extending it as needed (a hole before
 /// the write reads as zeros); returns by how many bytes `buf` grew.
 pub fn splice(buf: &mut Vec<u8>, within: usize, src: &[u8]) -> usize {
@@ -164,22 +151,5 @@ mod tests {
         assert!(!needs_base(&part, CHUNK_SIZE)); // nothing stored in chunk 1 yet
         assert_eq!(truncation(CHUNK_SIZE + 3), (2, 3));
         assert_eq!(truncation(2 * CHUNK_SIZE), (2, 0));
-    }
-
-    /// `fresh_below` is exactly the largest size at which no span needs a base.
-    #[test]
-    fn fresh_writes_are_those_no_stored_byte_survives() {
-        let c = CHUNK_SIZE;
-        let cases = [(0, c), (0, 3 * c), (0, 10), (c, 10), (c + 5, 10), (c - 3, 10), (2 * c, c + 1), (7, 0)];
-        for (offset, len) in cases {
-            let limit = fresh_below(offset, len);
-            let needs = |size: u64| spans(offset, len).any(|s| needs_base(&s, size));
-            for size in [0, 1, 5, 10, c - 3, c, c + 5, c + 10, c + 15, 2 * c, 3 * c, 3 * c + 1, 10 * c] {
-                assert_eq!(needs(size), size > limit, "write of {len} at {offset} over size {size}");
-            }
-        }
-        assert_eq!(fresh_below(0, 3 * c), u64::MAX);
-        assert_eq!(fresh_below(c + 5, 10), c);
-        assert_eq!(fresh_below(c, 10), c + 10);
     }
 }

@@ -50,30 +50,6 @@ impl PgFile {
         }
     }
 
-    /// A write that keeps no stored byte of the chunks it touches (a new file's, an append at a
-    /// chunk boundary, whole chunks) in one round trip, if the file's size still allows it:
-    /// the file's attributes after it, or `None` to take the general path.
-    fn write_fresh(&self, offset: u64, data: &[u8], end: u64) -> FsResult<Option<Attr>> {
-        let limit = chunks::fresh_below(offset, data.len() as u64);
-        let fresh: Vec<(u64, Vec<u8>)> = chunks::spans(offset, data.len() as u64)
-            .map(|span| {
-                let mut buf = Vec::with_capacity(span.within + span.len);
-                chunks::splice(&mut buf, span.within, &data[span.from..][..span.len]);
-                (span.idx, buf)
-            })
-            .collect();
-        let inner = &self.inner;
-        let payload = inner.payload(Changed::FileContent(self.ino), &self.path);
-        let done = inner.read(|sql| {
-            sql.put_fresh_chunks(self.ino, &fresh, (end, limit), tree::now_ns(), (&inner.channel, &payload))
-        });
-        match done {
-            // A deadlock or serialization failure: the general path tries again.
-            Err(e) if e.is(Errno::EAGAIN) => Ok(None),
-            done => Ok(done.map_err(at(&self.path))?.map(|n| n.attr())),
-        }
-    }
-
     /// Sets the size to `size` if that grows the file (fallocate).
     fn grow_to(&self, size: u64) -> FsResult<()> {
         let inner = &self.inner;
@@ -199,14 +175,10 @@ impl PgFile {
         })
     }
 
-    /// [`OpenFile::write`] of `data` at `offset`, ending at `end`, on the server; the file's
-    /// attributes after it.
+    /// [`OpenFile::write`] of `data` at `offset`, ending at `end`, on the server, in one call
+    /// that splices the bytes where the chunks are stored (a new file's chunks, whole chunks
+    /// and partly kept ones alike); the file's attributes after it.
     fn write_at(&self, offset: u64, data: &[u8], end: u64) -> FsResult<Attr> {
-        if let Some(attr) = self.write_fresh(offset, data, end)? {
-            self.changed.store(true, Ordering::Release);
-            return Ok(attr);
-        }
-        // Spliced where the chunks are stored, in one call.
         let inner = &self.inner;
         let spans: Vec<chunks::Span> = chunks::spans(offset, data.len() as u64).collect();
         let payload = inner.payload(Changed::FileContent(self.ino), &self.path);

@@ -1,7 +1,8 @@
-//! Partial writes as one call on the server: `write_spans` splices the bytes of a write into
-//! the chunks it touches where they are stored (migration 6), so a 4 KiB write into a large
-//! file costs one round trip that carries 4 KiB, where reading the chunk, splicing it here
-//! and storing it back took a transaction of four round trips carrying the whole chunk twice.
+//! Writes as one call on the server: `write_spans` splices the bytes of a write into the
+//! chunks it touches where they are stored (migration 6), so a 4 KiB write into a large file
+//! costs one round trip that carries 4 KiB, where reading the chunk, splicing it here and
+//! storing it back took a transaction of four round trips carrying the whole chunk twice. A
+//! new file's chunks and whole chunks take the same call.
 
 use super::store::{node_at, Sql};
 use crate::backend::chunks::Span;

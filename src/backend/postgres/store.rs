@@ -246,46 +246,6 @@ impl<'a> Sql<'a> {
         Ok(Some((size, found)))
     }
 
-    /// A write that keeps none of the stored bytes of the chunks it touches, in one statement
-    /// (its own transaction): stores `chunks`, grows the size to `end`, sets the times and
-    /// announces `payload` on `channel`, if the file is still there and its size is at most
-    /// `size_limit` (beyond which some chunk holds bytes the write must keep). The size is
-    /// checked on the locked row, so a concurrent write that grew the file is seen. The node as
-    /// the write left it, if it was done.
-    #[allow(clippy::too_many_arguments)]
-    pub fn put_fresh_chunks(
-        &self,
-        ino: u64,
-        chunks: &[(u64, Vec<u8>)],
-        (end, size_limit): (u64, u64),
-        now: i64,
-        (channel, payload): (&str, &str),
-    ) -> FsResult<Option<Node>> {
-        let idx: Vec<i64> = chunks.iter().map(|(i, _)| *i as i64).collect();
-        let data: Vec<&[u8]> = chunks.iter().map(|(_, d)| d.as_slice()).collect();
-        let row = self.row(
-            "WITH u AS (UPDATE inodes SET size = greatest(size, $4), mtime = $5, ctime = greatest(ctime, $5)
-                 WHERE ino = $1 AND size <= $6
-                 RETURNING ino, kind, perm, uid, gid, rdev, size, nlink, atime, mtime, ctime, crtime),
-             c AS (INSERT INTO chunks (ino, idx, data)
-                 SELECT u.ino, x.i, x.d FROM u, unnest($2::bigint[], $3::bytea[]) AS x(i, d)
-                 ON CONFLICT (ino, idx) DO UPDATE SET data = excluded.data),
-             n AS (SELECT notice($7, $8) FROM u)
-             SELECT u.*, (SELECT count(*) FROM n) FROM u",
-            &[
-                &(ino as i64),
-                &idx,
-                &data,
-                &(end as i64),
-                &now,
-                &(size_limit.min(i64::MAX as u64) as i64),
-                &channel,
-                &payload,
-            ],
-        )?;
-        row.map(|r| node_at(&r, 0)).transpose()
-    }
-
     /// A data write's size and times: the size becomes `size`, mtime and ctime `now`.
     pub fn set_data_attrs(&self, ino: u64, size: u64, now: i64) -> FsResult<()> {
         self.exec(
