@@ -145,12 +145,18 @@ pub fn check_name(name: &str) -> FsResult<()> {
     Ok(())
 }
 
-/// Group and permission bits of a new node under `parent`: a set-group-ID parent passes on
-/// its group, and to new directories the set-group-ID bit itself.
-pub fn ownership(parent: &Node, caller: &Caller, perm: u32, kind: FileKind) -> (u32, u32) {
-    if parent.perm & libc::S_ISGID != 0 {
+/// Group and permission bits of a new node under a parent of these permission bits and group:
+/// a set-group-ID parent passes on its group, and to new directories the set-group-ID bit
+/// itself.
+pub fn ownership(
+    (parent_perm, parent_gid): (u32, u32),
+    caller: &Caller,
+    perm: u32,
+    kind: FileKind,
+) -> (u32, u32) {
+    if parent_perm & libc::S_ISGID != 0 {
         let perm = if kind == FileKind::Dir { perm | libc::S_ISGID } else { perm };
-        (parent.gid, perm)
+        (parent_gid, perm)
     } else {
         (caller.gid, perm)
     }
@@ -298,7 +304,7 @@ pub fn create_in<T: Tree + ?Sized>(
     check_name(name)?;
     let now = now_ns();
     let parent = resolve_dir(t, root, parent_path)?;
-    let (gid, perm) = ownership(&parent, caller, spec.perm, spec.kind);
+    let (gid, perm) = ownership((parent.perm, parent.gid), caller, spec.perm, spec.kind);
     let is_dir = spec.kind == FileKind::Dir;
     let new = NewNode {
         ns,
@@ -493,7 +499,22 @@ pub fn rename_in<T: Tree + ?Sized>(
 
 /// Applies `changes` to node `n` (truncating its content when it shrinks); returns the node
 /// as it now is. `max_size` is the largest file the store can hold.
-pub fn setattr_in<T: Tree + ?Sized>(t: &T, mut n: Node, changes: &SetAttr, max_size: u64) -> FsResult<Node> {
+pub fn setattr_in<T: Tree + ?Sized>(t: &T, n: Node, changes: &SetAttr, max_size: u64) -> FsResult<Node> {
+    if changes.is_empty() {
+        return Ok(n);
+    }
+    let old_size = n.size;
+    let n = apply_setattr(n, changes, max_size)?;
+    if n.size < old_size {
+        t.truncate_chunks(n.ino, n.size)?;
+    }
+    t.update_attrs(&n)?;
+    Ok(n)
+}
+
+/// The node `n` with `changes` applied, as [`setattr_in`] stores it (the content is the
+/// caller's to cut when the size shrinks).
+pub fn apply_setattr(mut n: Node, changes: &SetAttr, max_size: u64) -> FsResult<Node> {
     if changes.is_empty() {
         return Ok(n);
     }
@@ -510,9 +531,6 @@ pub fn setattr_in<T: Tree + ?Sized>(t: &T, mut n: Node, changes: &SetAttr, max_s
         }
         if size > max_size {
             return Err(err(Errno::EFBIG));
-        }
-        if size < n.size {
-            t.truncate_chunks(n.ino, size)?;
         }
         n.size = size;
         n.mtime = now;
@@ -533,7 +551,6 @@ pub fn setattr_in<T: Tree + ?Sized>(t: &T, mut n: Node, changes: &SetAttr, max_s
         n.mtime = resolve(ts);
     }
     n.ctime = now;
-    t.update_attrs(&n)?;
     Ok(n)
 }
 

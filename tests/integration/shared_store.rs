@@ -220,3 +220,68 @@ fn kill_9_loses_nothing_acknowledged() {
     assert_eq!(read(&b.p("closed.txt")), "closed before the kill");
     assert_eq!(read(&b.p("open.txt")), "written, never closed");
 }
+
+/// How many names `name` the test server's store holds (in any namespace).
+fn stored_names(name: &str) -> i64 {
+    let mut c = postgres::Client::connect(&crate::harness::pg().url(), postgres::NoTls).unwrap();
+    c.query_one("SELECT count(*) FROM agentvfs.dentries WHERE name = $1", &[&name]).unwrap().get(0)
+}
+
+/// A daemon alone on its namespace keeps a new file in itself until its close (a draft): one
+/// that mounts the namespace meanwhile still reads it whole, and what the first writes next
+/// reaches it by notification. The file is held open by a process of its own: a close of an
+/// inherited descriptor (this process spawning the second daemon) is a close of the file too.
+#[test]
+fn a_file_still_open_on_a_lone_daemon_is_seen_whole_by_one_that_joins() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let ns = namespace("draft-join");
+    let a = Daemon::start(&ns);
+    fs::create_dir(a.p("d")).unwrap();
+    let name = format!("draft-{}", std::process::id());
+    let path = a.p(&format!("d/{name}"));
+    // Writes, says so, then writes again for every line it reads, and closes at the end.
+    let holder = "import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+os.write(fd, b'written alone')
+print('written', flush=True)
+for line in sys.stdin:
+    os.write(fd, line.rstrip('\\n').encode())
+    print('written', flush=True)
+";
+    // The daemon goes quiet (and makes drafts) a moment after it starts: until a new file,
+    // written and held open, is not on the server.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut child = loop {
+        let mut child = Command::new("python3")
+            .args(["-c", holder])
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut said).unwrap();
+        assert_eq!(said, "written\n");
+        if stored_names(&name) == 0 {
+            break child;
+        }
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        fs::remove_file(&path).unwrap();
+        assert!(Instant::now() < deadline, "the lone daemon made a draft");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+
+    let b = Daemon::start(&ns);
+    assert_eq!(stored_names(&name), 1, "the join stored it");
+    assert_eq!(read(&b.p(&format!("d/{name}"))), "written alone");
+    writeln!(child.stdin.as_mut().unwrap(), ", then not").unwrap();
+    let mut said = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut said).unwrap();
+    seen_within_100ms("the next write", || read(&b.p(&format!("d/{name}"))) == "written alone, then not");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(fs::metadata(b.p(&format!("d/{name}"))).unwrap().len(), 23);
+}

@@ -5,11 +5,16 @@
 //! daemon on the namespace reads what was acknowledged; `fsync` waits until the server has it
 //! on disk, and so does the `close` of a descriptor that changed the file with the route's
 //! `sync_on_close` (without it, a close has nothing to do and the kernel does not ask).
+//!
+//! A file created while this daemon is alone may be a draft instead (see `drafts`): its
+//! handle reads, writes and changes attributes in the daemon, and stores it at the first
+//! close or `fsync`, or when it outgrows a draft.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::dircache::{Change, Node};
+use super::drafts::{Slot, State, DRAFT_MAX};
 use super::ops::{at, Changed};
 use super::{Inner, Lock};
 use crate::backend::chunks;
@@ -30,6 +35,8 @@ pub(super) struct PgFile {
     path: String,
     /// Changed through this handle since the server last synced its disk for it.
     changed: AtomicBool,
+    /// The draft this handle made, while the file is one (or was).
+    draft: Option<Arc<Slot>>,
 }
 
 fn stale() -> FsError {
@@ -39,7 +46,38 @@ fn stale() -> FsError {
 impl PgFile {
     /// A handle on `ino`, already registered with [`Inner::opened`].
     pub fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, path: &str) -> PgFile {
-        PgFile { inner, ino, kind, path: path.to_string(), changed: AtomicBool::new(false) }
+        PgFile { inner, ino, kind, path: path.to_string(), changed: AtomicBool::new(false), draft: None }
+    }
+
+    /// This handle, on the draft in `slot`.
+    pub fn drafted(mut self, slot: Arc<Slot>) -> PgFile {
+        self.draft = Some(slot);
+        self
+    }
+
+    /// Stores the draft this handle made, if it is one still (with `only_changed`, if it
+    /// was also written or changed); the error of one that was lost.
+    fn store_draft(&self, only_changed: bool) -> FsResult<()> {
+        let Some(slot) = &self.draft else {
+            return Ok(());
+        };
+        let mut state = slot.lock();
+        match &*state {
+            State::Draft(d) if only_changed && !d.changed => Ok(()),
+            _ => self.stored(&mut state),
+        }
+    }
+
+    /// Stores the draft in the locked `state`, if it is one still.
+    fn stored(&self, state: &mut State) -> FsResult<()> {
+        if let State::Draft(_) = state {
+            self.inner.store_draft(state)?;
+            self.changed.store(true, Ordering::Release);
+        }
+        match state {
+            State::Lost(e) => Err(e.clone()),
+            _ => Ok(()),
+        }
     }
 
     fn check_data(&self) -> FsResult<()> {
@@ -71,6 +109,11 @@ impl OpenFile for PgFile {
         if size == 0 {
             return Ok(Vec::new());
         }
+        if let Some(slot) = &self.draft {
+            if let State::Draft(d) = &*slot.lock() {
+                return Ok(d.read(offset, size));
+            }
+        }
         let end = offset.saturating_add(u64::from(size));
         let (first, last) = chunks::chunk_range(offset, end);
         let (file_size, found) =
@@ -91,10 +134,26 @@ impl OpenFile for PgFile {
             return Ok(0);
         }
         let end = chunks::end_of(offset, data.len() as u64)?;
+        if let Some(slot) = &self.draft {
+            let mut state = slot.lock();
+            if let State::Draft(d) = &mut *state {
+                let drafts = &self.inner.drafts;
+                if end <= DRAFT_MAX && drafts.reserve(d.growth(end)) {
+                    d.write(offset, data);
+                    let attr = d.node.attr();
+                    return self.learning_attrs(|| Ok(attr)).map(|_| data.len() as u32);
+                }
+                self.stored(&mut state)?;
+            }
+        }
         self.learning_attrs(|| self.write_at(offset, data, end)).map(|_| data.len() as u32)
     }
 
     fn flush(&self) -> FsResult<()> {
+        // A close of a descriptor that wrote nothing may not be the last one (a shell's
+        // `> f` opens, then duplicates onto its output and closes the first one): the file's
+        // creation waits for the last close, or anything else that stores drafts.
+        self.store_draft(true)?;
         if !self.inner.settings.sync_on_close {
             return Ok(());
         }
@@ -106,11 +165,17 @@ impl OpenFile for PgFile {
         }
     }
 
+    fn release(&self) -> FsResult<()> {
+        self.store_draft(false)?;
+        self.flush()
+    }
+
     fn needs_flush(&self) -> bool {
-        self.inner.settings.sync_on_close
+        self.draft.is_some() || self.inner.settings.sync_on_close
     }
 
     fn fsync(&self, _datasync: bool) -> FsResult<()> {
+        self.store_draft(false)?;
         // Also for a handle that wrote nothing: its file's creation may not be on disk yet.
         self.changed.store(false, Ordering::Release);
         self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
@@ -122,6 +187,7 @@ impl OpenFile for PgFile {
             FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
             _ => return Err(FsError::errno(Errno::ENODEV)),
         }
+        self.store_draft(false)?;
         match chunks::fallocate_end(offset, length, mode)? {
             // Space is not reserved (the server has no such request); the size is what callers see.
             Some(end) => self.changing_attrs(|| self.grow_to(end)),
@@ -134,6 +200,11 @@ impl OpenFile for PgFile {
     }
 
     fn getattr(&self) -> FsResult<Attr> {
+        if let Some(slot) = &self.draft {
+            if let State::Draft(d) = &*slot.lock() {
+                return Ok(d.node.attr());
+            }
+        }
         let dirs = &self.inner.dirs;
         if let Some(attr) = dirs.attr_of(self.ino) {
             return Ok(attr);
@@ -145,10 +216,26 @@ impl OpenFile for PgFile {
     }
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
+        if let Some(slot) = &self.draft {
+            let mut state = slot.lock();
+            if let State::Draft(d) = &mut *state {
+                let node = tree::apply_setattr(d.node.clone(), changes, MAX_FILE_SIZE)?;
+                let drafts = &self.inner.drafts;
+                if node.size <= DRAFT_MAX && drafts.reserve(d.growth(node.size)) {
+                    drafts.release(d.data.len().saturating_sub(node.size as usize));
+                    d.data.resize(node.size as usize, 0);
+                    let attr = node.attr();
+                    d.node = node;
+                    return self.learning_attrs(|| Ok(attr));
+                }
+                self.stored(&mut state)?;
+            }
+        }
         self.learning_attrs(|| self.set_attrs(changes))
     }
 
     fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+        self.store_draft(false)?;
         self.inner.opened(self.ino);
         Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path)))
     }
@@ -228,6 +315,13 @@ impl PgFile {
 
 impl Drop for PgFile {
     fn drop(&mut self) {
+        if let Some(slot) = &self.draft {
+            // Stored at the last close unless that failed: a last try, then it is dropped.
+            let mut state = slot.lock();
+            if let Err(e) = self.inner.store_draft(&mut state) {
+                self.inner.drop_draft(&mut state, e);
+            }
+        }
         self.inner.closed(self.ino);
     }
 }

@@ -87,6 +87,8 @@ DECLARE
     };
 }
 
+pub(super) use {walk_to_dir, walk_vars};
+
 /// After [`walk_to_dir`]: the node named `$name` in the directory, into `$ino` and `$kind`;
 /// ENOENT if there is none.
 macro_rules! find_leaf {
@@ -437,7 +439,7 @@ pub(super) struct Call<'a> {
     pub now: i64,
 }
 
-fn errno_of(code: i32) -> FsResult<()> {
+pub(super) fn errno_of(code: i32) -> FsResult<()> {
     match code {
         0 => Ok(()),
         2 => Err(FsError::errno(Errno::ENOENT)),

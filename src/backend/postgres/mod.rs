@@ -2,14 +2,17 @@
 //! several hosts may mount at once.
 //!
 //! Layout and migrations are in `schema`, the rows (and the shared tree logic on them) in
-//! `store`, the path operations of [`Backend`](crate::backend::Backend) in `ops`, open files in
-//! `file`, other daemons' changes in `notify`, what this daemon knows of directories without
-//! asking in `dircache`, connection settings (URL, password files) in `connect`. `langgraph`
-//! is the other layout: the files of LangGraph's `store` table.
+//! `store`, the path operations of [`Backend`](crate::backend::Backend) in `ops`, open files
+//! in `file` (new ones made while alone in `drafts`), other daemons' changes in `notify`, what
+//! this daemon knows of directories without asking in `dircache`, connection settings (URL,
+//! password files) in `connect`. `langgraph` is the other layout: the files of LangGraph's
+//! `store` table.
 //!
 //! Every operation is one transaction committed before it returns, file writes included, so
 //! what a call acknowledged survives a `kill -9` of the daemon and is seen by every other
-//! daemon at once. Commits do not wait for the server's disk; `fsync` and `fsyncdir` do
+//! daemon at once. The exception is a file created while this daemon is alone on its
+//! namespace (`drafts`): nobody else can look, so it stays in the daemon until its close or
+//! until anyone could tell, and then goes to the server in one call. Commits do not wait for the server's disk; `fsync` and `fsyncdir` do
 //! (`Inner::sync_durable`), and so does the `close` of a descriptor that wrote, with the
 //! route's `sync_on_close`. Name changes (create, link,
 //! unlink, rmdir, rename) of one namespace take a transaction-scoped advisory lock, so that
@@ -24,6 +27,9 @@
 
 mod connect;
 mod dircache;
+mod drafts;
+#[cfg(test)]
+mod drafts_tests;
 mod file;
 mod functions;
 mod handles;
@@ -146,6 +152,8 @@ struct Inner {
     inos: Mutex<(u64, u64)>,
     /// This daemon's open handles.
     handles: handles::Handles,
+    /// Files created while alone and not yet stored.
+    drafts: drafts::Drafts,
     /// The directories' attributes and listings this daemon knows without asking.
     dirs: Arc<dircache::DirCache>,
     /// Keeps the instance's lock and listens for other daemons' changes (its thread, once
@@ -188,6 +196,7 @@ impl PostgresBackend {
                 channel,
                 inos: Mutex::new((0, 0)),
                 handles: handles::Handles::default(),
+                drafts: drafts::Drafts::default(),
                 dirs: Arc::default(),
                 listener,
             }),
@@ -196,7 +205,15 @@ impl PostgresBackend {
 }
 
 impl Inner {
-    fn conn(&self) -> FsResult<r2d2::PooledConnection<Manager>> {
+    /// A connection, for a statement that may be about a draft: every draft is stored first
+    /// (see `drafts`), and none is made while the answer is held.
+    fn conn(&self) -> FsResult<(drafts::Settled<'_>, r2d2::PooledConnection<Manager>)> {
+        let settled = self.settled()?;
+        Ok((settled, self.pooled()?))
+    }
+
+    /// A connection as it is, for statements that know of no draft.
+    fn pooled(&self) -> FsResult<r2d2::PooledConnection<Manager>> {
         self.pool.get().map_err(|e| {
             unreachable_line(&self.settings.server(), &e);
             FsError::new(Errno::EIO, format!("postgres {}: no connection: {e}", self.settings.server()))
@@ -205,7 +222,13 @@ impl Inner {
 
     /// Runs `f` on a connection outside a transaction (each statement sees its own snapshot).
     fn read<T>(&self, f: impl FnOnce(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
-        let mut conn = self.conn()?;
+        let _settled = self.settled()?;
+        self.read_now(f)
+    }
+
+    /// [`Inner::read`] of statements that know of no draft (or store one).
+    fn read_now<T>(&self, f: impl FnOnce(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        let mut conn = self.pooled()?;
         let Conn { client, stmts } = &mut *conn;
         f(&Sql::new(client, stmts, &self.settings))
     }
@@ -213,10 +236,16 @@ impl Inner {
     /// Runs `f`, one statement that commits on its own (a call of one of the server's
     /// `functions`), again if the server reports a deadlock or serialization failure.
     fn call<T>(&self, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
+        let _settled = self.settled()?;
+        self.call_now(f)
+    }
+
+    /// [`Inner::call`] of a statement that knows of no draft (or stores one).
+    fn call_now<T>(&self, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.read(&f) {
+            match self.read_now(&f) {
                 Err(e) if connect::is_retry(&e) && tries < TX_TRIES => continue,
                 done => return done,
             }
@@ -246,7 +275,7 @@ impl Inner {
     /// Runs `f` in one transaction (with the namespace's name lock for `Lock::Tree`) and
     /// commits it; an error rolls it back. Deadlocks are tried again.
     fn write<T>(&self, lock: Lock, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
-        let mut conn = self.conn()?;
+        let (_settled, mut conn) = self.conn()?;
         let Conn { client, stmts } = &mut *conn;
         let begin = match lock {
             Lock::Rows => "BEGIN".to_string(),
@@ -262,7 +291,7 @@ impl Inner {
     /// WAL, so this one rewrites a row unchanged: `ino`'s (whose writers it then waits for),
     /// or the namespace's if that inode is gone.
     fn sync_durable(&self, ino: u64) -> FsResult<()> {
-        let mut conn = self.conn()?;
+        let (_settled, mut conn) = self.conn()?;
         let done = conn.client.batch_execute(&format!(
             "BEGIN; SET LOCAL synchronous_commit TO DEFAULT;
              WITH f AS (UPDATE inodes SET ctime = ctime WHERE ino = {ino} RETURNING 1)
@@ -281,7 +310,7 @@ impl Inner {
     fn alloc_ino(&self) -> FsResult<u64> {
         let mut inos = self.inos.lock();
         if inos.0 == inos.1 {
-            let start = self.read(|sql| sql.reserve_inos())?;
+            let start = self.read_now(|sql| sql.reserve_inos())?;
             *inos = (start, start + INO_BLOCK);
         }
         inos.0 += 1;

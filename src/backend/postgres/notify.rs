@@ -81,8 +81,14 @@ impl Listener {
         })
     }
 
-    /// Reports other daemons' changes to `report` from a thread of its own (once).
-    pub fn start(&self, report: Box<dyn Fn(RemoteChange) + Send + Sync>) {
+    /// Reports other daemons' changes to `report` from a thread of its own (once); tells
+    /// `lease` when this daemon took its alone lease (`true`), and before it gives it up or
+    /// when it lost it (`false`).
+    pub fn start(
+        &self,
+        report: Box<dyn Fn(RemoteChange) + Send + Sync>,
+        lease: Box<dyn Fn(bool) + Send + Sync>,
+    ) {
         let Some(client) = self.client.lock().take() else {
             return;
         };
@@ -93,6 +99,7 @@ impl Listener {
             quiet_ns: self.quiet_ns,
             stop: self.stop.clone(),
             report,
+            lease,
         };
         let spawned =
             std::thread::Builder::new().name("postgres-listen".into()).spawn(move || run.run(client));
@@ -107,7 +114,10 @@ impl Drop for Listener {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.lock().take() {
-            let _ = thread.join();
+            // (The last owner of the backend may be the thread itself, in `lease`.)
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -148,6 +158,7 @@ struct Run {
     quiet_ns: Option<i64>,
     stop: Arc<AtomicBool>,
     report: Box<dyn Fn(RemoteChange) + Send + Sync>,
+    lease: Box<dyn Fn(bool) + Send + Sync>,
 }
 
 impl Run {
@@ -162,12 +173,16 @@ impl Run {
                         tracing::warn!("postgres: looking for other daemons on the namespace: {e}")
                     })
                     .unwrap_or(false);
+                if alone {
+                    (self.lease)(true);
+                }
             }
             match self.drain(&mut client) {
                 Drained::Idle => idle_polls += 1,
                 Drained::Joined => {
                     if alone {
                         alone = false;
+                        (self.lease)(false);
                         let given = quiet::give_up(&mut client, &self.settings, &self.channel, self.instance);
                         // The connection is gone then, and its lease with it.
                         if let Err(e) = given {
@@ -177,6 +192,9 @@ impl Run {
                 }
                 Drained::Lost => {
                     // The lease went with the connection; a look's wait before taking it again.
+                    if alone {
+                        (self.lease)(false);
+                    }
                     (alone, idle_polls) = (false, 0);
                     match self.reconnect() {
                         Some(c) => client = c,

@@ -1,7 +1,10 @@
 //! The path operations of [`Backend`] for [`PostgresBackend`]: lookups are single queries
 //! outside a transaction, every change one transaction that also announces what it changed.
 
+use std::sync::Arc;
+
 use super::dircache::{Change, Known};
+use super::drafts::Slot;
 use super::file::PgFile;
 use super::functions::{self, Taking};
 use super::store::Sql;
@@ -56,12 +59,24 @@ impl Inner {
     /// Creates a node at `path`, in one call of the server's `create_at`. A file about to be
     /// opened (`open`) is registered as open before the commit, so no unlink can delete its
     /// rows before its handle exists.
-    fn make_node(&self, path: &str, spec: Spec<'_>, caller: &Caller, open: bool) -> FsResult<tree::Node> {
+    /// A file to open may be made a draft instead (see `drafts`): its slot comes with it.
+    fn make_node(
+        &self,
+        path: &str,
+        spec: Spec<'_>,
+        caller: &Caller,
+        open: bool,
+    ) -> FsResult<(tree::Node, Option<Arc<Slot>>)> {
         let (dir, leaf) = functions::split_new(path).map_err(at(path))?;
         let ino = self.alloc_ino()?;
         if open {
             // A deletion under way was told of the handles it must keep before this one.
             self.handles.opened_for_create(ino);
+            if spec.kind == FileKind::File {
+                if let Some((node, slot)) = self.make_draft(path, ino, spec.perm, caller) {
+                    return Ok((node, Some(slot)));
+                }
+            }
         }
         let is_dir = spec.kind == FileKind::Dir;
         let mut new = NewNode {
@@ -83,7 +98,7 @@ impl Inner {
                 (new.gid, new.perm) = (gid, perm);
                 let node = new.node(ino);
                 self.dirs.changed(ticket, Change::Made { path, attr: &node.attr(), now: new.now }, true);
-                Ok(node)
+                Ok((node, None))
             }
             Err(e) => {
                 self.dirs.failed(ticket, path);
@@ -277,8 +292,15 @@ impl Backend for PostgresBackend {
         _flags: i32,
         caller: &Caller,
     ) -> FsResult<(Attr, Box<dyn OpenFile>)> {
-        let node = self.inner.make_node(path, Spec::new(FileKind::File, mode), caller, true)?;
-        Ok((node.attr(), Box::new(self.file(node.ino, FileKind::File, path))))
+        let (node, draft) = self.inner.make_node(path, Spec::new(FileKind::File, mode), caller, true)?;
+        let file = self.file(node.ino, FileKind::File, path);
+        Ok((
+            node.attr(),
+            Box::new(match draft {
+                Some(slot) => file.drafted(slot),
+                None => file,
+            }),
+        ))
     }
 
     fn mknod(&self, path: &str, mode: u32, rdev: u32, caller: &Caller) -> FsResult<Attr> {
@@ -292,16 +314,16 @@ impl Backend for PostgresBackend {
             FileKind::Symlink => return Err(err(Errno::EINVAL)),
             _ => {}
         }
-        Ok(self.inner.make_node(path, Spec { rdev, ..Spec::new(kind, mode) }, caller, false)?.attr())
+        Ok(self.inner.make_node(path, Spec { rdev, ..Spec::new(kind, mode) }, caller, false)?.0.attr())
     }
 
     fn mkdir(&self, path: &str, mode: u32, caller: &Caller) -> FsResult<Attr> {
-        Ok(self.inner.make_node(path, Spec::new(FileKind::Dir, mode), caller, false)?.attr())
+        Ok(self.inner.make_node(path, Spec::new(FileKind::Dir, mode), caller, false)?.0.attr())
     }
 
     fn symlink(&self, path: &str, target: &[u8], caller: &Caller) -> FsResult<Attr> {
         let spec = Spec { target: Some(target), ..Spec::new(FileKind::Symlink, 0o777) };
-        Ok(self.inner.make_node(path, spec, caller, false)?.attr())
+        Ok(self.inner.make_node(path, spec, caller, false)?.0.attr())
     }
 
     fn link(&self, existing: &str, new_path: &str) -> FsResult<Attr> {
@@ -437,9 +459,18 @@ impl Backend for PostgresBackend {
         // The cache forgets what another daemon changed before the kernel is told.
         let dirs = self.inner.dirs.clone();
         dirs.start();
-        self.inner.listener.start(Box::new(move |change| {
-            dirs.remote(&change);
-            report(change)
-        }));
+        // Weak: the listener belongs to the backend.
+        let inner = Arc::downgrade(&self.inner);
+        self.inner.listener.start(
+            Box::new(move |change| {
+                dirs.remote(&change);
+                report(change)
+            }),
+            Box::new(move |alone| {
+                if let Some(inner) = inner.upgrade() {
+                    inner.lease(alone)
+                }
+            }),
+        );
     }
 }

@@ -22,6 +22,7 @@ fn migrations() -> Vec<Cow<'static, str>> {
     let mut all: Vec<Cow<'static, str>> = FIXED_MIGRATIONS.iter().map(|m| Cow::Borrowed(*m)).collect();
     all.push(Cow::Owned(super::quiet::migration()));
     all.push(Cow::Borrowed(super::splice::MIGRATION));
+    all.push(Cow::Borrowed(super::drafts::MIGRATION));
     all
 }
 

@@ -17,13 +17,25 @@ pub fn backend(namespace: &str) -> PostgresBackend {
     backend
 }
 
+/// [`backend`] on a namespace of its own, once it holds its alone lease: the files it
+/// creates are drafts until their close (see `drafts`).
+pub fn alone_backend() -> PostgresBackend {
+    let b = backend(&fresh_namespace());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !b.inner.drafts.allowed() {
+        assert!(std::time::Instant::now() < deadline, "a daemon alone on its namespace took its lease");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    b
+}
+
 /// A namespace no other test of this process uses.
 pub fn fresh_namespace() -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     format!("test-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-crate::backend::suite::backend_suite!(((), backend(&fresh_namespace())));
+crate::backend::suite::backend_suite!(((), alone_backend()));
 
 /// An open that races this daemon's unlinks of the same name gets a handle whose inode stays
 /// until it closes, or no handle: never one whose rows the unlink deleted (ESTALE on read).

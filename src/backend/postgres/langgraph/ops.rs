@@ -52,7 +52,7 @@ impl Inner {
                 return Err(err(Errno::EEXIST));
             }
             let now = tree::now_ns();
-            let (gid, perm) = tree::ownership(&parent, caller, mode & 0o7777, kind);
+            let (gid, perm) = tree::ownership((parent.perm, parent.gid), caller, mode & 0o7777, kind);
             let mut n = Node {
                 ino: 0,
                 kind,
@@ -362,7 +362,7 @@ impl Backend for LangGraphBackend {
     }
 
     fn watch(&self, report: Box<dyn Fn(RemoteChange) + Send + Sync>) {
-        self.inner.listener.start(report);
+        self.inner.listener.start(report, Box::new(|_| {}));
     }
 }
 
