@@ -131,6 +131,12 @@ impl DirCache {
         }
     }
 
+    /// Whether `path` is known to be a directory without a name in it.
+    pub fn empty_dir(&self, path: &str) -> bool {
+        let state = self.state.lock();
+        state.on && state.dirs.get(path).is_some_and(|d| d.attr.is_some() && d.complete && d.names.is_empty())
+    }
+
     /// The node `path` leads to, if known.
     pub fn node(&self, path: &str) -> Option<Node> {
         let state = self.state.lock();

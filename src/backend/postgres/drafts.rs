@@ -32,6 +32,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::dircache::{Change, Known};
 use super::functions::{self, walk_to_dir, walk_vars, Name};
+use super::journal::Entry;
 use super::ops::Changed;
 use super::store::Sql;
 use super::Inner;
@@ -111,16 +112,22 @@ pub(super) enum State {
 
 pub(super) type Slot = Mutex<State>;
 
+/// What this daemon holds back from the server while alone: drafts, and the journal of name
+/// changes (`journal`).
 #[derive(Default)]
 pub(super) struct Drafts {
-    /// Shared by every operation that asks the server; exclusive to make a draft, and to
-    /// store them all.
-    gate: RwLock<()>,
+    /// Shared by every operation that asks the server; exclusive to make a draft or a
+    /// journal entry, and to store them all.
+    pub gate: RwLock<()>,
     /// Whether this daemon holds its alone lease.
     alone: AtomicBool,
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
-    /// `slots.len()`, read without the lock.
-    count: AtomicUsize,
+    /// Name changes not sent yet, in order.
+    pub journal: Mutex<Vec<Entry>>,
+    /// Held while the journal is sent, so that its entries reach the server in order.
+    pub sending: Mutex<()>,
+    /// Drafts and journal entries, read without the locks.
+    pending: AtomicUsize,
     /// Bytes all drafts hold.
     bytes: AtomicUsize,
 }
@@ -153,8 +160,34 @@ impl Drafts {
     fn settle(&self, draft: &Draft) {
         self.release(draft.data.len());
         if self.slots.lock().remove(&draft.node.ino).is_some() {
-            self.count.fetch_sub(1, Ordering::AcqRel);
+            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Whether inode `ino` is a draft.
+    pub fn holds(&self, ino: u64) -> bool {
+        self.slots.lock().contains_key(&ino)
+    }
+
+    /// Adds a name change to the journal (with the gate held exclusively).
+    pub fn journal(&self, entry: Entry) {
+        self.journal.lock().push(entry);
+        self.pending.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The journal, emptied.
+    pub fn take_journal(&self) -> Vec<Entry> {
+        let entries = std::mem::take(&mut *self.journal.lock());
+        self.pending.fetch_sub(entries.len(), Ordering::AcqRel);
+        entries
+    }
+
+    /// Puts back entries that could not be sent, before any journaled since.
+    pub fn restore_journal(&self, mut entries: Vec<Entry>) {
+        let mut journal = self.journal.lock();
+        self.pending.fetch_add(entries.len(), Ordering::AcqRel);
+        entries.append(&mut journal);
+        *journal = entries;
     }
 }
 
@@ -162,7 +195,7 @@ impl Drafts {
 impl Inner {
     /// How many drafts this daemon holds.
     pub(super) fn drafts_held(&self) -> usize {
-        self.drafts.count.load(Ordering::Acquire)
+        self.drafts.slots.lock().len()
     }
 }
 
@@ -207,7 +240,7 @@ impl Inner {
         loop {
             let shared = drafts.gate.read_recursive();
             // No draft is made while the gate is held shared, so none appears until it is dropped.
-            if drafts.count.load(Ordering::Acquire) == 0 {
+            if drafts.pending.load(Ordering::Acquire) == 0 {
                 return Ok(shared);
             }
             drop(shared);
@@ -216,9 +249,11 @@ impl Inner {
         }
     }
 
-    /// Stores every draft, with the gate held exclusively; stops at the first that the server
-    /// cannot be reached for.
+    /// Sends the journal and stores every draft, with the gate held exclusively; stops at the
+    /// first failure to reach the server. The journal goes first: a draft may take a name
+    /// that a journaled change freed (a journaled change never involves a draft).
     fn store_drafts(&self) -> FsResult<()> {
+        self.flush_journal()?;
         let slots: Vec<Arc<Slot>> = self.drafts.slots.lock().values().cloned().collect();
         slots.iter().try_for_each(|slot| self.store_draft(&mut slot.lock()))
     }
@@ -276,7 +311,7 @@ impl Inner {
         let draft = Draft { node: node.clone(), data: Vec::new(), path: path.to_string(), changed: false };
         let slot = Arc::new(Mutex::new(State::Draft(draft)));
         self.drafts.slots.lock().insert(ino, slot.clone());
-        self.drafts.count.fetch_add(1, Ordering::AcqRel);
+        self.drafts.pending.fetch_add(1, Ordering::AcqRel);
         Some((node, slot))
     }
 
@@ -286,6 +321,8 @@ impl Inner {
         let State::Draft(draft) = state else {
             return Ok(());
         };
+        // A journaled change may have freed the draft's name.
+        self.flush_journal()?;
         match self.put_draft(draft) {
             Ok(()) => {
                 self.drafts.settle(draft);

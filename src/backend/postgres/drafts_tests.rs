@@ -133,3 +133,71 @@ fn a_draft_that_outgrows_its_bound_is_stored_and_written_on() {
     drop(f);
     assert_eq!(on_server(&b, "d", "big").unwrap().3, vec![7u8; 100]);
 }
+
+/// A stored file of `size` bytes at `path`.
+fn stored_file(b: &PostgresBackend, path: &str, data: &[u8]) {
+    let (_, f) = b.create(path, 0o644, libc::O_WRONLY, &Caller::daemon()).unwrap();
+    f.write(0, data).unwrap();
+    f.flush().unwrap();
+}
+
+#[test]
+fn name_changes_made_alone_reach_the_server_before_anything_asks_it() {
+    let b = alone_backend();
+    let caller = Caller::daemon();
+    b.mkdir("d", 0o755, &caller).unwrap();
+    b.mkdir("d/e", 0o755, &caller).unwrap();
+    stored_file(&b, "d/f", b"f");
+    stored_file(&b, "d/g", b"g");
+    b.unlink("d/f").unwrap();
+    b.rename("d/g", "d/h", 0).unwrap();
+    b.rmdir("d/e").unwrap();
+    // Answered from what the daemon knows, and not sent yet.
+    assert!(b.getattr("d/f").unwrap_err().is(Errno::ENOENT));
+    assert_eq!(b.getattr("d/h").unwrap().size, 1);
+    assert!(on_server(&b, "d", "f").is_some() && on_server(&b, "d", "g").is_some());
+    assert!(on_server(&b, "d", "e").is_some());
+    // A listing asks the server: the journal goes first, in order.
+    let mut names: Vec<String> = b.readdir("d").unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    assert_eq!(names, ["h"]);
+    assert_eq!(on_server(&b, "d", "f"), None);
+    assert_eq!(on_server(&b, "d", "h").unwrap().3, b"g");
+    assert_eq!(on_server(&b, "d", "e"), None);
+    // A name a journaled unlink freed can be made again, as a draft, in the same flush.
+    b.unlink("d/h").unwrap();
+    stored_file(&b, "d/h", b"new");
+    assert_eq!(on_server(&b, "d", "h").unwrap().3, b"new");
+}
+
+#[test]
+fn an_unlink_of_a_file_this_daemon_holds_open_is_made_at_once() {
+    let b = alone_backend();
+    b.mkdir("d", 0o755, &Caller::daemon()).unwrap();
+    stored_file(&b, "d/f", b"kept");
+    let f = b.open("d/f", libc::O_RDONLY).unwrap();
+    b.unlink("d/f").unwrap();
+    assert_eq!(on_server(&b, "d", "f"), None, "not journaled: the handle keeps the rows as an orphan");
+    assert_eq!(f.read(0, 10).unwrap(), b"kept");
+}
+
+#[test]
+fn a_daemon_that_joins_sees_the_name_changes_of_the_quiet_one() {
+    let ns = super::tests::fresh_namespace();
+    let first = backend(&ns);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !first.inner.drafts.allowed() {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    first.mkdir("d", 0o755, &Caller::daemon()).unwrap();
+    stored_file(&first, "d/f", b"f");
+    stored_file(&first, "d/g", b"g");
+    first.unlink("d/f").unwrap();
+    first.rename("d/g", "d/h", 0).unwrap();
+    assert!(on_server(&first, "d", "f").is_some(), "journaled");
+    let second = backend(&ns);
+    assert!(second.getattr("d/f").unwrap_err().is(Errno::ENOENT));
+    assert!(second.getattr("d/g").unwrap_err().is(Errno::ENOENT));
+    assert_eq!(second.open("d/h", libc::O_RDONLY).unwrap().read(0, 10).unwrap(), b"g");
+}

@@ -79,6 +79,11 @@ impl Handles {
         (open, Deletion(self))
     }
 
+    /// Whether this daemon has a handle on `ino`.
+    pub fn is_open(&self, ino: u64) -> bool {
+        self.state.lock().count.contains_key(&ino)
+    }
+
     /// Registers a handle on `ino`.
     pub fn opened(&self, ino: u64) {
         *self.state.lock().count.entry(ino).or_insert(0) += 1;

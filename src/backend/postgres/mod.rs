@@ -33,6 +33,7 @@ mod drafts_tests;
 mod file;
 mod functions;
 mod handles;
+mod journal;
 mod langgraph;
 mod notify;
 mod ops;

@@ -119,6 +119,9 @@ impl Inner {
             }));
         }
         let (dir, leaf) = functions::split(path).map_err(at(path))?;
+        if self.journal_take(path, matches!(what, Taking::Dir)) {
+            return Ok(());
+        }
         let payload = self.payload(Changed::Name, path);
         let call = self.call_args(&payload);
         // The server deletes a node left without a name unless this daemon has a handle on it;
@@ -141,7 +144,7 @@ impl Inner {
 
     /// After a change of names that kept the nameless `orphan` for a handle: its last close
     /// deletes it, or, if that close came meanwhile, this does.
-    fn keep_orphan(&self, orphan: Option<u64>, deletion: &handles::Deletion<'_>) {
+    pub(super) fn keep_orphan(&self, orphan: Option<u64>, deletion: &handles::Deletion<'_>) {
         if let Some(ino) = orphan.filter(|&ino| !deletion.kept(ino)) {
             self.delete_orphan(ino);
         }
@@ -380,6 +383,9 @@ impl Backend for PostgresBackend {
         let inner = &self.inner;
         let (old, new) = (functions::split_existing(from), functions::split(to));
         let (old, new) = (old.map_err(at(from))?, new.map_err(at(to))?);
+        if inner.journal_rename(from, to, flags) {
+            return Ok(());
+        }
         let (from_payload, to_payload) =
             (inner.payload(Changed::Name, from), inner.payload(Changed::Name, to));
         let call = inner.call_args(&from_payload);

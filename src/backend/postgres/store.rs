@@ -53,7 +53,7 @@ pub(super) struct Sql<'a> {
 
 /// `text` as an SQL string literal whatever `standard_conforming_strings` says: the escape
 /// form, in which a quote and a backslash are each doubled.
-fn literal(text: &str) -> String {
+pub(super) fn literal(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
