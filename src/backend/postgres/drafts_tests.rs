@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use postgres::{Client, NoTls};
 
 use super::testing::TestServer;
-use super::tests::{alone_backend, backend};
+use super::tests::{alone_backend, backend, wait_until_alone};
 use super::PostgresBackend;
 use crate::backend::{Backend, Caller, SetAttr, TimeSet};
 use crate::error::Errno;
@@ -96,11 +96,7 @@ fn operations_that_ask_the_server_store_the_drafts_first() {
 fn a_daemon_that_joins_sees_a_file_still_open_on_the_quiet_one() {
     let ns = super::tests::fresh_namespace();
     let first = backend(&ns);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !first.inner.drafts.allowed() {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until_alone(&first);
     let caller = Caller::daemon();
     first.mkdir("d", 0o755, &caller).unwrap();
     let (_, f) = first.create("d/f", 0o644, libc::O_WRONLY, &caller).unwrap();
@@ -185,11 +181,7 @@ fn an_unlink_of_a_file_this_daemon_holds_open_is_made_at_once() {
 fn a_daemon_that_joins_sees_the_name_changes_of_the_quiet_one() {
     let ns = super::tests::fresh_namespace();
     let first = backend(&ns);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !first.inner.drafts.allowed() {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until_alone(&first);
     first.mkdir("d", 0o755, &Caller::daemon()).unwrap();
     stored_file(&first, "d/f", b"f");
     stored_file(&first, "d/g", b"g");
@@ -200,4 +192,30 @@ fn a_daemon_that_joins_sees_the_name_changes_of_the_quiet_one() {
     assert!(second.getattr("d/f").unwrap_err().is(Errno::ENOENT));
     assert!(second.getattr("d/g").unwrap_err().is(Errno::ENOENT));
     assert_eq!(second.open("d/h", libc::O_RDONLY).unwrap().read(0, 10).unwrap(), b"g");
+}
+
+#[test]
+fn journaled_unlinks_of_one_directory_count_every_link() {
+    let b = alone_backend();
+    let caller = Caller::daemon();
+    b.mkdir("d", 0o755, &caller).unwrap();
+    b.mkdir("e", 0o755, &caller).unwrap();
+    stored_file(&b, "d/a", b"two names");
+    stored_file(&b, "d/x", b"three names");
+    b.link("d/a", "d/b").unwrap();
+    b.link("d/x", "d/y").unwrap();
+    b.link("d/x", "e/z").unwrap();
+    let (two, three) = (b.getattr("d/a").unwrap().ino as i64, b.getattr("d/x").unwrap().ino as i64);
+    for name in ["d/a", "d/b", "d/x", "d/y"] {
+        b.unlink(name).unwrap();
+    }
+    assert!(on_server(&b, "d", "a").is_some(), "journaled");
+    assert!(b.readdir("d").unwrap().is_empty());
+    let mut c = Client::connect(&TestServer::shared().url(), NoTls).unwrap();
+    let mut nlink = |ino: i64| -> Option<i32> {
+        c.query_opt("SELECT nlink FROM agentvfs.inodes WHERE ino = $1", &[&ino]).unwrap().map(|r| r.get(0))
+    };
+    assert_eq!(nlink(two), None, "both names gone in one call: the node's rows went");
+    assert_eq!(nlink(three), Some(1), "the name in the other directory keeps it");
+    assert_eq!(b.open("e/z", libc::O_RDONLY).unwrap().read(0, 20).unwrap(), b"three names");
 }

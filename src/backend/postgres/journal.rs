@@ -20,6 +20,7 @@
 //! the next flush, and the operation that needed the flush answers EIO.
 
 use super::dircache::{Change, Known};
+use super::functions::{walk_to_dir, walk_vars};
 use super::store::literal;
 use super::Inner;
 use crate::backend::{split_parent, FileKind};
@@ -27,6 +28,46 @@ use crate::error::FsResult;
 
 /// Entries kept at most; a change past it flushes the journal and is made at once.
 const JOURNAL_MAX: usize = 512;
+
+/// Migration 8: `unlink_names(…)`, the unlinks of several names of one directory in one
+/// call, as `unlink_at` makes each (see `functions`): the names go, each node loses a link per
+/// name, a node left without one loses its rows unless it is one of `kept` (it is marked
+/// `instance`'s orphan, and listed in `out_orphans`), and the directory is touched.
+/// `out_errno` is 2 if a name was missing (the others are gone all the same). The names are
+/// the journal's, known to lead to nodes other than directories. The inodes' rows are locked
+/// before their chunks are deleted, as in `unlink_at`.
+pub(super) const MIGRATION: &str = concat!(
+    "
+CREATE FUNCTION unlink_names(
+    lock_key integer, ns_id integer, root_ino bigint, dir text[], leaves text[], now_ns bigint,
+    instance integer, kept bigint[], channel text, payload text,
+    OUT out_errno integer, OUT out_orphans bigint[])
+LANGUAGE plpgsql AS $$",
+    walk_vars!(),
+    "    taken integer;
+    gone bigint[];
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_key, ns_id);",
+    walk_to_dir!(dir),
+    "
+    WITH d AS (DELETE FROM dentries WHERE parent = dir_ino AND name = ANY(leaves) RETURNING child),
+        c AS (SELECT child, count(*)::integer AS n FROM d GROUP BY child),
+        u AS (UPDATE inodes i SET nlink = greatest(i.nlink - c.n, 0), ctime = now_ns,
+                orphan_of = CASE WHEN i.nlink <= c.n THEN instance ELSE i.orphan_of END
+            FROM c WHERE i.ino = c.child RETURNING i.ino, i.nlink),
+        p AS (UPDATE inodes SET mtime = now_ns, ctime = now_ns WHERE ino = dir_ino)
+    SELECT (SELECT count(*) FROM d), coalesce(array_agg(u.ino) FILTER (WHERE u.nlink = 0), '{}')
+        INTO taken, gone FROM u;
+    out_orphans := ARRAY(SELECT g FROM unnest(gone) AS g WHERE g = ANY(kept));
+    gone := ARRAY(SELECT g FROM unnest(gone) AS g WHERE NOT g = ANY(kept));
+    DELETE FROM inodes WHERE ino = ANY(gone);
+    DELETE FROM chunks WHERE ino = ANY(gone);
+    DELETE FROM xattrs WHERE ino = ANY(gone);
+    PERFORM notice(channel, payload);
+    out_errno := CASE WHEN taken = cardinality(leaves) THEN 0 ELSE 2 END;
+END $$;
+"
+);
 
 /// A name change the server has not seen yet.
 pub(super) enum Entry {
@@ -102,7 +143,8 @@ impl Inner {
             return Ok(());
         }
         let (kept, deletion) = self.handles.deleting();
-        let batch = self.journal_batch(&entries, &kept);
+        let calls = calls(&entries);
+        let batch = self.journal_batch(&calls, &kept);
         let mut conn = self.pooled()?;
         let answers = match conn.client.simple_query(&batch) {
             Ok(answers) => answers,
@@ -116,86 +158,117 @@ impl Inner {
             postgres::SimpleQueryMessage::Row(row) => Some(row),
             _ => None,
         });
-        for (entry, row) in entries.iter().zip(rows) {
+        for (call, row) in calls.iter().zip(rows) {
             let field = |i: usize| row.get(i).unwrap_or("");
             if field(0) != "0" {
-                let path = match entry {
-                    Entry::Unlink { path, .. } | Entry::Rmdir { path, .. } => path,
-                    Entry::Rename { from, .. } => from,
-                };
                 tracing::error!(
                     "postgres: a change of {} answered already was refused by the server (errno {}): another daemon changed the namespace meanwhile",
-                    crate::display::escape(path),
+                    crate::display::escape(call.path()),
                     field(0)
                 );
-                continue;
-            }
-            let orphan = match entry {
-                Entry::Unlink { .. } | Entry::Rmdir { .. } => {
-                    let ino: i64 = field(1).parse().unwrap_or(0);
-                    (field(2) == "0" && kept.contains(&ino)).then_some(ino as u64)
+                if !matches!(call, Call::Unlinks(_)) {
+                    continue;
                 }
-                Entry::Rename { .. } => field(2).parse::<u64>().ok(),
+            }
+            let orphans: Vec<u64> = match call {
+                Call::Unlinks(_) => {
+                    field(1).trim_matches(['{', '}']).split(',').filter_map(|i| i.parse().ok()).collect()
+                }
+                Call::One(Entry::Rmdir { .. }) => Vec::new(),
+                Call::One(_) => field(2).parse::<u64>().ok().into_iter().collect(),
             };
-            self.keep_orphan(orphan, &deletion);
+            for orphan in orphans {
+                self.keep_orphan(Some(orphan), &deletion);
+            }
         }
         Ok(())
     }
 
-    /// The simple-query batch of `entries`: one transaction, one row per entry (`errno`,
-    /// then the function's other answers).
-    fn journal_batch(&self, entries: &[Entry], kept: &[i64]) -> String {
+    /// The simple-query batch of `calls`: one transaction, one row per call (`errno`, then
+    /// the function's other answers).
+    fn journal_batch(&self, calls: &[Call<'_>], kept: &[i64]) -> String {
         let kept =
             format!("'{{{}}}'::bigint[]", kept.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","));
-        let name = |path: &str| {
-            let (dir, leaf) = split_parent(path);
+        let dir = |dir: &str| {
             let parts: Vec<String> = dir.split('/').filter(|c| !c.is_empty()).map(literal).collect();
-            format!("ARRAY[{}]::text[], {}", parts.join(", "), literal(leaf))
+            format!("ARRAY[{}]::text[]", parts.join(", "))
         };
-        let head = |function: &str, path: &str| {
-            format!(
-                "SELECT {} FROM {function}({}, {}, {}, {}",
-                match function {
-                    "rename_at" => "out_errno, out_moved, out_orphan",
-                    _ => "out_errno, out_ino, out_left",
-                },
-                self.tree_key,
-                self.ns,
-                self.root,
-                name(path)
-            )
+        let name = |path: &str| {
+            let (parent, leaf) = split_parent(path);
+            format!("{}, {}", dir(parent), literal(leaf))
         };
+        let payload = |path: &str| literal(&self.payload(super::ops::Changed::Name, path));
+        let (lock, ns, root, instance) = (self.tree_key, self.ns, self.root, self.instance);
         let channel = literal(&self.channel);
         let mut batch = String::from("BEGIN;\n");
-        for entry in entries {
-            let call = match entry {
-                Entry::Unlink { path, now } | Entry::Rmdir { path, now } => {
-                    let function =
-                        if matches!(entry, Entry::Unlink { .. }) { "unlink_at" } else { "rmdir_at" };
-                    let payload = literal(&self.payload(super::ops::Changed::Name, path));
+        for call in calls {
+            let sql = match call {
+                Call::Unlinks(paths) => {
+                    let (parent, _) = split_parent(paths[0].0);
+                    let leaves: Vec<String> = paths.iter().map(|(p, _)| literal(split_parent(p).1)).collect();
+                    let now = paths.iter().map(|(_, now)| *now).max().unwrap_or(0);
+                    // Several names: the notification (sent only if another daemon listens
+                    // after all) says that anything may have changed.
+                    let everything = literal(&format!("{instance}\t*\t"));
                     format!(
-                        "{}, {now}, {}, {kept}, {channel}, {payload})",
-                        head(function, path),
-                        self.instance
+                        "SELECT out_errno, out_orphans FROM unlink_names({lock}, {ns}, {root}, {}, ARRAY[{}]::text[], {now}, {instance}, {kept}, {channel}, {everything})",
+                        dir(parent),
+                        leaves.join(", ")
                     )
                 }
-                Entry::Rename { from, to, now } => {
-                    let (from_payload, to_payload) = (
-                        literal(&self.payload(super::ops::Changed::Name, from)),
-                        literal(&self.payload(super::ops::Changed::Name, to)),
-                    );
-                    format!(
-                        "{}, {}, 0, {now}, {}, {kept}, {channel}, {from_payload}, {to_payload})",
-                        head("rename_at", from),
-                        name(to),
-                        self.instance
-                    )
-                }
+                Call::One(Entry::Rmdir { path, now }) => format!(
+                    "SELECT out_errno, out_ino, out_left FROM rmdir_at({lock}, {ns}, {root}, {}, {now}, {instance}, {kept}, {channel}, {})",
+                    name(path),
+                    payload(path)
+                ),
+                Call::One(Entry::Rename { from, to, now }) => format!(
+                    "SELECT out_errno, out_moved, out_orphan FROM rename_at({lock}, {ns}, {root}, {}, {}, 0, {now}, {instance}, {kept}, {channel}, {}, {})",
+                    name(from),
+                    name(to),
+                    payload(from),
+                    payload(to)
+                ),
+                Call::One(Entry::Unlink { .. }) => unreachable!("unlinks are grouped"),
             };
-            batch.push_str(&call);
+            batch.push_str(&sql);
             batch.push_str(";\n");
         }
         batch.push_str("COMMIT");
         batch
     }
+}
+
+/// One call of a journal's batch: the unlinks of a run of names of one directory
+/// (`unlink_names`), or another entry.
+enum Call<'a> {
+    Unlinks(Vec<(&'a str, i64)>),
+    One(&'a Entry),
+}
+
+impl Call<'_> {
+    /// The (first) path the call changes, for messages.
+    fn path(&self) -> &str {
+        match self {
+            Call::Unlinks(paths) => paths[0].0,
+            Call::One(Entry::Unlink { path, .. } | Entry::Rmdir { path, .. }) => path,
+            Call::One(Entry::Rename { from, .. }) => from,
+        }
+    }
+}
+
+/// The calls that make `entries`, in order: each run of unlinks in one directory is one.
+fn calls(entries: &[Entry]) -> Vec<Call<'_>> {
+    let mut calls: Vec<Call<'_>> = Vec::new();
+    for entry in entries {
+        match (entry, calls.last_mut()) {
+            (Entry::Unlink { path, now }, Some(Call::Unlinks(run)))
+                if split_parent(run[0].0).0 == split_parent(path).0 =>
+            {
+                run.push((path, *now))
+            }
+            (Entry::Unlink { path, now }, _) => calls.push(Call::Unlinks(vec![(path, *now)])),
+            (entry, _) => calls.push(Call::One(entry)),
+        }
+    }
+    calls
 }

@@ -23,6 +23,7 @@ fn migrations() -> Vec<Cow<'static, str>> {
     all.push(Cow::Owned(super::quiet::migration()));
     all.push(Cow::Borrowed(super::splice::MIGRATION));
     all.push(Cow::Borrowed(super::drafts::MIGRATION));
+    all.push(Cow::Borrowed(super::journal::MIGRATION));
     all
 }
 

@@ -21,12 +21,17 @@ pub fn backend(namespace: &str) -> PostgresBackend {
 /// creates are drafts until their close (see `drafts`).
 pub fn alone_backend() -> PostgresBackend {
     let b = backend(&fresh_namespace());
+    wait_until_alone(&b);
+    b
+}
+
+/// Waits until `b` holds its alone lease.
+pub fn wait_until_alone(b: &PostgresBackend) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !b.inner.drafts.allowed() {
         assert!(std::time::Instant::now() < deadline, "a daemon alone on its namespace took its lease");
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    b
 }
 
 /// A namespace no other test of this process uses.
