@@ -160,6 +160,14 @@ fn name_changes_made_alone_reach_the_server_before_anything_asks_it() {
     assert_eq!(on_server(&b, "d", "f"), None);
     assert_eq!(on_server(&b, "d", "h").unwrap().3, b"g");
     assert_eq!(on_server(&b, "d", "e"), None);
+    // A link: answered with the file's attributes, one link more.
+    b.getattr("d/h").unwrap();
+    assert_eq!(b.link("d/h", "d/k").unwrap().nlink, 2);
+    assert_eq!(on_server(&b, "d", "k"), None, "journaled");
+    assert_eq!(b.getattr("d/k").unwrap().nlink, 2);
+    assert_eq!(b.readdir("d").unwrap().len(), 2);
+    assert_eq!(on_server(&b, "d", "k").unwrap().3, b"g");
+    b.unlink("d/k").unwrap();
     // A name a journaled unlink freed can be made again, as a draft, in the same flush.
     b.unlink("d/h").unwrap();
     stored_file(&b, "d/h", b"new");

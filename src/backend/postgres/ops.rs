@@ -340,6 +340,9 @@ impl Backend for PostgresBackend {
                 .map_err(at(new_path));
         }
         let src = functions::split(existing).map_err(at(existing))?;
+        if let Some(attr) = inner.journal_link(existing, new_path) {
+            return Ok(attr);
+        }
         let payload = inner.payload(Changed::Name, new_path);
         let src_payload = inner.payload(Changed::Content, existing);
         let call = inner.call_args(&payload);
