@@ -658,6 +658,13 @@ impl Engine {
         Ok(self.shown(path, attr))
     }
 
+    /// What every backend answered reaches its store (see
+    /// [`Backend::commit_pending`](crate::backend::Backend::commit_pending)): the tools'
+    /// successes are what a crash of the daemon keeps.
+    pub fn commit_pending(&self) -> FsResult<()> {
+        self.router.commit_pending()
+    }
+
     /// `fsync` of a directory opened (and judged) by `opendir`.
     pub fn fsyncdir(&self, path: &VPath) -> FsResult<()> {
         self.router.fsyncdir(path)

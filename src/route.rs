@@ -256,6 +256,11 @@ impl Router {
         route.backend.setattr(rel, changes)
     }
 
+    /// [`Backend::commit_pending`] of every route.
+    pub fn commit_pending(&self) -> FsResult<()> {
+        self.routes.iter().try_for_each(|route| route.backend.commit_pending())
+    }
+
     pub fn fsyncdir(&self, path: &VPath) -> FsResult<()> {
         let (route, rel) = self.resolve(path);
         route.backend.fsyncdir(rel)

@@ -298,6 +298,13 @@ pub trait Backend: Send + Sync {
     fn statfs(&self, path: &str) -> FsResult<StatFs>;
     /// `fsync` of a directory: makes the names in it (its creations, removals and renames)
     /// durable. Backends whose name changes are durable when they return have nothing to do.
+    /// Sends the store what this backend answered without it: the postgres route's name
+    /// changes made while alone (its journal) and files it holds back. The tools call it
+    /// before they report success, so that what they report is what a crash keeps.
+    fn commit_pending(&self) -> FsResult<()> {
+        Ok(())
+    }
+
     fn fsyncdir(&self, _path: &str) -> FsResult<()> {
         Ok(())
     }

@@ -215,10 +215,39 @@ fn kill_9_loses_nothing_acknowledged() {
     let mut f = fs::File::create(a.p("open.txt")).unwrap();
     std::io::Write::write_all(&mut f, b"written, never closed").unwrap();
     f.sync_all().unwrap();
+    // What the tools reported, in a directory the daemon knows (where, alone, it answers
+    // name changes before they reach the server: a tool's success waits for them).
+    fs::create_dir(a.p("k")).unwrap();
+    fs::write(a.p("k/deleted.txt"), "deleted by a tool").unwrap();
+    wait_until_unlinks_wait(&a, "k");
+    let mut client = a.client();
+    let (ok, text) =
+        call_tool(&mut client, "write_file", json!({"file_path": "/pg/k/tool.txt", "content": "by a tool"}));
+    assert!(ok, "{text}");
+    let (ok, text) = call_tool(&mut client, "delete", json!({"file_path": "/pg/k/deleted.txt"}));
+    assert!(ok, "{text}");
     a.mount.stop_with(libc::SIGKILL);
     let b = Daemon::start(&ns);
     assert_eq!(read(&b.p("closed.txt")), "closed before the kill");
     assert_eq!(read(&b.p("open.txt")), "written, never closed");
+    assert_eq!(read(&b.p("k/tool.txt")), "by a tool");
+    assert!(!b.p("k/deleted.txt").exists());
+}
+
+/// Waits until the daemon of `d`, alone on its namespace, keeps an unlink in `dir` from the
+/// server for a moment (in its journal, sent within a poll of its listener).
+fn wait_until_unlinks_wait(d: &Daemon, dir: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for k in 0.. {
+        let name = format!("probe-{}-{k}", std::process::id());
+        fs::write(d.p(&format!("{dir}/{name}")), "x").unwrap();
+        fs::remove_file(d.p(&format!("{dir}/{name}"))).unwrap();
+        if stored_names(&name) == 1 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the lone daemon journals its unlinks");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// How many names `name` the test server's store holds (in any namespace).

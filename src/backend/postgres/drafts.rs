@@ -126,6 +126,8 @@ pub(super) struct Drafts {
     pub journal: Mutex<Vec<Entry>>,
     /// Held while the journal is sent, so that its entries reach the server in order.
     pub sending: Mutex<()>,
+    /// The listener's polls leave the journal alone (for tests that look at it).
+    pub ticks_wait: AtomicBool,
     /// Drafts and journal entries, read without the locks.
     pending: AtomicUsize,
     /// Bytes all drafts hold.

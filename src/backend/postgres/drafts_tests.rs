@@ -2,6 +2,7 @@
 //! server at its close, content and attributes in one piece, and before that whenever anyone
 //! (this daemon's other operations, a daemon that joins) could tell.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use postgres::{Client, NoTls};
@@ -140,6 +141,7 @@ fn stored_file(b: &PostgresBackend, path: &str, data: &[u8]) {
 #[test]
 fn name_changes_made_alone_reach_the_server_before_anything_asks_it() {
     let b = alone_backend();
+    b.inner.drafts.ticks_wait.store(true, Ordering::Relaxed);
     let caller = Caller::daemon();
     b.mkdir("d", 0o755, &caller).unwrap();
     b.mkdir("d/e", 0o755, &caller).unwrap();
@@ -190,6 +192,7 @@ fn a_daemon_that_joins_sees_the_name_changes_of_the_quiet_one() {
     let ns = super::tests::fresh_namespace();
     let first = backend(&ns);
     wait_until_alone(&first);
+    first.inner.drafts.ticks_wait.store(true, Ordering::Relaxed);
     first.mkdir("d", 0o755, &Caller::daemon()).unwrap();
     stored_file(&first, "d/f", b"f");
     stored_file(&first, "d/g", b"g");
@@ -205,6 +208,7 @@ fn a_daemon_that_joins_sees_the_name_changes_of_the_quiet_one() {
 #[test]
 fn journaled_unlinks_of_one_directory_count_every_link() {
     let b = alone_backend();
+    b.inner.drafts.ticks_wait.store(true, Ordering::Relaxed);
     let caller = Caller::daemon();
     b.mkdir("d", 0o755, &caller).unwrap();
     b.mkdir("e", 0o755, &caller).unwrap();
@@ -226,4 +230,17 @@ fn journaled_unlinks_of_one_directory_count_every_link() {
     assert_eq!(nlink(two), None, "both names gone in one call: the node's rows went");
     assert_eq!(nlink(three), Some(1), "the name in the other directory keeps it");
     assert_eq!(b.open("e/z", libc::O_RDONLY).unwrap().read(0, 20).unwrap(), b"three names");
+}
+
+#[test]
+fn a_name_change_waits_in_the_journal_a_poll_at_most() {
+    let b = alone_backend();
+    b.mkdir("d", 0o755, &Caller::daemon()).unwrap();
+    stored_file(&b, "d/f", b"f");
+    b.unlink("d/f").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_millis(600);
+    while on_server(&b, "d", "f").is_some() {
+        assert!(std::time::Instant::now() < deadline, "the listener's poll sent the journal");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -22,6 +22,8 @@
 //! itself alone, see `quiet`) is logged; a server that cannot be reached keeps the journal for
 //! the next flush, and the operation that needed the flush answers EIO.
 
+use std::sync::atomic::Ordering;
+
 use super::dircache::{Change, Known};
 use super::functions::{walk_to_dir, walk_vars};
 use super::store::literal;
@@ -163,6 +165,19 @@ impl Inner {
         self.dirs.changed(ticket, Change::Made { path: new, attr: &attr, now }, true);
         self.drafts.journal(Entry::Link { from: existing.to_string(), to: new.to_string(), now });
         Some(attr)
+    }
+
+    /// A poll of the listener went by: the journal goes to the server, so that a name change
+    /// waits there a poll at most (what a `kill -9` of the daemon can lose).
+    pub(super) fn journal_tick(&self) {
+        if self.drafts.journal.lock().is_empty() || self.drafts.ticks_wait.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = self.flush_journal() {
+            tracing::warn!(
+                "postgres: sending the name changes made while alone: {e}; they go with the next operation"
+            );
+        }
     }
 
     /// Sends the journal to the server, in one transaction; on a failure to reach it, keeps

@@ -81,13 +81,12 @@ impl Listener {
         })
     }
 
-    /// Reports other daemons' changes to `report` from a thread of its own (once); tells
-    /// `lease` when this daemon took its alone lease (`true`), and before it gives it up or
-    /// when it lost it (`false`).
+    /// Reports other daemons' changes to `report` from a thread of its own (once), and tells
+    /// `quiet` of this daemon's alone lease and of each poll.
     pub fn start(
         &self,
         report: Box<dyn Fn(RemoteChange) + Send + Sync>,
-        lease: Box<dyn Fn(bool) + Send + Sync>,
+        quiet: Box<dyn Fn(Quiet) + Send + Sync>,
     ) {
         let Some(client) = self.client.lock().take() else {
             return;
@@ -99,7 +98,7 @@ impl Listener {
             quiet_ns: self.quiet_ns,
             stop: self.stop.clone(),
             report,
-            lease,
+            quiet,
         };
         let spawned =
             std::thread::Builder::new().name("postgres-listen".into()).spawn(move || run.run(client));
@@ -114,7 +113,7 @@ impl Drop for Listener {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.lock().take() {
-            // (The last owner of the backend may be the thread itself, in `lease`.)
+            // (The last owner of the backend may be the thread itself, in `quiet`.)
             if thread.thread().id() != std::thread::current().id() {
                 let _ = thread.join();
             }
@@ -158,7 +157,18 @@ struct Run {
     quiet_ns: Option<i64>,
     stop: Arc<AtomicBool>,
     report: Box<dyn Fn(RemoteChange) + Send + Sync>,
-    lease: Box<dyn Fn(bool) + Send + Sync>,
+    quiet: Box<dyn Fn(Quiet) + Send + Sync>,
+}
+
+/// What the listener tells its backend (see [`Listener::start`]).
+pub(super) enum Quiet {
+    /// This daemon took its alone lease.
+    Alone,
+    /// It is about to give the lease up (another daemon joined), or lost it with its
+    /// listening connection.
+    NotAlone,
+    /// A poll went by (every [`POLL`] at most while nothing arrives).
+    Tick,
 }
 
 impl Run {
@@ -174,15 +184,17 @@ impl Run {
                     })
                     .unwrap_or(false);
                 if alone {
-                    (self.lease)(true);
+                    (self.quiet)(Quiet::Alone);
                 }
             }
-            match self.drain(&mut client) {
+            let drained = self.drain(&mut client);
+            (self.quiet)(Quiet::Tick);
+            match drained {
                 Drained::Idle => idle_polls += 1,
                 Drained::Joined => {
                     if alone {
                         alone = false;
-                        (self.lease)(false);
+                        (self.quiet)(Quiet::NotAlone);
                         let given = quiet::give_up(&mut client, &self.settings, &self.channel, self.instance);
                         // The connection is gone then, and its lease with it.
                         if let Err(e) = given {
@@ -193,7 +205,7 @@ impl Run {
                 Drained::Lost => {
                     // The lease went with the connection; a look's wait before taking it again.
                     if alone {
-                        (self.lease)(false);
+                        (self.quiet)(Quiet::NotAlone);
                     }
                     (alone, idle_polls) = (false, 0);
                     match self.reconnect() {

@@ -7,6 +7,7 @@ use super::dircache::{Change, Known};
 use super::drafts::Slot;
 use super::file::PgFile;
 use super::functions::{self, Taking};
+use super::notify::Quiet;
 use super::store::Sql;
 use super::{handles, Inner, Lock, PostgresBackend};
 use crate::backend::tree::{self, NewNode, Spec, Tree};
@@ -414,6 +415,10 @@ impl Backend for PostgresBackend {
         done
     }
 
+    fn commit_pending(&self) -> FsResult<()> {
+        self.inner.settled().map(drop)
+    }
+
     fn fsyncdir(&self, _path: &str) -> FsResult<()> {
         self.inner.sync_durable(self.inner.root)
     }
@@ -475,9 +480,13 @@ impl Backend for PostgresBackend {
                 dirs.remote(&change);
                 report(change)
             }),
-            Box::new(move |alone| {
+            Box::new(move |quiet| {
                 if let Some(inner) = inner.upgrade() {
-                    inner.lease(alone)
+                    match quiet {
+                        Quiet::Alone => inner.lease(true),
+                        Quiet::NotAlone => inner.lease(false),
+                        Quiet::Tick => inner.journal_tick(),
+                    }
                 }
             }),
         );

@@ -265,7 +265,12 @@ pub fn registry(listed: &Listed) -> Vec<&'static ToolSpec> {
 /// too large for the model are offloaded to a file (see [`offload`]).
 pub fn call(env: &ToolEnv, name: &str, arguments: &Value) -> Option<ToolOutput> {
     let spec = registry(&env.listed()).into_iter().find(|spec| spec.name == name)?;
-    let output = (spec.call)(env, arguments);
+    let mut output = (spec.call)(env, arguments);
+    if !spec.read_only {
+        if let Err(e) = env.fs.engine.commit_pending() {
+            output = ToolOutput::error(ErrorCode::Io, format!("Error: the change could not be stored: {e}"));
+        }
+    }
     // A structured caller renders (and offloads) the result itself.
     if env.structured {
         return Some(output);
