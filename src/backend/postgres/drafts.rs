@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::dircache::{Change, Known};
 use super::functions::{self, walk_to_dir, walk_vars, Name};
@@ -118,7 +118,7 @@ pub(super) type Slot = Mutex<State>;
 pub(super) struct Drafts {
     /// Shared by every operation that asks the server; exclusive to make a draft or a
     /// journal entry, and to store them all.
-    pub gate: RwLock<()>,
+    gate: RwLock<()>,
     /// Whether this daemon holds its alone lease.
     alone: AtomicBool,
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
@@ -141,6 +141,17 @@ impl Drafts {
     /// Whether this daemon makes drafts now (it holds its alone lease).
     pub fn allowed(&self) -> bool {
         self.alone.load(Ordering::Acquire)
+    }
+
+    /// The gate held exclusively, to make a draft or a journal entry: `None` while this
+    /// daemon is not alone, or while an operation asks the server (which might miss it).
+    pub fn holding_back(&self) -> Option<RwLockWriteGuard<'_, ()>> {
+        if !self.allowed() {
+            return None;
+        }
+        let exclusive = self.gate.try_write()?;
+        // (Giving the lease up takes the gate first.)
+        self.allowed().then_some(exclusive)
     }
 
     /// Takes `more` bytes for a draft that grows; false if all drafts would hold too many.
@@ -283,15 +294,12 @@ impl Inner {
         perm: u32,
         caller: &Caller,
     ) -> Option<(Node, Arc<Slot>)> {
-        if !self.drafts.allowed() {
-            return None;
-        }
-        let _exclusive = self.drafts.gate.try_write()?;
+        let _exclusive = self.drafts.holding_back()?;
         let (parent, _) = split_parent(path);
         let Known::Dir(dir) = self.dirs.known(parent) else {
             return None;
         };
-        if !self.drafts.allowed() || self.dirs.known(path) != Known::Absent {
+        if self.dirs.known(path) != Known::Absent {
             return None;
         }
         let now = tree::now_ns();

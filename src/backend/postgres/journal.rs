@@ -83,18 +83,19 @@ pub(super) enum Entry {
 }
 
 impl Inner {
+    /// The gate held exclusively for a new entry, if there is room for one (see
+    /// [`Drafts::holding_back`](super::drafts::Drafts::holding_back)).
+    fn journaling(&self) -> Option<parking_lot::RwLockWriteGuard<'_, ()>> {
+        let exclusive = self.drafts.holding_back()?;
+        (self.drafts.journal.lock().len() < JOURNAL_MAX).then_some(exclusive)
+    }
+
     /// Journals the unlink (`dir`: rmdir) of `path` if its outcome is certain (see above);
     /// false when it must be made at once.
     pub(super) fn journal_take(&self, path: &str, dir: bool) -> bool {
-        if !self.drafts.allowed() || path.is_empty() {
-            return false;
-        }
-        let Some(_exclusive) = self.drafts.gate.try_write() else {
+        let Some(_exclusive) = self.journaling().filter(|_| !path.is_empty()) else {
             return false;
         };
-        if !self.drafts.allowed() || self.drafts.journal.lock().len() >= JOURNAL_MAX {
-            return false;
-        }
         let known = match dir {
             true => self.dirs.empty_dir(path),
             false => self.dirs.node(path).is_some_and(|n| {
@@ -118,15 +119,12 @@ impl Inner {
     /// Journals the rename of `from` to `to` if its outcome is certain (see above); false
     /// when it must be made at once.
     pub(super) fn journal_rename(&self, from: &str, to: &str, flags: u32) -> bool {
-        if flags != 0 || !self.drafts.allowed() || from.is_empty() || to.is_empty() {
+        if flags != 0 || from.is_empty() || to.is_empty() {
             return false;
         }
-        let Some(_exclusive) = self.drafts.gate.try_write() else {
+        let Some(_exclusive) = self.journaling() else {
             return false;
         };
-        if !self.drafts.allowed() || self.drafts.journal.lock().len() >= JOURNAL_MAX {
-            return false;
-        }
         let file = self.dirs.node(from).filter(|n| n.kind != FileKind::Dir && !self.drafts.holds(n.ino));
         let known_dirs =
             [from, to].iter().all(|p| matches!(self.dirs.known(split_parent(p).0), Known::Dir(_)));
@@ -143,13 +141,10 @@ impl Inner {
     /// Journals the link of the file at `existing` as `new` if its outcome is certain (see
     /// above): the file's attributes after it, or `None` when it must be made at once.
     pub(super) fn journal_link(&self, existing: &str, new: &str) -> Option<Attr> {
-        if !self.drafts.allowed() || existing.is_empty() || new.is_empty() {
+        if existing.is_empty() || new.is_empty() {
             return None;
         }
-        let _exclusive = self.drafts.gate.try_write()?;
-        if !self.drafts.allowed() || self.drafts.journal.lock().len() >= JOURNAL_MAX {
-            return None;
-        }
+        let _exclusive = self.journaling()?;
         let file =
             self.dirs.node(existing).filter(|n| n.kind != FileKind::Dir && !self.drafts.holds(n.ino))?;
         let mut attr = self.dirs.file_attr(existing).filter(|a| a.ino == file.ino)?;
