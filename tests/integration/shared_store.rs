@@ -237,11 +237,16 @@ fn kill_9_loses_nothing_acknowledged() {
 /// Waits until the daemon of `d`, alone on its namespace, keeps an unlink in `dir` from the
 /// server for a moment (in its journal, sent within a poll of its listener).
 fn wait_until_unlinks_wait(d: &Daemon, dir: &str) {
+    wait_until_unlinks_wait_in(&d.p(dir));
+}
+
+/// [`wait_until_unlinks_wait`] in the directory `dir` of a postgres route's mount.
+fn wait_until_unlinks_wait_in(dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     for k in 0.. {
         let name = format!("probe-{}-{k}", std::process::id());
-        fs::write(d.p(&format!("{dir}/{name}")), "x").unwrap();
-        fs::remove_file(d.p(&format!("{dir}/{name}"))).unwrap();
+        fs::write(dir.join(&name), "x").unwrap();
+        fs::remove_file(dir.join(&name)).unwrap();
         if stored_names(&name) == 1 {
             return;
         }
@@ -313,4 +318,29 @@ for line in sys.stdin:
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
     assert_eq!(fs::metadata(b.p(&format!("d/{name}"))).unwrap().len(), 23);
+}
+
+/// A command of the `execute` tool that renames a file, on a daemon that journals its name
+/// changes: the tool reports only once the rename is on the server, so a `kill -9` right
+/// after it keeps it.
+#[test]
+fn a_rename_by_an_execute_command_survives_kill_9_once_the_tool_answered() {
+    let mut f =
+        crate::harness::Fixture::new("\n[exec]\nenabled = true\ncwd = \"/pg/k\"\ntimeout_seconds = 30\n");
+    let ns = f.scratch.path().file_name().unwrap().to_string_lossy().to_string();
+    let dir = f.mount.path("/pg/k");
+    fs::create_dir(&dir).unwrap();
+    // The sandbox runs as nobody; the kernel checks modes on the mount.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(dir.join("a.txt"), "renamed by a command").unwrap();
+    wait_until_unlinks_wait_in(&dir);
+    let mut client = Client::connect(&f.scratch.path().join("agentvfs.sock")).unwrap();
+    // A plain rename(2): `mv` asks for RENAME_NOREPLACE, which the journal leaves to the server.
+    let rename = "perl -e 'rename q(a.txt), q(b.txt) or die'";
+    let (ok, text) = call_tool(&mut client, "execute", json!({"command": rename}));
+    assert!(ok, "{text}");
+    f.mount.stop_with(libc::SIGKILL);
+    let b = Daemon::start(&ns);
+    assert_eq!(read(&b.p("k/b.txt")), "renamed by a command");
+    assert!(!b.p("k/a.txt").exists());
 }

@@ -247,7 +247,8 @@ impl Draft {
 }
 
 impl Inner {
-    /// Stores every draft, then answers the guard to hold while asking the server.
+    /// Sends the journal and stores every draft, then answers the guard to hold while asking
+    /// the server.
     pub(super) fn settled(&self) -> FsResult<Settled<'_>> {
         let drafts = &self.drafts;
         loop {

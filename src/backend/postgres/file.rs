@@ -8,7 +8,8 @@
 //!
 //! A file created while this daemon is alone may be a draft instead (see `drafts`): its
 //! handle reads, writes and changes attributes in the daemon, and stores it at the first
-//! close or `fsync`, or when it outgrows a draft.
+//! close after a write or an attribute change (else at its last close), at `fsync`, or when
+//! it outgrows a draft.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
