@@ -8,8 +8,8 @@
 //! - `unlink` of a name the daemon's cache knows to lead to a node other than a directory,
 //!   which this daemon has no handle on and which is not a draft: it succeeds;
 //! - `rmdir` of a directory whose whole listing the cache knows to be empty: it succeeds;
-//! - `rename` without flags of such a file to a name the cache knows to be free, in a
-//!   directory it knows: it moves the file and replaces nothing;
+//! - `rename` (without flags, or with `RENAME_NOREPLACE`) of such a file to a name the cache
+//!   knows to be free, in a directory it knows: it moves the file and replaces nothing;
 //! - `link` of such a file whose attributes the cache knows, to such a free name: it adds
 //!   the name, and the answer is the file's attributes with one more link.
 //!
@@ -119,7 +119,8 @@ impl Inner {
     /// Journals the rename of `from` to `to` if its outcome is certain (see above); false
     /// when it must be made at once.
     pub(super) fn journal_rename(&self, from: &str, to: &str, flags: u32) -> bool {
-        if flags != 0 || from.is_empty() || to.is_empty() {
+        // RENAME_NOREPLACE (what `mv` asks for) changes nothing when the name is free.
+        if flags & !crate::backend::RENAME_NOREPLACE != 0 || from.is_empty() || to.is_empty() {
             return false;
         }
         let Some(_exclusive) = self.journaling() else {
