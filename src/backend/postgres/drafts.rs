@@ -128,7 +128,7 @@ pub(super) struct Drafts {
     pub sending: Mutex<()>,
     /// The listener's polls leave the journal alone (for tests that look at it).
     pub ticks_wait: AtomicBool,
-    /// Drafts and journal entries, read without the locks.
+    /// Drafts and journal entries not yet committed, read without the locks.
     pending: AtomicUsize,
     /// Bytes all drafts hold.
     bytes: AtomicUsize,
@@ -188,17 +188,20 @@ impl Drafts {
         self.pending.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The journal, emptied.
+    /// The journal, emptied, to send: its entries stay pending until [`Drafts::sent`] (an
+    /// operation that asks the server meanwhile waits for them to be committed).
     pub fn take_journal(&self) -> Vec<Entry> {
-        let entries = std::mem::take(&mut *self.journal.lock());
-        self.pending.fetch_sub(entries.len(), Ordering::AcqRel);
-        entries
+        std::mem::take(&mut *self.journal.lock())
+    }
+
+    /// `count` entries taken from the journal are committed.
+    pub fn sent(&self, count: usize) {
+        self.pending.fetch_sub(count, Ordering::AcqRel);
     }
 
     /// Puts back entries that could not be sent, before any journaled since.
     pub fn restore_journal(&self, mut entries: Vec<Entry>) {
         let mut journal = self.journal.lock();
-        self.pending.fetch_add(entries.len(), Ordering::AcqRel);
         entries.append(&mut journal);
         *journal = entries;
     }

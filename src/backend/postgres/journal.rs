@@ -187,15 +187,20 @@ impl Inner {
         let (kept, deletion) = self.handles.deleting();
         let calls = calls(&entries);
         let batch = self.journal_batch(&calls, &kept);
-        let mut conn = self.pooled()?;
-        let answers = match conn.client.simple_query(&batch) {
+        let answers = self.pooled().and_then(|mut conn| {
+            conn.client.simple_query(&batch).map_err(|e| {
+                let _ = conn.client.batch_execute("ROLLBACK");
+                self.settings.error(e)
+            })
+        });
+        let answers = match answers {
             Ok(answers) => answers,
             Err(e) => {
-                let _ = conn.client.batch_execute("ROLLBACK");
                 self.drafts.restore_journal(entries);
-                return Err(self.settings.error(e));
+                return Err(e);
             }
         };
+        self.drafts.sent(entries.len());
         let rows = answers.iter().filter_map(|m| match m {
             postgres::SimpleQueryMessage::Row(row) => Some(row),
             _ => None,
