@@ -34,7 +34,7 @@ use super::dircache::{Change, Known};
 use super::functions::{self, walk_to_dir, walk_vars, Name};
 use super::journal::Entry;
 use super::ops::Changed;
-use super::store::Sql;
+use super::store::{literal, Sql};
 use super::Inner;
 use crate::backend::chunks::CHUNK_SIZE;
 use crate::backend::tree::{self, NewNode, Node};
@@ -87,6 +87,24 @@ BEGIN
 END $$;
 "
 );
+
+/// The largest draft sent as SQL text, in the journal's round trip (as hexadecimal digits,
+/// twice its size).
+const TEXT_MAX: usize = 256 << 10;
+
+/// `data` as an SQL `bytea` literal (hexadecimal, in an escape string, so that it reads the
+/// same whatever `standard_conforming_strings` says).
+fn bytea_text(data: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(data.len() * 2 + 16);
+    text.push_str("E'\\\\x");
+    for &b in data {
+        text.push(HEX[usize::from(b >> 4)] as char);
+        text.push(HEX[usize::from(b & 15)] as char);
+    }
+    text.push_str("'::bytea");
+    text
+}
 
 /// A file not yet on the server.
 pub(super) struct Draft {
@@ -335,9 +353,20 @@ impl Inner {
         let State::Draft(draft) = state else {
             return Ok(());
         };
-        // A journaled change may have freed the draft's name.
-        self.flush_journal()?;
-        match self.put_draft(draft) {
+        // A journaled change may have freed the draft's name, so the journal goes first: in
+        // the same round trip, if the draft is small enough to be sent as text.
+        let sent = match self.create_file_text(draft) {
+            Some(call) => self.send_journal(Some(&call))?,
+            None => {
+                self.flush_journal()?;
+                None
+            }
+        };
+        let stored = match sent {
+            Some(errno) => errno.parse().map_err(|_| FsError::new(Errno::EIO, "create_file_at: no answer")),
+            None => self.put_draft(draft).map(|()| 0),
+        };
+        match stored.and_then(functions::errno_of) {
             Ok(()) => {
                 self.drafts.settle(draft);
                 *state = State::Stored;
@@ -365,6 +394,41 @@ impl Inner {
         let ticket = self.dirs.changing();
         self.dirs.failed(ticket, &draft.path);
         *state = State::Lost(FsError::new(Errno::EIO, format!("{}: not stored: {why}", draft.path)));
+    }
+
+    /// The call of `create_file_at` for `draft` as SQL text (for the journal's batch), if
+    /// its content is at most [`TEXT_MAX`] bytes and its name is one.
+    fn create_file_text(&self, draft: &Draft) -> Option<String> {
+        if draft.data.len() > TEXT_MAX {
+            return None;
+        }
+        let (dir, leaf) = functions::split(&draft.path).ok()?;
+        let n = &draft.node;
+        let (idxs, datas) = draft.chunks();
+        let dir: Vec<String> = dir.iter().map(|c| literal(c)).collect();
+        let idxs: Vec<String> = idxs.iter().map(i64::to_string).collect();
+        let datas: Vec<String> = datas.iter().map(|d| bytea_text(d)).collect();
+        Some(format!(
+            "SELECT create_file_at({lock}, {ns}, {root}, ARRAY[{dir}]::text[], {leaf}, {ino}, {perm}, {uid}, {gid}, {size}, {atime}, {mtime}, {ctime}, {made}, ARRAY[{idxs}]::bigint[], ARRAY[{datas}]::bytea[], {channel}, {payload})",
+            lock = self.tree_key,
+            ns = self.ns,
+            root = self.root,
+            dir = dir.join(", "),
+            leaf = literal(leaf),
+            ino = n.ino,
+            perm = n.perm,
+            uid = n.uid,
+            gid = n.gid,
+            size = n.size,
+            atime = n.atime,
+            mtime = n.mtime,
+            ctime = n.ctime,
+            made = n.crtime,
+            idxs = idxs.join(", "),
+            datas = datas.join(", "),
+            channel = literal(&self.channel),
+            payload = literal(&self.payload(Changed::Name, &draft.path)),
+        ))
     }
 
     /// `create_file_at` of `draft`.

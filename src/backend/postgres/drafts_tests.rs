@@ -244,3 +244,72 @@ fn a_name_change_waits_in_the_journal_a_poll_at_most() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The chunk indexes and content of the file the server holds at `dir`/`name`.
+fn chunks_on_server(b: &PostgresBackend, dir: &str, name: &str) -> Vec<(i64, Vec<u8>)> {
+    let dir_ino = b.getattr(dir).unwrap().ino as i64;
+    let mut c = Client::connect(&TestServer::shared().url(), NoTls).unwrap();
+    let rows = c
+        .query(
+            "SELECT c.idx, c.data FROM agentvfs.dentries d JOIN agentvfs.chunks c ON c.ino = d.child
+             WHERE d.parent = $1 AND d.name = $2 ORDER BY c.idx",
+            &[&dir_ino, &name],
+        )
+        .unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+#[test]
+fn a_draft_sent_with_the_journal_keeps_every_byte_and_its_name() {
+    let b = alone_backend();
+    b.inner.drafts.ticks_wait.store(true, Ordering::Relaxed);
+    let caller = Caller::daemon();
+    b.mkdir("d", 0o755, &caller).unwrap();
+    stored_file(&b, "d/old", b"old");
+    let chunk = crate::backend::chunks::CHUNK_SIZE as usize;
+    let every_byte: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+    // Small enough to go as text in the journal's round trip, and too large to: each with a
+    // journaled unlink before it, a hole of zeros (a chunk the server does not hold) and a
+    // name that needs quoting.
+    for (name, size) in [("it's a \\ name", 3 * chunk), ("large 'one'", 5 * chunk)] {
+        b.unlink("d/old").unwrap();
+        assert_eq!(b.inner.drafts.journal.lock().len(), 1);
+        let (_, f) = b.create(&format!("d/{name}"), 0o600, libc::O_WRONLY, &caller).unwrap();
+        f.write(0, &every_byte).unwrap();
+        f.write((size - every_byte.len()) as u64, &every_byte).unwrap();
+        f.flush().unwrap();
+        assert!(b.inner.drafts.journal.lock().is_empty(), "the journal went first");
+        assert_eq!(on_server(&b, "d", "old"), None);
+        let mut first = every_byte.clone();
+        first.resize(chunk, 0);
+        let mut last = vec![0; chunk - every_byte.len()];
+        last.extend_from_slice(&every_byte);
+        let last_idx = (size / chunk - 1) as i64;
+        assert_eq!(chunks_on_server(&b, "d", name), [(0, first), (last_idx, last)], "{name}");
+        assert_eq!(on_server(&b, "d", name).unwrap().0, size as i64);
+        stored_file(&b, "d/old", b"old");
+    }
+}
+
+#[test]
+fn a_temporary_file_linked_into_place_and_unlinked_reaches_the_server_as_moved() {
+    let b = alone_backend();
+    b.inner.drafts.ticks_wait.store(true, Ordering::Relaxed);
+    let caller = Caller::daemon();
+    b.mkdir("d", 0o755, &caller).unwrap();
+    stored_file(&b, "d/tmp", b"object");
+    b.getattr("d/tmp").unwrap();
+    // How git stores an object: link the finished temporary file, then unlink it.
+    assert_eq!(b.link("d/tmp", "d/obj").unwrap().nlink, 2);
+    b.unlink("d/tmp").unwrap();
+    assert_eq!(b.inner.drafts.journal.lock().len(), 2);
+    let names: Vec<String> = b.readdir("d").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, ["obj"]);
+    assert_eq!(on_server(&b, "d", "tmp"), None);
+    assert_eq!(on_server(&b, "d", "obj").unwrap().3, b"object");
+    let mut c = Client::connect(&TestServer::shared().url(), NoTls).unwrap();
+    let ino = b.getattr("d/obj").unwrap().ino as i64;
+    let row = c.query_one("SELECT nlink FROM agentvfs.inodes WHERE ino = $1", &[&ino]).unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1);
+    assert_eq!(b.getattr("d/obj").unwrap().nlink, 1);
+}

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use super::dircache::{Change, Node};
 use super::drafts::{Slot, State, DRAFT_MAX};
 use super::ops::{at, Changed};
+use super::store::Sql;
 use super::{Inner, Lock};
 use crate::backend::chunks;
 use crate::backend::tree::{self, Tree};
@@ -117,8 +118,13 @@ impl OpenFile for PgFile {
         }
         let end = offset.saturating_add(u64::from(size));
         let (first, last) = chunks::chunk_range(offset, end);
-        let (file_size, found) =
-            self.inner.read(|sql| sql.read_chunks(self.ino, first, last))?.ok_or_else(stale)?;
+        // Only its own draft matters to a read by inode: the journal and other drafts wait.
+        let read = |sql: &Sql<'_>| sql.read_chunks(self.ino, first, last);
+        let found = match self.inner.drafts.holds(self.ino) {
+            true => self.inner.read(read),
+            false => self.inner.read_now(read),
+        };
+        let (file_size, found) = found?.ok_or_else(stale)?;
         if offset >= file_size {
             return Ok(Vec::new());
         }
