@@ -202,7 +202,15 @@ impl Drafts {
 
     /// Adds a name change to the journal (with the gate held exclusively).
     pub fn journal(&self, entry: Entry) {
-        self.journal.lock().push(entry);
+        let mut journal = self.journal.lock();
+        // A change of attributes right after one of the same file's is merged into it.
+        if let (Entry::Attrs(new), Some(Entry::Attrs(last))) = (&entry, journal.last_mut()) {
+            if last.ino == new.ino {
+                last.merge(new);
+                return;
+            }
+        }
+        journal.push(entry);
         self.pending.fetch_add(1, Ordering::AcqRel);
     }
 

@@ -313,3 +313,34 @@ fn a_temporary_file_linked_into_place_and_unlinked_reaches_the_server_as_moved()
     assert_eq!(row.get::<_, i32>(0), 1);
     assert_eq!(b.getattr("d/obj").unwrap().nlink, 1);
 }
+
+#[test]
+fn a_change_of_a_known_files_attributes_waits_in_the_journal_merged_with_the_next() {
+    let b = alone_backend();
+    b.inner.drafts.ticks_wait.store(true, Ordering::Relaxed);
+    let caller = Caller::daemon();
+    b.mkdir("d", 0o755, &caller).unwrap();
+    stored_file(&b, "d/f", b"f");
+    let before = b.getattr("d/f").unwrap();
+    // `touch d/f` twice (git freshens an object so), then a chmod.
+    let touch = SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..SetAttr::default() };
+    let touched = b.setattr("d/f", &touch).unwrap();
+    assert!(touched.mtime > before.mtime && touched.ctime == touched.mtime);
+    b.setattr("d/f", &touch).unwrap();
+    let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000);
+    let set = SetAttr { mode: Some(0o600), mtime: Some(TimeSet::At(mtime)), ..SetAttr::default() };
+    let answered = b.setattr("d/f", &set).unwrap();
+    assert_eq!((answered.perm, answered.mtime, answered.size), (0o600, mtime, 1));
+    assert_eq!(b.inner.drafts.journal.lock().len(), 1, "one entry for the three");
+    assert_eq!(on_server(&b, "d", "f").unwrap().1, 0o644, "not sent yet");
+    assert_eq!(b.getattr("d/f").unwrap(), answered);
+    // A listing sends it: the server holds what the daemon answered.
+    b.readdir("d").unwrap();
+    assert_eq!(on_server(&b, "d", "f"), Some((1, 0o600, 2_000_000_000_000_000, b"f".to_vec())));
+    // A truncation is made at once, after what the journal holds.
+    b.setattr("d/f", &SetAttr { mode: Some(0o640), ..SetAttr::default() }).unwrap();
+    assert_eq!(b.inner.drafts.journal.lock().len(), 1);
+    b.setattr("d/f", &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
+    assert!(b.inner.drafts.journal.lock().is_empty());
+    assert_eq!(on_server(&b, "d", "f").map(|(size, perm, ..)| (size, perm)), Some((0, 0o640)));
+}

@@ -11,11 +11,16 @@
 //! - `rename` (without flags, or with `RENAME_NOREPLACE`) of such a file to a name the cache
 //!   knows to be free, in a directory it knows: it moves the file and replaces nothing;
 //! - `link` of such a file whose attributes the cache knows, to such a free name: it adds
-//!   the name, and the answer is the file's attributes with one more link.
+//!   the name, and the answer is the file's attributes with one more link;
+//! - a `setattr` without a size of a file (not a draft) whose attributes the cache knows:
+//!   the kernel checked the caller's permission, and the change is a plain update of the
+//!   inode's row, answered with the known attributes so changed.
 //!
 //! Each entry is the call of the server function the immediate change makes (`unlink_at`,
-//! `rmdir_at`, `rename_at`, `link_at`; a run of unlinks in one directory `unlink_names`),
-//! with the time of the change. The nodes this daemon has handles on
+//! `rmdir_at`, `rename_at`, `link_at`; a run of unlinks in one directory `unlink_names`; a
+//! link followed by the unlink of its first name `rename_at`; a change of attributes an
+//! update of the inode's row by its number, merged with the one before it if that was of the
+//! same file), with the time of the change. The nodes this daemon has handles on
 //! at the flush keep their rows, as when the change is immediate (a handle opened after the
 //! unlink, by another name of the file, makes it an orphan). An entry the server refuses all
 //! the same (possible only if another daemon changed the namespace while this one believed
@@ -28,7 +33,7 @@ use super::dircache::{Change, Known};
 use super::functions::{walk_to_dir, walk_vars};
 use super::store::literal;
 use super::Inner;
-use crate::backend::{split_parent, Attr, FileKind};
+use crate::backend::{split_parent, Attr, FileKind, SetAttr, TimeSet};
 use crate::error::FsResult;
 
 /// Entries kept at most; a change past it flushes the journal and is made at once.
@@ -80,6 +85,33 @@ pub(super) enum Entry {
     Rmdir { path: String, now: i64 },
     Rename { from: String, to: String, now: i64 },
     Link { from: String, to: String, now: i64 },
+    Attrs(AttrsSet),
+}
+
+/// A change of a file's permission bits, owner or times (the `setattr` of a path, as
+/// `touch` and `git`'s freshening of an object make it), with the times resolved.
+pub(super) struct AttrsSet {
+    pub ino: u64,
+    path: String,
+    perm: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    atime: Option<i64>,
+    mtime: Option<i64>,
+    now: i64,
+}
+
+impl AttrsSet {
+    /// `later` made after this one, on the same file: one change that ends as both do.
+    pub fn merge(&mut self, later: &AttrsSet) {
+        self.path.clone_from(&later.path);
+        self.perm = later.perm.or(self.perm);
+        self.uid = later.uid.or(self.uid);
+        self.gid = later.gid.or(self.gid);
+        self.atime = later.atime.or(self.atime);
+        self.mtime = later.mtime.or(self.mtime);
+        self.now = later.now;
+    }
 }
 
 impl Inner {
@@ -163,6 +195,40 @@ impl Inner {
         Some(attr)
     }
 
+    /// Journals the `setattr` of `path` (no truncation) if its outcome is certain: the cache
+    /// knows the attributes of the file it leads to, which is not a draft. The file's
+    /// attributes after it, or `None` when it must be made at once. (The permission checks
+    /// are the kernel's, made before the request; the server's change is a plain update.)
+    pub(super) fn journal_setattr(&self, path: &str, changes: &SetAttr) -> Option<Attr> {
+        if changes.size.is_some() || changes.is_empty() || path.is_empty() {
+            return None;
+        }
+        let _exclusive = self.journaling()?;
+        let mut attr = self.dirs.file_attr(path).filter(|a| !self.drafts.holds(a.ino))?;
+        let now = crate::backend::tree::now_ns();
+        let time = |t: Option<TimeSet>| {
+            t.map(|t| match t {
+                TimeSet::Now => now,
+                TimeSet::At(at) => crate::backend::tree::time_to_ns(at),
+            })
+        };
+        let (atime, mtime) = (time(changes.atime), time(changes.mtime));
+        let perm = changes.mode.map(|m| m & 0o7777);
+        let to_time = crate::backend::tree::ns_to_time;
+        attr.perm = perm.map_or(attr.perm, |p| p as u16);
+        attr.uid = changes.uid.unwrap_or(attr.uid);
+        attr.gid = changes.gid.unwrap_or(attr.gid);
+        attr.atime = atime.map_or(attr.atime, to_time);
+        attr.mtime = mtime.map_or(attr.mtime, to_time);
+        attr.ctime = to_time(now);
+        let ticket = self.dirs.changing();
+        self.dirs.changed(ticket, Change::Attrs { path, attr: Some(&attr) }, true);
+        let (ino, path) = (attr.ino, path.to_string());
+        let (uid, gid) = (changes.uid, changes.gid);
+        self.drafts.journal(Entry::Attrs(AttrsSet { ino, path, perm, uid, gid, atime, mtime, now }));
+        Some(attr)
+    }
+
     /// A poll of the listener went by: the journal goes to the server, so that a name change
     /// waits there a poll at most (what a `kill -9` of the daemon can lose).
     pub(super) fn journal_tick(&self) {
@@ -239,7 +305,9 @@ impl Inner {
                 Call::One(Entry::Rename { .. }) | Call::Moved { .. } => {
                     field(2).parse::<u64>().ok().into_iter().collect()
                 }
-                Call::One(Entry::Rmdir { .. } | Entry::Link { .. } | Entry::Unlink { .. }) => Vec::new(),
+                Call::One(
+                    Entry::Rmdir { .. } | Entry::Link { .. } | Entry::Unlink { .. } | Entry::Attrs(_),
+                ) => Vec::new(),
             };
             for orphan in orphans {
                 self.keep_orphan(Some(orphan), &deletion);
@@ -313,6 +381,24 @@ impl Inner {
                     payload(to),
                     literal(&self.payload(super::ops::Changed::Content, from))
                 ),
+                Call::One(Entry::Attrs(set)) => {
+                    let value = |v: Option<i64>| v.map_or("NULL".to_string(), |v| v.to_string());
+                    format!(
+                        "WITH u AS (UPDATE inodes SET perm = coalesce({}::integer, perm), uid = coalesce({}::bigint, uid),
+                             gid = coalesce({}::bigint, gid), atime = coalesce({}::bigint, atime),
+                             mtime = coalesce({}::bigint, mtime), ctime = {} WHERE ino = {} AND ns = {ns} RETURNING 1),
+                         n AS (SELECT notice({channel}, {}) FROM u)
+                         SELECT CASE WHEN (SELECT count(*) FROM n) = 1 THEN 0 ELSE 2 END",
+                        value(set.perm.map(i64::from)),
+                        value(set.uid.map(i64::from)),
+                        value(set.gid.map(i64::from)),
+                        value(set.atime),
+                        value(set.mtime),
+                        set.now,
+                        set.ino,
+                        literal(&self.payload(super::ops::Changed::FileContent(set.ino), &set.path))
+                    )
+                }
                 Call::One(Entry::Unlink { .. }) => unreachable!("unlinks are grouped"),
             };
             batch.push_str(&sql);
@@ -343,6 +429,7 @@ impl Call<'_> {
             Call::Unlinks(paths) => paths[0].0,
             Call::One(Entry::Unlink { path, .. } | Entry::Rmdir { path, .. }) => path,
             Call::One(Entry::Rename { from, .. } | Entry::Link { from, .. }) => from,
+            Call::One(Entry::Attrs(set)) => &set.path,
             Call::Moved { from, .. } => from,
         }
     }
@@ -376,13 +463,31 @@ fn calls(entries: &[Entry]) -> Vec<Call<'_>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{calls, Call, Entry};
+    use super::{calls, AttrsSet, Call, Entry};
 
     fn link(from: &str, to: &str) -> Entry {
         Entry::Link { from: from.into(), to: to.into(), now: 1 }
     }
     fn unlink(path: &str) -> Entry {
         Entry::Unlink { path: path.into(), now: 2 }
+    }
+
+    #[test]
+    fn a_change_of_attributes_merged_into_an_earlier_one_ends_as_both() {
+        let set = |perm, mtime, now| AttrsSet {
+            ino: 7,
+            path: format!("d/f{now}"),
+            perm,
+            uid: None,
+            gid: Some(5),
+            atime: None,
+            mtime,
+            now,
+        };
+        let mut first = set(Some(0o600), Some(10), 1);
+        first.merge(&set(None, Some(20), 2));
+        assert_eq!((first.perm, first.gid, first.mtime, first.now), (Some(0o600), Some(5), Some(20), 2));
+        assert_eq!((first.uid, first.atime, first.path.as_str()), (None, None, "d/f2"));
     }
 
     #[test]

@@ -409,6 +409,9 @@ impl Backend for PostgresBackend {
 
     fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr> {
         let inner = &self.inner;
+        if let Some(attr) = inner.journal_setattr(path, changes) {
+            return Ok(attr);
+        }
         let ticket = inner.dirs.changing();
         let done = self.set_attrs(path, changes);
         inner.dirs.changed(ticket, Change::Attrs { path, attr: done.as_ref().ok() }, true);
