@@ -344,3 +344,25 @@ fn a_change_of_a_known_files_attributes_waits_in_the_journal_merged_with_the_nex
     assert!(b.inner.drafts.journal.lock().is_empty());
     assert_eq!(on_server(&b, "d", "f").map(|(size, perm, ..)| (size, perm)), Some((0, 0o640)));
 }
+
+#[test]
+fn the_journals_move_refuses_a_taken_name_and_a_gone_one() {
+    let b = alone_backend();
+    let caller = Caller::daemon();
+    b.mkdir("d", 0o755, &caller).unwrap();
+    stored_file(&b, "d/a", b"a");
+    stored_file(&b, "d/b", b"b");
+    let (dir, a) = (b.getattr("d").unwrap().ino as i64, b.getattr("d/a").unwrap().ino as i64);
+    let mut c = Client::connect(&TestServer::shared().url(), NoTls).unwrap();
+    c.batch_execute("SET search_path TO agentvfs").unwrap();
+    let mut move_file = |from: &str, to: &str| -> i32 {
+        let sql = "SELECT move_file($1, $2, $1, $3, $4, 1, 'unused', '0', '0')";
+        c.query_one(sql, &[&dir, &from, &to, &a]).unwrap().get(0)
+    };
+    assert_eq!(move_file("a", "b"), 17, "the new name is taken");
+    assert_eq!(move_file("x", "c"), 2, "the old name is gone");
+    assert_eq!(move_file("b", "c"), 2, "the old name leads to another file");
+    assert_eq!(on_server(&b, "d", "c"), None);
+    assert_eq!(move_file("a", "c"), 0);
+    assert_eq!(on_server(&b, "d", "c").unwrap().3, b"a");
+}

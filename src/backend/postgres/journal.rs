@@ -79,13 +79,69 @@ END $$;
 "
 );
 
+/// Migration 9: `move_file(…)` and `set_attrs_of(…)`, the journal's own calls, by the inodes
+/// the daemon's cache knew (its batch holds the name lock): a file's name moves to a free one
+/// (ENOENT if the old name no longer leads to the file, EEXIST if the new one is taken), and
+/// a node's permission bits, owner and times change (ENOENT if it is gone). Functions rather
+/// than statements, so that the server plans them once per connection (a statement sent as
+/// text is planned anew each time, which cost more than the move itself).
+pub(super) const MOVES_MIGRATION: &str = "
+CREATE FUNCTION move_file(
+    from_dir bigint, from_leaf text, to_dir bigint, to_leaf text, file bigint, now_ns bigint,
+    channel text, from_payload text, to_payload text, OUT out_errno integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM dentries WHERE parent = to_dir AND name = to_leaf) THEN
+        out_errno := 17;
+        RETURN;
+    END IF;
+    UPDATE dentries SET parent = to_dir, name = to_leaf
+        WHERE parent = from_dir AND name = from_leaf AND child = file;
+    IF NOT FOUND THEN
+        out_errno := 2;
+        RETURN;
+    END IF;
+    UPDATE inodes SET ctime = now_ns WHERE ino = file;
+    UPDATE inodes SET mtime = now_ns, ctime = now_ns WHERE ino IN (from_dir, to_dir);
+    PERFORM notice(channel, from_payload);
+    PERFORM notice(channel, to_payload);
+    out_errno := 0;
+END $$;
+
+CREATE FUNCTION set_attrs_of(
+    node bigint, new_perm integer, new_uid bigint, new_gid bigint, new_atime bigint,
+    new_mtime bigint, now_ns bigint, channel text, payload text, OUT out_errno integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE inodes SET perm = coalesce(new_perm, perm), uid = coalesce(new_uid, uid),
+        gid = coalesce(new_gid, gid), atime = coalesce(new_atime, atime),
+        mtime = coalesce(new_mtime, mtime), ctime = now_ns
+        WHERE ino = node;
+    IF NOT FOUND THEN
+        out_errno := 2;
+        RETURN;
+    END IF;
+    PERFORM notice(channel, payload);
+    out_errno := 0;
+END $$;
+";
+
 /// A name change the server has not seen yet.
 pub(super) enum Entry {
     Unlink { path: String, now: i64 },
     Rmdir { path: String, now: i64 },
-    Rename { from: String, to: String, now: i64 },
-    Link { from: String, to: String, now: i64 },
+    Rename { from: String, to: String, now: i64, inos: Inos },
+    Link { from: String, to: String, now: i64, inos: Inos },
     Attrs(AttrsSet),
+}
+
+/// The inodes of a file that moves or gains a name, and of both directories, as the cache
+/// knew them: a move goes to the server as an update of the name's row by them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Inos {
+    file: u64,
+    from_dir: u64,
+    to_dir: u64,
 }
 
 /// A change of a file's permission bits, owner or times (the `setattr` of a path, as
@@ -159,16 +215,25 @@ impl Inner {
             return false;
         };
         let file = self.dirs.node(from).filter(|n| n.kind != FileKind::Dir && !self.drafts.holds(n.ino));
-        let known_dirs =
-            [from, to].iter().all(|p| matches!(self.dirs.known(split_parent(p).0), Known::Dir(_)));
-        if file.is_none() || !known_dirs || self.dirs.known(to) != Known::Absent {
+        let inos = file.and_then(|file| self.inos(file.ino, from, to));
+        let Some(inos) = inos.filter(|_| self.dirs.known(to) == Known::Absent) else {
             return false;
-        }
+        };
         let now = crate::backend::tree::now_ns();
         let ticket = self.dirs.changing();
         self.dirs.changed(ticket, Change::Moved { from, to, now, exchange: false }, true);
-        self.drafts.journal(Entry::Rename { from: from.to_string(), to: to.to_string(), now });
+        self.drafts.journal(Entry::Rename { from: from.to_string(), to: to.to_string(), now, inos });
         true
+    }
+
+    /// The [`Inos`] of file `file` going from `from` to `to`, if the cache knows both
+    /// directories.
+    fn inos(&self, file: u64, from: &str, to: &str) -> Option<Inos> {
+        let dir = |path: &str| match self.dirs.known(split_parent(path).0) {
+            Known::Dir(attr) => Some(attr.ino),
+            _ => None,
+        };
+        Some(Inos { file, from_dir: dir(from)?, to_dir: dir(to)? })
     }
 
     /// Journals the link of the file at `existing` as `new` if its outcome is certain (see
@@ -181,9 +246,8 @@ impl Inner {
         let file =
             self.dirs.node(existing).filter(|n| n.kind != FileKind::Dir && !self.drafts.holds(n.ino))?;
         let mut attr = self.dirs.file_attr(existing).filter(|a| a.ino == file.ino)?;
-        let known_dirs =
-            [existing, new].iter().all(|p| matches!(self.dirs.known(split_parent(p).0), Known::Dir(_)));
-        if !known_dirs || self.dirs.known(new) != Known::Absent {
+        let inos = self.inos(file.ino, existing, new)?;
+        if self.dirs.known(new) != Known::Absent {
             return None;
         }
         let now = crate::backend::tree::now_ns();
@@ -191,7 +255,7 @@ impl Inner {
         attr.ctime = crate::backend::tree::ns_to_time(now);
         let ticket = self.dirs.changing();
         self.dirs.changed(ticket, Change::Made { path: new, attr: &attr, now }, true);
-        self.drafts.journal(Entry::Link { from: existing.to_string(), to: new.to_string(), now });
+        self.drafts.journal(Entry::Link { from: existing.to_string(), to: new.to_string(), now, inos });
         Some(attr)
     }
 
@@ -281,7 +345,9 @@ impl Inner {
                 _ => None,
             })
             .collect();
-        for (call, row) in calls.iter().zip(&rows) {
+        // (The first row is the name lock's.)
+        let rows = rows.get(1..).unwrap_or_default();
+        for (call, row) in calls.iter().zip(rows) {
             let field = |i: usize| row.get(i).unwrap_or("");
             if field(0) != "0" {
                 tracing::error!(
@@ -302,12 +368,8 @@ impl Inner {
                 Call::Unlinks(_) => {
                     field(1).trim_matches(['{', '}']).split(',').filter_map(|i| i.parse().ok()).collect()
                 }
-                Call::One(Entry::Rename { .. }) | Call::Moved { .. } => {
-                    field(2).parse::<u64>().ok().into_iter().collect()
-                }
-                Call::One(
-                    Entry::Rmdir { .. } | Entry::Link { .. } | Entry::Unlink { .. } | Entry::Attrs(_),
-                ) => Vec::new(),
+                // A move replaces nothing.
+                Call::One(_) | Call::Moved { .. } => Vec::new(),
             };
             for orphan in orphans {
                 self.keep_orphan(Some(orphan), &deletion);
@@ -333,16 +395,21 @@ impl Inner {
         let payload = |path: &str| literal(&self.payload(super::ops::Changed::Name, path));
         let (lock, ns, root, instance) = (self.tree_key, self.ns, self.root, self.instance);
         let channel = literal(&self.channel);
-        let rename = |from: &str, to: &str, now: i64| {
+        // The move of a file to a free name (what every journaled rename is).
+        let moved = |from: &str, to: &str, now: i64, i: &Inos| {
+            let (from_leaf, to_leaf) = (literal(split_parent(from).1), literal(split_parent(to).1));
             format!(
-                "SELECT out_errno, out_moved, out_orphan FROM rename_at({lock}, {ns}, {root}, {}, {}, 0, {now}, {instance}, {kept}, {channel}, {}, {})",
-                name(from),
-                name(to),
+                "SELECT move_file({}, {from_leaf}, {}, {to_leaf}, {}, {now}, {channel}, {}, {})",
+                i.from_dir,
+                i.to_dir,
+                i.file,
                 payload(from),
                 payload(to)
             )
         };
-        let mut batch = String::from("BEGIN;\n");
+        // The name lock once, first: every statement after it sees what was committed before
+        // (the server functions take it again, which costs nothing).
+        let mut batch = format!("BEGIN;\nSELECT pg_advisory_xact_lock({lock}, {ns});\n");
         for call in calls {
             let sql = match call {
                 Call::Unlinks(paths) if paths.len() == 1 => {
@@ -372,9 +439,9 @@ impl Inner {
                     name(path),
                     payload(path)
                 ),
-                Call::One(Entry::Rename { from, to, now }) => rename(from, to, *now),
-                Call::Moved { from, to, now } => rename(from, to, *now),
-                Call::One(Entry::Link { from, to, now }) => format!(
+                Call::One(Entry::Rename { from, to, now, inos }) => moved(from, to, *now, inos),
+                Call::Moved { from, to, now, inos } => moved(from, to, *now, inos),
+                Call::One(Entry::Link { from, to, now, .. }) => format!(
                     "SELECT out_errno FROM link_at({lock}, {ns}, {root}, {}, {}, {now}, {channel}, {}, {})",
                     name(from),
                     name(to),
@@ -384,18 +451,14 @@ impl Inner {
                 Call::One(Entry::Attrs(set)) => {
                     let value = |v: Option<i64>| v.map_or("NULL".to_string(), |v| v.to_string());
                     format!(
-                        "WITH u AS (UPDATE inodes SET perm = coalesce({}::integer, perm), uid = coalesce({}::bigint, uid),
-                             gid = coalesce({}::bigint, gid), atime = coalesce({}::bigint, atime),
-                             mtime = coalesce({}::bigint, mtime), ctime = {} WHERE ino = {} AND ns = {ns} RETURNING 1),
-                         n AS (SELECT notice({channel}, {}) FROM u)
-                         SELECT CASE WHEN (SELECT count(*) FROM n) = 1 THEN 0 ELSE 2 END",
+                        "SELECT set_attrs_of({}, {}::integer, {}::bigint, {}::bigint, {}::bigint, {}::bigint, {}, {channel}, {})",
+                        set.ino,
                         value(set.perm.map(i64::from)),
                         value(set.uid.map(i64::from)),
                         value(set.gid.map(i64::from)),
                         value(set.atime),
                         value(set.mtime),
                         set.now,
-                        set.ino,
                         literal(&self.payload(super::ops::Changed::FileContent(set.ino), &set.path))
                     )
                 }
@@ -418,7 +481,7 @@ impl Inner {
 /// entry.
 enum Call<'a> {
     Unlinks(Vec<(&'a str, i64)>),
-    Moved { from: &'a str, to: &'a str, now: i64 },
+    Moved { from: &'a str, to: &'a str, now: i64, inos: &'a Inos },
     One(&'a Entry),
 }
 
@@ -446,8 +509,8 @@ fn calls(entries: &[Entry]) -> Vec<Call<'_>> {
         match (entry, calls.last_mut()) {
             (Entry::Unlink { path, now }, Some(last @ Call::One(Entry::Link { .. }))) if matches!(last, Call::One(Entry::Link { from, .. }) if from == path) =>
             {
-                let Call::One(Entry::Link { from, to, .. }) = *last else { unreachable!() };
-                *last = Call::Moved { from, to, now: *now };
+                let Call::One(Entry::Link { from, to, inos, .. }) = *last else { unreachable!() };
+                *last = Call::Moved { from, to, now: *now, inos };
             }
             (Entry::Unlink { path, now }, Some(Call::Unlinks(run)))
                 if split_parent(run[0].0).0 == split_parent(path).0 =>
@@ -463,10 +526,15 @@ fn calls(entries: &[Entry]) -> Vec<Call<'_>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{calls, AttrsSet, Call, Entry};
+    use super::{calls, AttrsSet, Call, Entry, Inos};
 
     fn link(from: &str, to: &str) -> Entry {
-        Entry::Link { from: from.into(), to: to.into(), now: 1 }
+        Entry::Link {
+            from: from.into(),
+            to: to.into(),
+            now: 1,
+            inos: Inos { file: 3, from_dir: 2, to_dir: 2 },
+        }
     }
     fn unlink(path: &str) -> Entry {
         Entry::Unlink { path: path.into(), now: 2 }
@@ -495,7 +563,10 @@ mod tests {
         let entries = [link("d/tmp", "d/obj"), unlink("d/tmp"), unlink("d/x")];
         let made = calls(&entries);
         assert_eq!(made.len(), 2);
-        assert!(matches!(made[0], Call::Moved { from: "d/tmp", to: "d/obj", now: 2 }));
+        assert!(matches!(
+            made[0],
+            Call::Moved { from: "d/tmp", to: "d/obj", now: 2, inos: Inos { file: 3, .. } }
+        ));
         assert!(matches!(&made[1], Call::Unlinks(run) if run == &[("d/x", 2)]));
         // The unlink of another name, or of the new one, is not.
         for other in ["d/obj", "d/y"] {

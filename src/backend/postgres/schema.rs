@@ -24,6 +24,7 @@ fn migrations() -> Vec<Cow<'static, str>> {
     all.push(Cow::Borrowed(super::splice::MIGRATION));
     all.push(Cow::Borrowed(super::drafts::MIGRATION));
     all.push(Cow::Borrowed(super::journal::MIGRATION));
+    all.push(Cow::Borrowed(super::journal::MOVES_MIGRATION));
     all
 }
 
