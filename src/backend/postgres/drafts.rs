@@ -276,6 +276,34 @@ impl Draft {
 }
 
 impl Inner {
+    /// The node of kind `kind` and bits `perm` made at `path` as inode `ino` in the daemon, if
+    /// the cache knows the parent and that the name is free: its group and bits derived from
+    /// the parent as the server derives them. The cache learns it. (For a draft or a journaled
+    /// `mkdir`: the caller holds the gate exclusively.)
+    pub(super) fn make_here(
+        &self,
+        path: &str,
+        ino: u64,
+        (perm, kind): (u32, FileKind),
+        caller: &Caller,
+    ) -> Option<Node> {
+        let Known::Dir(dir) = self.dirs.known(split_parent(path).0) else {
+            return None;
+        };
+        if self.dirs.known(path) != Known::Absent {
+            return None;
+        }
+        let now = tree::now_ns();
+        let (gid, perm) = tree::ownership((u32::from(dir.perm), dir.gid), caller, perm, kind);
+        let nlink = if kind == FileKind::Dir { 2 } else { 1 };
+        let new =
+            NewNode { ns: self.ns, kind, perm, uid: caller.uid, gid, rdev: 0, nlink, target: None, now };
+        let node = new.node(ino);
+        let ticket = self.dirs.changing();
+        self.dirs.changed(ticket, Change::Made { path, attr: &node.attr(), now }, true);
+        Some(node)
+    }
+
     /// Sends the journal and stores every draft, then answers the guard to hold while asking
     /// the server.
     pub(super) fn settled(&self) -> FsResult<Settled<'_>> {
@@ -325,29 +353,7 @@ impl Inner {
         caller: &Caller,
     ) -> Option<(Node, Arc<Slot>)> {
         let _exclusive = self.drafts.holding_back()?;
-        let (parent, _) = split_parent(path);
-        let Known::Dir(dir) = self.dirs.known(parent) else {
-            return None;
-        };
-        if self.dirs.known(path) != Known::Absent {
-            return None;
-        }
-        let now = tree::now_ns();
-        let (gid, perm) = tree::ownership((u32::from(dir.perm), dir.gid), caller, perm, FileKind::File);
-        let new = NewNode {
-            ns: self.ns,
-            kind: FileKind::File,
-            perm,
-            uid: caller.uid,
-            gid,
-            rdev: 0,
-            nlink: 1,
-            target: None,
-            now,
-        };
-        let node = new.node(ino);
-        let ticket = self.dirs.changing();
-        self.dirs.changed(ticket, Change::Made { path, attr: &node.attr(), now }, true);
+        let node = self.make_here(path, ino, (perm, FileKind::File), caller)?;
         let draft = Draft { node: node.clone(), data: Vec::new(), path: path.to_string(), changed: false };
         let slot = Arc::new(Mutex::new(State::Draft(draft)));
         self.drafts.slots.lock().insert(ino, slot.clone());

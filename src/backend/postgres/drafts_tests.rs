@@ -366,3 +366,38 @@ fn the_journals_move_refuses_a_taken_name_and_a_gone_one() {
     assert_eq!(move_file("a", "c"), 0);
     assert_eq!(on_server(&b, "d", "c").unwrap().3, b"a");
 }
+
+#[test]
+fn a_directory_made_alone_waits_in_the_journal_and_takes_its_parents_group() {
+    let b = alone_backend();
+    b.inner.drafts.ticks_wait.store(true, Ordering::Relaxed);
+    let caller = Caller { uid: 1000, gid: 1000, ..Caller::daemon() };
+    b.mkdir("d", 0o755, &Caller::daemon()).unwrap();
+    b.setattr("d", &SetAttr { mode: Some(0o2775), gid: Some(50), ..SetAttr::default() }).unwrap();
+    b.readdir("d").unwrap();
+    let made = b.mkdir("d/e", 0o750, &caller).unwrap();
+    assert_eq!((made.perm, made.uid, made.gid, made.nlink), (0o2750, 1000, 50, 2));
+    assert_eq!(b.inner.drafts.journal.lock().len(), 1, "journaled");
+    assert_eq!(on_server(&b, "d", "e"), None);
+    assert_eq!(b.getattr("d").unwrap().nlink, 3);
+    // A file in it is a draft, stored after the directory in one round trip.
+    let (_, f) = b.create("d/e/f", 0o644, libc::O_WRONLY, &caller).unwrap();
+    assert_eq!(drafts(&b), 1);
+    f.write(0, b"in e").unwrap();
+    f.flush().unwrap();
+    assert!(b.inner.drafts.journal.lock().is_empty());
+    assert_eq!(on_server(&b, "d", "e").map(|(_, perm, ..)| perm), Some(0o2750));
+    assert_eq!(on_server(&b, "d/e", "f").unwrap().3, b"in e");
+    let mut c = Client::connect(&TestServer::shared().url(), NoTls).unwrap();
+    let ino = made.ino as i64;
+    let row = c.query_one("SELECT uid, gid, nlink FROM agentvfs.inodes WHERE ino = $1", &[&ino]).unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i32>(2)), (1000, 50, 2));
+    // Made and removed before anything asks the server: both go, in order.
+    b.mkdir("d/g", 0o755, &caller).unwrap();
+    b.rmdir("d/g").unwrap();
+    assert_eq!(b.inner.drafts.journal.lock().len(), 2);
+    let mut names: Vec<String> = b.readdir("d").unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    assert_eq!(names, ["e"]);
+    assert_eq!(on_server(&b, "d", "g"), None);
+}

@@ -12,6 +12,8 @@
 //!   knows to be free, in a directory it knows: it moves the file and replaces nothing;
 //! - `link` of such a file whose attributes the cache knows, to such a free name: it adds
 //!   the name, and the answer is the file's attributes with one more link;
+//! - `mkdir` in a directory the cache knows, of a name it knows to be free: it succeeds, and
+//!   the daemon derives the new directory's group and bits from the parent as the server does;
 //! - a `setattr` without a size of a file (not a draft) whose attributes the cache knows:
 //!   the kernel checked the caller's permission, and the change is a plain update of the
 //!   inode's row, answered with the known attributes so changed.
@@ -33,7 +35,8 @@ use super::dircache::{Change, Known};
 use super::functions::{walk_to_dir, walk_vars};
 use super::store::literal;
 use super::Inner;
-use crate::backend::{split_parent, Attr, FileKind, SetAttr, TimeSet};
+use crate::backend::tree::{self, Node};
+use crate::backend::{split_parent, Attr, Caller, FileKind, SetAttr, TimeSet};
 use crate::error::FsResult;
 
 /// Entries kept at most; a change past it flushes the journal and is made at once.
@@ -128,11 +131,37 @@ END $$;
 
 /// A name change the server has not seen yet.
 pub(super) enum Entry {
-    Unlink { path: String, now: i64 },
-    Rmdir { path: String, now: i64 },
-    Rename { from: String, to: String, now: i64, inos: Inos },
-    Link { from: String, to: String, now: i64, inos: Inos },
+    Unlink {
+        path: String,
+        now: i64,
+    },
+    Rmdir {
+        path: String,
+        now: i64,
+    },
+    Rename {
+        from: String,
+        to: String,
+        now: i64,
+        inos: Inos,
+    },
+    Link {
+        from: String,
+        to: String,
+        now: i64,
+        inos: Inos,
+    },
     Attrs(AttrsSet),
+    /// A directory made with the caller's `perm`, `uid` and `gid` (`create_at` derives the
+    /// same group and bits from its parent as the daemon answered).
+    Mkdir {
+        path: String,
+        ino: u64,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        now: i64,
+    },
 }
 
 /// The inodes of a file that moves or gains a name, and of both directories, as the cache
@@ -193,7 +222,7 @@ impl Inner {
         if !known || !matches!(self.dirs.known(split_parent(path).0), Known::Dir(_)) {
             return false;
         }
-        let now = crate::backend::tree::now_ns();
+        let now = tree::now_ns();
         let ticket = self.dirs.changing();
         self.dirs.changed(ticket, Change::Taken { path, dir, now }, true);
         let path = path.to_string();
@@ -219,7 +248,7 @@ impl Inner {
         let Some(inos) = inos.filter(|_| self.dirs.known(to) == Known::Absent) else {
             return false;
         };
-        let now = crate::backend::tree::now_ns();
+        let now = tree::now_ns();
         let ticket = self.dirs.changing();
         self.dirs.changed(ticket, Change::Moved { from, to, now, exchange: false }, true);
         self.drafts.journal(Entry::Rename { from: from.to_string(), to: to.to_string(), now, inos });
@@ -250,13 +279,24 @@ impl Inner {
         if self.dirs.known(new) != Known::Absent {
             return None;
         }
-        let now = crate::backend::tree::now_ns();
+        let now = tree::now_ns();
         attr.nlink += 1;
-        attr.ctime = crate::backend::tree::ns_to_time(now);
+        attr.ctime = tree::ns_to_time(now);
         let ticket = self.dirs.changing();
         self.dirs.changed(ticket, Change::Made { path: new, attr: &attr, now }, true);
         self.drafts.journal(Entry::Link { from: existing.to_string(), to: new.to_string(), now, inos });
         Some(attr)
+    }
+
+    /// Journals the `mkdir` of `path` as inode `ino` if its outcome is certain: the cache
+    /// knows the parent and that the name is free. The new directory's node (known empty
+    /// from now on), or `None` when it must be made at once.
+    pub(super) fn journal_mkdir(&self, path: &str, ino: u64, perm: u32, caller: &Caller) -> Option<Node> {
+        let _exclusive = self.journaling().filter(|_| !path.is_empty())?;
+        let node = self.make_here(path, ino, (perm, FileKind::Dir), caller)?;
+        let (uid, gid, now) = (caller.uid, caller.gid, node.crtime);
+        self.drafts.journal(Entry::Mkdir { path: path.to_string(), ino, perm, uid, gid, now });
+        Some(node)
     }
 
     /// Journals the `setattr` of `path` (no truncation) if its outcome is certain: the cache
@@ -269,16 +309,16 @@ impl Inner {
         }
         let _exclusive = self.journaling()?;
         let mut attr = self.dirs.file_attr(path).filter(|a| !self.drafts.holds(a.ino))?;
-        let now = crate::backend::tree::now_ns();
+        let now = tree::now_ns();
         let time = |t: Option<TimeSet>| {
             t.map(|t| match t {
                 TimeSet::Now => now,
-                TimeSet::At(at) => crate::backend::tree::time_to_ns(at),
+                TimeSet::At(at) => tree::time_to_ns(at),
             })
         };
         let (atime, mtime) = (time(changes.atime), time(changes.mtime));
         let perm = changes.mode.map(|m| m & 0o7777);
-        let to_time = crate::backend::tree::ns_to_time;
+        let to_time = tree::ns_to_time;
         attr.perm = perm.map_or(attr.perm, |p| p as u16);
         attr.uid = changes.uid.unwrap_or(attr.uid);
         attr.gid = changes.gid.unwrap_or(attr.gid);
@@ -462,6 +502,11 @@ impl Inner {
                         literal(&self.payload(super::ops::Changed::FileContent(set.ino), &set.path))
                     )
                 }
+                Call::One(Entry::Mkdir { path, ino, perm, uid, gid, now }) => format!(
+                    "SELECT out_errno FROM create_at({lock}, {ns}, {root}, {}, {ino}, 16384, {perm}, {uid}, {gid}, 0, 0, NULL::bytea, {now}, {channel}, {})",
+                    name(path),
+                    payload(path)
+                ),
                 Call::One(Entry::Unlink { .. }) => unreachable!("unlinks are grouped"),
             };
             batch.push_str(&sql);
@@ -493,6 +538,7 @@ impl Call<'_> {
             Call::One(Entry::Unlink { path, .. } | Entry::Rmdir { path, .. }) => path,
             Call::One(Entry::Rename { from, .. } | Entry::Link { from, .. }) => from,
             Call::One(Entry::Attrs(set)) => &set.path,
+            Call::One(Entry::Mkdir { path, .. }) => path,
             Call::Moved { from, .. } => from,
         }
     }

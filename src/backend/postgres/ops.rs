@@ -80,6 +80,11 @@ impl Inner {
             }
         }
         let is_dir = spec.kind == FileKind::Dir;
+        if is_dir {
+            if let Some(node) = self.journal_mkdir(path, ino, spec.perm, caller) {
+                return Ok((node, None));
+            }
+        }
         let mut new = NewNode {
             ns: self.ns,
             kind: spec.kind,
