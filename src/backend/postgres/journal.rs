@@ -1,5 +1,5 @@
-//! The journal: name changes this daemon made while alone on its namespace whose outcome it
-//! knew without asking (see `drafts` for why nobody can tell), kept in order and sent to the
+//! The journal: changes of names (and of files' attributes) this daemon made while alone on
+//! its namespace whose outcome it knew without asking (see `drafts` for why nobody can tell), kept in order and sent to the
 //! server together, in one transaction and one round trip, the next time anything asks the
 //! server (or before the lease is given up). An `rm -rf` then costs a round trip per
 //! directory (its listing, and its `rmdir`, flush what came before) instead of one per name.
@@ -18,11 +18,12 @@
 //!   the kernel checked the caller's permission, and the change is a plain update of the
 //!   inode's row, answered with the known attributes so changed.
 //!
-//! Each entry is the call of the server function the immediate change makes (`unlink_at`,
-//! `rmdir_at`, `rename_at`, `link_at`; a run of unlinks in one directory `unlink_names`; a
-//! link followed by the unlink of its first name `rename_at`; a change of attributes an
-//! update of the inode's row by its number, merged with the one before it if that was of the
-//! same file), with the time of the change. The nodes this daemon has handles on
+//! Each entry is one call of a server function, with the time of the change: `unlink_at`,
+//! `rmdir_at`, `link_at` and `create_at` (a `mkdir`), as the immediate change makes them; a
+//! run of unlinks in one directory `unlink_names`; a rename, and a link followed by the
+//! unlink of its first name, `move_file`; a change of attributes `set_attrs_of`, merged with
+//! the one before it if that was of the same file. The last two find what they change by the
+//! inodes the cache knew, not by walking paths. The nodes this daemon has handles on
 //! at the flush keep their rows, as when the change is immediate (a handle opened after the
 //! unlink, by another name of the file, makes it an orphan). An entry the server refuses all
 //! the same (possible only if another daemon changed the namespace while this one believed
