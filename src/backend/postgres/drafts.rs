@@ -42,7 +42,7 @@ use crate::backend::{split_parent, Caller, FileKind};
 use crate::error::{Errno, FsError, FsResult};
 
 /// The most bytes a draft holds.
-pub(super) const DRAFT_MAX: u64 = 1 << 20;
+pub(super) const DRAFT_MAX: u64 = 16 << 20;
 /// The most bytes all drafts hold together.
 const DRAFTS_MAX: usize = 64 << 20;
 

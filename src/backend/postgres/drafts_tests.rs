@@ -122,7 +122,7 @@ fn a_draft_that_outgrows_its_bound_is_stored_and_written_on() {
     b.mkdir("d", 0o755, &Caller::daemon()).unwrap();
     let (_, f) = b.create("d/big", 0o644, libc::O_WRONLY, &Caller::daemon()).unwrap();
     let block = vec![7u8; 256 << 10];
-    for k in 0..6u64 {
+    for k in 0..super::drafts::DRAFT_MAX / block.len() as u64 + 2 {
         f.write(k * block.len() as u64, &block).unwrap();
     }
     assert_eq!(drafts(&b), 0, "past a draft's bound the file is stored");
