@@ -342,3 +342,78 @@ fn a_rename_by_an_execute_command_survives_kill_9_once_the_tool_answered() {
     assert_eq!(read(&b.p("k/b.txt")), "renamed by a command");
     assert!(!b.p("k/a.txt").exists());
 }
+
+/// Small writes into a file already stored, on a daemon alone on its namespace, wait in the
+/// daemon until the descriptor's close (`held_writes`): meanwhile another process reads them
+/// through the mount, and once the close returned a `kill -9` loses none of them. The writes
+/// are random pieces, some overlapping, some across chunks and past the end.
+#[test]
+fn small_writes_into_a_stored_file_survive_kill_9_once_closed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let ns = namespace("held-writes");
+    let mut a = Daemon::start(&ns);
+    fs::create_dir(a.p("w")).unwrap();
+    wait_until_unlinks_wait(&a, "w");
+    let name = format!("held-{}", std::process::id());
+    let path = a.p(&format!("w/{name}"));
+    fs::write(&path, vec![b'.'; 200_000]).unwrap();
+    let model = a.scratch.path().join("model");
+    // Writes 500 pieces, says so, writes 500 more when told, closes, and leaves what the
+    // file must hold beside it.
+    let writer = "import os, random, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+model = bytearray(os.pread(fd, 1 << 20, 0))
+rnd = random.Random(19)
+def writes(n):
+    for _ in range(n):
+        off, data = rnd.randrange(0, 300_000), rnd.randbytes(rnd.randrange(1, 5000))
+        os.pwrite(fd, data, off)
+        model.extend(bytes(max(0, off + len(data) - len(model))))
+        model[off:off + len(data)] = data
+writes(500)
+open(sys.argv[2], 'wb').write(model)
+print('half', flush=True)
+sys.stdin.readline()
+writes(500)
+os.close(fd)
+open(sys.argv[2], 'wb').write(model)
+print('closed', flush=True)
+";
+    let mut child = Command::new("python3")
+        .args(["-c", writer])
+        .arg(&path)
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut said = String::new();
+    out.read_line(&mut said).unwrap();
+    assert_eq!(said, "half\n");
+    assert_eq!(stored_size(&name), 200_000, "the writes wait in the daemon");
+    let half = fs::read(&model).unwrap();
+    assert!(half.len() > 200_000);
+    assert_eq!(fs::metadata(&path).unwrap().len(), half.len() as u64);
+    assert!(fs::read(&path).unwrap() == half, "another process reads what was written");
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    said.clear();
+    out.read_line(&mut said).unwrap();
+    assert_eq!(said, "closed\n");
+    assert!(child.wait().unwrap().success());
+    a.mount.stop_with(libc::SIGKILL);
+    let b = Daemon::start(&ns);
+    assert!(fs::read(b.p(&format!("w/{name}"))).unwrap() == fs::read(&model).unwrap(), "all that was closed");
+}
+
+/// The size the test server's store holds for the file named `name` (in any namespace).
+fn stored_size(name: &str) -> i64 {
+    let mut c = postgres::Client::connect(&crate::harness::pg().url(), postgres::NoTls).unwrap();
+    let row = c.query_one(
+        "SELECT i.size FROM agentvfs.dentries d JOIN agentvfs.inodes i ON i.ino = d.child WHERE d.name = $1",
+        &[&name],
+    );
+    row.unwrap().get(0)
+}

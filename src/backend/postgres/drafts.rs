@@ -94,7 +94,7 @@ const TEXT_MAX: usize = 256 << 10;
 
 /// `data` as an SQL `bytea` literal (hexadecimal, in an escape string, so that it reads the
 /// same whatever `standard_conforming_strings` says).
-fn bytea_text(data: &[u8]) -> String {
+pub(super) fn bytea_text(data: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(data.len() * 2 + 16);
     text.push_str("E'\\\\x");
@@ -140,6 +140,9 @@ pub(super) struct Drafts {
     /// Whether this daemon holds its alone lease.
     alone: AtomicBool,
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// Files with writes in the journal (`held_writes`): how many of its entries, until they
+    /// are committed.
+    writes: Mutex<HashMap<u64, usize>>,
     /// Name changes not sent yet, in order.
     pub journal: Mutex<Vec<Entry>>,
     /// Held while the journal is sent, so that its entries reach the server in order.
@@ -196,8 +199,19 @@ impl Drafts {
     }
 
     /// Whether inode `ino` is a draft.
-    pub fn holds(&self, ino: u64) -> bool {
+    pub fn is_draft(&self, ino: u64) -> bool {
         self.slots.lock().contains_key(&ino)
+    }
+
+    /// Whether this daemon holds back something of inode `ino`'s content: it is a draft, or
+    /// has writes in the journal. (A read of it then asks the server after the journal.)
+    pub fn holds(&self, ino: u64) -> bool {
+        self.is_draft(ino) || self.writes.lock().contains_key(&ino)
+    }
+
+    /// `ino` has `more` entries of held writes in the journal.
+    pub fn writes_held(&self, ino: u64, more: usize) {
+        *self.writes.lock().entry(ino).or_default() += more;
     }
 
     /// Adds a name change to the journal (with the gate held exclusively).
@@ -220,9 +234,21 @@ impl Drafts {
         std::mem::take(&mut *self.journal.lock())
     }
 
-    /// `count` entries taken from the journal are committed.
-    pub fn sent(&self, count: usize) {
-        self.pending.fetch_sub(count, Ordering::AcqRel);
+    /// `entries` taken from the journal are committed.
+    pub fn sent(&self, entries: &[Entry]) {
+        let mut writes = self.writes.lock();
+        for entry in entries {
+            if let Entry::Write(run) = entry {
+                self.release(run.bytes());
+                if let Some(count) = writes.get_mut(&run.ino) {
+                    *count -= 1;
+                    if *count == 0 {
+                        writes.remove(&run.ino);
+                    }
+                }
+            }
+        }
+        self.pending.fetch_sub(entries.len(), Ordering::AcqRel);
     }
 
     /// Puts back entries that could not be sent, before any journaled since.

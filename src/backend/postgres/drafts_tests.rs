@@ -401,3 +401,51 @@ fn a_directory_made_alone_waits_in_the_journal_and_takes_its_parents_group() {
     assert_eq!(names, ["e"]);
     assert_eq!(on_server(&b, "d", "g"), None);
 }
+
+/// Small writes to a stored file wait in the journal (`held_writes`): the server sees none
+/// until the close, while every handle reads them and the file's attributes say them; pieces
+/// in one chunk keep their order (they overlap), a truncation in between keeps its place,
+/// and the close stores exactly what was written.
+#[test]
+fn small_writes_to_a_stored_file_wait_for_the_close_and_keep_their_order() {
+    let b = alone_backend();
+    let caller = Caller::daemon();
+    b.mkdir("d", 0o755, &caller).unwrap();
+    let (_, f) = b.create("d/f", 0o644, libc::O_WRONLY, &caller).unwrap();
+    f.write(0, &[b'a'; 70_000]).unwrap();
+    drop(f);
+    let mut model = vec![b'a'; 70_000];
+    assert_eq!(on_server(&b, "d", "f").unwrap().3, model, "stored at its close");
+
+    let f = b.open("d/f", libc::O_RDWR).unwrap();
+    let mut write = |offset: usize, data: &[u8]| {
+        f.write(offset as u64, data).unwrap();
+        if model.len() < offset + data.len() {
+            model.resize(offset + data.len(), 0);
+        }
+        model[offset..offset + data.len()].copy_from_slice(data);
+    };
+    write(65_530, b"across the chunks' edge");
+    write(10, b"first");
+    write(12, b"OVER");
+    write(100_000, b"past the end");
+    write(11, b"x");
+    assert_eq!(on_server(&b, "d", "f").unwrap().0, 70_000, "the writes wait in the daemon");
+    assert_eq!(f.getattr().unwrap().size, 100_012);
+    assert_eq!(b.getattr("d/f").unwrap().size, 100_012);
+    assert_eq!(b.open("d/f", libc::O_RDONLY).unwrap().read(0, 200_000).unwrap(), model, "another handle");
+    assert_eq!(on_server(&b, "d", "f").unwrap().3, model, "the read sent them first");
+
+    f.write(20, b"after the read").unwrap();
+    model[20..34].copy_from_slice(b"after the read");
+    b.setattr("d/f", &SetAttr { size: Some(30), ..SetAttr::default() }).unwrap();
+    model.truncate(30);
+    f.write(40, b"z").unwrap();
+    model.resize(40, 0);
+    model.push(b'z');
+    assert_eq!(on_server(&b, "d", "f").unwrap().0, 30, "the truncation went, after the write before it");
+    f.flush().unwrap();
+    let (size, _, _, content) = on_server(&b, "d", "f").unwrap();
+    assert_eq!((size, content), (41, model));
+    drop(f);
+}

@@ -1,5 +1,5 @@
 //! Open files of the postgres route. Every write is one statement, committed before it
-//! returns: it locks the inode's row, stores the chunks it touches (spliced into the stored
+//! returns (but see the end of this doc for a daemon alone on its namespace): it locks the inode's row, stores the chunks it touches (spliced into the stored
 //! ones on the server where it keeps some of their bytes) and the new size, and announces the
 //! change. Nothing is buffered, so every
 //! daemon on the namespace reads what was acknowledged; `fsync` waits until the server has it
@@ -9,7 +9,9 @@
 //! A file created while this daemon is alone may be a draft instead (see `drafts`): its
 //! handle reads, writes and changes attributes in the daemon, and stores it at the first
 //! close after a write or an attribute change (else at its last close), at `fsync`, or when
-//! it outgrows a draft.
+//! it outgrows a draft. A small write to a stored file made while alone may wait in the
+//! journal instead (see `held_writes`) until the descriptor's close or `fsync`, or anything
+//! else that asks the server.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,6 +41,11 @@ pub(super) struct PgFile {
     changed: AtomicBool,
     /// The draft this handle made, while the file is one (or was).
     draft: Option<Arc<Slot>>,
+    /// Opened while this daemon was alone: its closes are reported (see
+    /// [`OpenFile::needs_flush`]), so its small writes may be held back (`held_writes`).
+    may_hold: bool,
+    /// Writes through this handle are held back in the journal; its close sends them.
+    held: AtomicBool,
 }
 
 fn stale() -> FsError {
@@ -48,7 +55,9 @@ fn stale() -> FsError {
 impl PgFile {
     /// A handle on `ino`, already registered with [`Inner::opened`].
     pub fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, path: &str) -> PgFile {
-        PgFile { inner, ino, kind, path: path.to_string(), changed: AtomicBool::new(false), draft: None }
+        let may_hold = inner.drafts.allowed();
+        let (changed, held) = (AtomicBool::new(false), AtomicBool::new(false));
+        PgFile { inner, ino, kind, path: path.to_string(), changed, draft: None, may_hold, held }
     }
 
     /// This handle, on the draft in `slot`.
@@ -153,6 +162,11 @@ impl OpenFile for PgFile {
                 self.stored(&mut state)?;
             }
         }
+        if self.may_hold && self.inner.journal_write(self.ino, &self.path, offset, data).is_some() {
+            self.changed.store(true, Ordering::Release);
+            self.held.store(true, Ordering::Release);
+            return Ok(data.len() as u32);
+        }
         self.learning_attrs(|| self.write_at(offset, data, end)).map(|_| data.len() as u32)
     }
 
@@ -161,6 +175,9 @@ impl OpenFile for PgFile {
         // `> f` opens, then duplicates onto its output and closes the first one): the file's
         // creation waits for the last close, or anything else that stores drafts.
         self.store_draft(true)?;
+        if self.held.swap(false, Ordering::AcqRel) {
+            self.inner.flush_journal().inspect_err(|_| self.held.store(true, Ordering::Release))?;
+        }
         if !self.inner.settings.sync_on_close {
             return Ok(());
         }
@@ -178,14 +195,19 @@ impl OpenFile for PgFile {
     }
 
     fn needs_flush(&self) -> bool {
-        self.draft.is_some() || self.inner.settings.sync_on_close
+        self.draft.is_some() || self.may_hold || self.inner.settings.sync_on_close
     }
 
     fn fsync(&self, _datasync: bool) -> FsResult<()> {
         self.store_draft(false)?;
         // Also for a handle that wrote nothing: its file's creation may not be on disk yet.
+        // (The sync sends the journal first, with any writes held.)
         self.changed.store(false, Ordering::Release);
-        self.inner.sync_durable(self.ino).inspect_err(|_| self.changed.store(true, Ordering::Release))
+        let held = self.held.swap(false, Ordering::AcqRel);
+        self.inner.sync_durable(self.ino).inspect_err(|_| {
+            self.changed.store(true, Ordering::Release);
+            self.held.fetch_or(held, Ordering::AcqRel);
+        })
     }
 
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
@@ -327,6 +349,12 @@ impl Drop for PgFile {
             let mut state = slot.lock();
             if let Err(e) = self.inner.store_draft(&mut state) {
                 self.inner.drop_draft(&mut state, e);
+            }
+        }
+        // Held writes go with the last close too (they stay in the journal if it fails).
+        if self.held.load(Ordering::Acquire) {
+            if let Err(e) = self.inner.flush_journal() {
+                tracing::warn!("postgres: sending the writes to {} held while alone: {e}; they go with the next operation", crate::display::escape(&self.path));
             }
         }
         self.inner.closed(self.ino);

@@ -34,6 +34,7 @@ use std::sync::atomic::Ordering;
 
 use super::dircache::{Change, Known};
 use super::functions::{walk_to_dir, walk_vars};
+use super::held_writes::HeldWrites;
 use super::store::literal;
 use super::Inner;
 use crate::backend::tree::{self, Node};
@@ -153,6 +154,8 @@ pub(super) enum Entry {
         inos: Inos,
     },
     Attrs(AttrsSet),
+    /// Writes to a stored file (`held_writes`).
+    Write(HeldWrites),
     /// A directory made with the caller's `perm`, `uid` and `gid` (`create_at` derives the
     /// same group and bits from its parent as the daemon answered).
     Mkdir {
@@ -203,7 +206,7 @@ impl AttrsSet {
 impl Inner {
     /// The gate held exclusively for a new entry, if there is room for one (see
     /// [`Drafts::holding_back`](super::drafts::Drafts::holding_back)).
-    fn journaling(&self) -> Option<parking_lot::RwLockWriteGuard<'_, ()>> {
+    pub(super) fn journaling(&self) -> Option<parking_lot::RwLockWriteGuard<'_, ()>> {
         let exclusive = self.drafts.holding_back()?;
         (self.drafts.journal.lock().len() < JOURNAL_MAX).then_some(exclusive)
     }
@@ -335,9 +338,12 @@ impl Inner {
     }
 
     /// A poll of the listener went by: the journal goes to the server, so that a name change
-    /// waits there a poll at most (what a `kill -9` of the daemon can lose).
+    /// waits there a poll at most (what a `kill -9` of the daemon can lose). A journal of
+    /// held writes alone waits (a write is acknowledged by its descriptor's close or `fsync`
+    /// only, which send it), so that more of them share each chunk's rewrite.
     pub(super) fn journal_tick(&self) {
-        if self.drafts.journal.lock().is_empty() || self.drafts.ticks_wait.load(Ordering::Relaxed) {
+        let writes_only = self.drafts.journal.lock().iter().all(|e| matches!(e, Entry::Write(_)));
+        if writes_only || self.drafts.ticks_wait.load(Ordering::Relaxed) {
             return;
         }
         if let Err(e) = self.flush_journal() {
@@ -378,7 +384,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        self.drafts.sent(entries.len());
+        self.drafts.sent(&entries);
         let rows: Vec<_> = answers
             .iter()
             .filter_map(|m| match m {
@@ -508,6 +514,7 @@ impl Inner {
                     name(path),
                     payload(path)
                 ),
+                Call::One(Entry::Write(run)) => self.held_writes_call(run),
                 Call::One(Entry::Unlink { .. }) => unreachable!("unlinks are grouped"),
             };
             batch.push_str(&sql);
@@ -539,6 +546,7 @@ impl Call<'_> {
             Call::One(Entry::Unlink { path, .. } | Entry::Rmdir { path, .. }) => path,
             Call::One(Entry::Rename { from, .. } | Entry::Link { from, .. }) => from,
             Call::One(Entry::Attrs(set)) => &set.path,
+            Call::One(Entry::Write(run)) => &run.path,
             Call::One(Entry::Mkdir { path, .. }) => path,
             Call::Moved { from, .. } => from,
         }

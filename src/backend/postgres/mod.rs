@@ -10,9 +10,12 @@
 //!
 //! Every operation is one transaction committed before it returns, file writes included, so
 //! what a call acknowledged survives a `kill -9` of the daemon and is seen by every other
-//! daemon at once. The exception is a file created while this daemon is alone on its
-//! namespace (`drafts`): nobody else can look, so it stays in the daemon until its close or
-//! until anyone could tell, and then goes to the server in one call. Commits do not wait for the server's disk; `fsync` and `fsyncdir` do
+//! daemon at once. The exceptions are made while this daemon is alone on its namespace, when
+//! nobody else can look: a file created then (`drafts`) stays in the daemon until its close
+//! or until anyone could tell, and then goes to the server in one call; known name changes
+//! (`journal`) and small writes to stored files (`held_writes`) wait, in order, until the
+//! next operation that asks the server (a close of a descriptor that wrote, among them).
+//! Commits do not wait for the server's disk; `fsync` and `fsyncdir` do
 //! (`Inner::sync_durable`), and so does the `close` of a descriptor that wrote, with the
 //! route's `sync_on_close`. Name changes (create, link,
 //! unlink, rmdir, rename) of one namespace take a transaction-scoped advisory lock, so that
@@ -33,6 +36,7 @@ mod drafts_tests;
 mod file;
 mod functions;
 mod handles;
+mod held_writes;
 mod journal;
 mod langgraph;
 mod notify;

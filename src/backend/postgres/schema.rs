@@ -25,6 +25,7 @@ fn migrations() -> Vec<Cow<'static, str>> {
     all.push(Cow::Borrowed(super::drafts::MIGRATION));
     all.push(Cow::Borrowed(super::journal::MIGRATION));
     all.push(Cow::Borrowed(super::journal::MOVES_MIGRATION));
+    all.push(Cow::Borrowed(super::held_writes::MIGRATION));
     all
 }
 
