@@ -94,16 +94,21 @@ const TEXT_MAX: usize = 256 << 10;
 
 /// `data` as an SQL `bytea` literal (hexadecimal, in an escape string, so that it reads the
 /// same whatever `standard_conforming_strings` says).
-pub(super) fn bytea_text(data: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+fn bytea_text(data: &[u8]) -> String {
     let mut text = String::with_capacity(data.len() * 2 + 16);
+    push_bytea_text(&mut text, data);
+    text
+}
+
+/// Appends [`bytea_text`] of `data` to `text`.
+pub(super) fn push_bytea_text(text: &mut String, data: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     text.push_str("E'\\\\x");
     for &b in data {
         text.push(HEX[usize::from(b >> 4)] as char);
         text.push(HEX[usize::from(b & 15)] as char);
     }
     text.push_str("'::bytea");
-    text
 }
 
 /// A file not yet on the server.
@@ -153,6 +158,8 @@ pub(super) struct Drafts {
     pending: AtomicUsize,
     /// Bytes all drafts hold.
     bytes: AtomicUsize,
+    /// Bytes of writes held in the journal (`held_writes`).
+    pub held_bytes: AtomicUsize,
 }
 
 /// Held while an operation asks the server: no draft is made meanwhile.
@@ -239,7 +246,7 @@ impl Drafts {
         let mut writes = self.writes.lock();
         for entry in entries {
             if let Entry::Write(run) = entry {
-                self.release(run.bytes());
+                self.held_bytes.fetch_sub(run.bytes(), Ordering::AcqRel);
                 if let Some(count) = writes.get_mut(&run.ino) {
                     *count -= 1;
                     if *count == 0 {

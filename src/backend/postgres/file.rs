@@ -1,10 +1,11 @@
 //! Open files of the postgres route. Every write is one statement, committed before it
-//! returns (but see the end of this doc for a daemon alone on its namespace): it locks the inode's row, stores the chunks it touches (spliced into the stored
-//! ones on the server where it keeps some of their bytes) and the new size, and announces the
-//! change. Nothing is buffered, so every
-//! daemon on the namespace reads what was acknowledged; `fsync` waits until the server has it
-//! on disk, and so does the `close` of a descriptor that changed the file with the route's
-//! `sync_on_close` (without it, a close has nothing to do and the kernel does not ask).
+//! returns (but see the end of this doc for a daemon alone on its namespace): it locks the
+//! inode's row, stores the chunks it touches (spliced into the stored ones on the server where
+//! it keeps some of their bytes) and the new size, and announces the change. Nothing is
+//! buffered, so every daemon on the namespace reads what was acknowledged; `fsync` waits
+//! until the server has it on disk, and so does the `close` of a descriptor that changed the
+//! file with the route's `sync_on_close` (without it, a close has nothing to do and the kernel
+//! does not ask, unless the descriptor was opened while alone).
 //!
 //! A file created while this daemon is alone may be a draft instead (see `drafts`): its
 //! handle reads, writes and changes attributes in the daemon, and stores it at the first

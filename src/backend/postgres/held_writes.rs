@@ -1,6 +1,6 @@
 //! Held writes: small writes to a stored file while this daemon is alone on its namespace,
 //! kept in the journal (see `journal`) instead of one committed call of `write_spans` each.
-//! A run of them on one file (up to 16 MiB) is one entry, sent as one call of `write_runs`
+//! A run of them on one file is one entry, sent as one call of `write_runs`
 //! that rewrites each chunk it touches once, with the journal's other changes, in order: the
 //! next time anything asks the server, or at the close or `fsync` of a descriptor that wrote
 //! them (the listener's poll sends them only along with other changes). 65,536 random 4 KiB
@@ -16,11 +16,14 @@
 //!   them before it returns, as `fsync` does. A write not followed by either was never
 //!   acknowledged.
 //! - **Memory.** A write of more than [`HOLD_MAX`] bytes goes at once (it is one call
-//!   anyway), and held writes count against the drafts' bound: past it, a write goes at once,
-//!   after the journal.
+//!   anyway), and held writes hold at most [`HELD_MAX`] bytes together: past it, a write goes
+//!   at once, after the journal.
 
-use super::drafts::bytea_text;
+use std::sync::atomic::Ordering;
+
+use super::drafts::push_bytea_text;
 use super::ops::Changed;
+use super::store::literal;
 use super::Inner;
 use crate::backend::chunks;
 use crate::backend::tree;
@@ -28,8 +31,10 @@ use crate::backend::Attr;
 
 /// The largest write held back.
 pub(super) const HOLD_MAX: usize = 64 << 10;
-/// The most bytes one entry holds (a run past it goes on in a new entry).
-const ENTRY_MAX: usize = 16 << 20;
+/// The most bytes all held writes hold together: the journal goes as SQL text, twice their
+/// size (hexadecimal), of which the client library makes a copy, so this bounds what sending
+/// it costs the daemon's memory.
+const HELD_MAX: usize = 16 << 20;
 
 /// Migration 10: `write_runs(node, idxs, withins, datas, new_end, now_ns, channel, payload)`,
 /// a run of held writes in one call that rewrites each chunk it touches once.
@@ -116,12 +121,8 @@ impl HeldWrites {
     }
 
     /// Adds a later write of `data` at `offset`, if the entry has room for it.
-    pub fn add(&mut self, offset: u64, data: &[u8], now: i64) -> bool {
-        if self.data.len() + data.len() > ENTRY_MAX {
-            return false;
-        }
+    pub fn add(&mut self, offset: u64, data: &[u8], now: i64) {
         self.push(offset, data, now);
-        true
     }
 
     fn push(&mut self, offset: u64, data: &[u8], now: i64) {
@@ -141,7 +142,7 @@ impl HeldWrites {
         self.now = self.now.max(now);
     }
 
-    /// The bytes the entry holds (counted against the drafts' bound).
+    /// The bytes the entry holds (counted against [`HELD_MAX`]).
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
@@ -162,7 +163,8 @@ impl Inner {
             return None;
         }
         let mut attr = self.dirs.attr_of(ino)?;
-        if !drafts.reserve(data.len()) {
+        if drafts.held_bytes.fetch_add(data.len(), Ordering::AcqRel) + data.len() > HELD_MAX {
+            drafts.held_bytes.fetch_sub(data.len(), Ordering::AcqRel);
             return None;
         }
         let now = tree::now_ns();
@@ -178,9 +180,12 @@ impl Inner {
         Some(attr)
     }
 
-    /// The journal's call for `run`: [`write_runs`](MIGRATION), its pieces sorted by chunk
-    /// (those of one chunk stay in order: they may overlap).
-    pub(super) fn held_writes_call(&self, run: &HeldWrites) -> String {
+    /// Appends the journal's call for `run` to `batch`: [`write_runs`](MIGRATION), its pieces
+    /// sorted by chunk (those of one chunk stay in order: they may overlap). Written in place:
+    /// the text is twice the size of the data.
+    pub(super) fn push_held_writes_call(&self, batch: &mut String, run: &HeldWrites) {
+        use std::fmt::Write;
+        batch.reserve_exact(run.data.len() * 2 + run.spans.len() * 40 + 200);
         let mut pieces = Vec::with_capacity(run.spans.len());
         let mut from = 0;
         for &(idx, within, len) in &run.spans {
@@ -188,20 +193,27 @@ impl Inner {
             from += len;
         }
         pieces.sort_by_key(|&(idx, _, _)| idx);
-        let idxs: Vec<String> = pieces.iter().map(|(idx, _, _)| idx.to_string()).collect();
-        let withins: Vec<String> = pieces.iter().map(|(_, within, _)| within.to_string()).collect();
-        let datas: Vec<String> = pieces.iter().map(|(_, _, data)| bytea_text(data)).collect();
-        let payload = super::store::literal(&self.payload(Changed::FileContent(run.ino), &run.path));
-        format!(
-            "SELECT write_runs({}, ARRAY[{}]::bigint[], ARRAY[{}]::integer[], ARRAY[{}]::bytea[], {}, {}, {}, {payload})",
-            run.ino,
-            idxs.join(","),
-            withins.join(","),
-            datas.join(","),
-            run.end,
-            run.now,
-            super::store::literal(&self.channel),
-        )
+        let list = |batch: &mut String, item: &dyn Fn(&mut String, usize)| {
+            batch.push_str("ARRAY[");
+            for k in 0..pieces.len() {
+                if k > 0 {
+                    batch.push(',');
+                }
+                item(batch, k);
+            }
+        };
+        let _ = write!(batch, "SELECT write_runs({}, ", run.ino);
+        list(batch, &|b, k| {
+            let _ = write!(b, "{}", pieces[k].0);
+        });
+        batch.push_str("]::bigint[], ");
+        list(batch, &|b, k| {
+            let _ = write!(b, "{}", pieces[k].1);
+        });
+        batch.push_str("]::integer[], ");
+        list(batch, &|b, k| push_bytea_text(b, pieces[k].2));
+        let payload = literal(&self.payload(Changed::FileContent(run.ino), &run.path));
+        let _ = write!(batch, "]::bytea[], {}, {}, {}, {payload})", run.end, run.now, literal(&self.channel));
     }
 }
 
@@ -213,7 +225,8 @@ impl super::drafts::Drafts {
         {
             let mut journal = self.journal.lock();
             if let Some(Entry::Write(last)) = journal.last_mut() {
-                if last.ino == ino && last.add(offset, data, now) {
+                if last.ino == ino {
+                    last.add(offset, data, now);
                     return;
                 }
             }

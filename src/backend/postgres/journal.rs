@@ -514,7 +514,11 @@ impl Inner {
                     name(path),
                     payload(path)
                 ),
-                Call::One(Entry::Write(run)) => self.held_writes_call(run),
+                Call::One(Entry::Write(run)) => {
+                    self.push_held_writes_call(&mut batch, run);
+                    batch.push_str(";\n");
+                    continue;
+                }
                 Call::One(Entry::Unlink { .. }) => unreachable!("unlinks are grouped"),
             };
             batch.push_str(&sql);
