@@ -93,13 +93,19 @@ fn operations_that_ask_the_server_store_the_drafts_first() {
     drop((f, g, j));
 }
 
+/// A backend alone on a namespace of its own (which it answers too), with a directory `d`.
+fn alone_with_a_directory() -> (String, PostgresBackend) {
+    let ns = super::tests::fresh_namespace();
+    let b = backend(&ns);
+    wait_until_alone(&b);
+    b.mkdir("d", 0o755, &Caller::daemon()).unwrap();
+    (ns, b)
+}
+
 #[test]
 fn a_daemon_that_joins_sees_a_file_still_open_on_the_quiet_one() {
-    let ns = super::tests::fresh_namespace();
-    let first = backend(&ns);
-    wait_until_alone(&first);
+    let (ns, first) = alone_with_a_directory();
     let caller = Caller::daemon();
-    first.mkdir("d", 0o755, &caller).unwrap();
     let (_, f) = first.create("d/f", 0o644, libc::O_WRONLY, &caller).unwrap();
     f.write(0, b"open still").unwrap();
     assert_eq!(drafts(&first), 1);
@@ -447,5 +453,26 @@ fn small_writes_to_a_stored_file_wait_for_the_close_and_keep_their_order() {
     f.flush().unwrap();
     let (size, _, _, content) = on_server(&b, "d", "f").unwrap();
     assert_eq!((size, content), (41, model));
+    drop(f);
+}
+
+/// A daemon that joins reads the writes the quiet one held for a descriptor still open, and
+/// the quiet one holds none back from then on (each write is on the server when it returns).
+#[test]
+fn a_daemon_that_joins_reads_the_writes_held_for_an_open_file() {
+    let (ns, first) = alone_with_a_directory();
+    let caller = Caller::daemon();
+    let (_, f) = first.create("d/f", 0o644, libc::O_WRONLY, &caller).unwrap();
+    f.write(0, b"stored").unwrap();
+    drop(f);
+    let f = first.open("d/f", libc::O_WRONLY).unwrap();
+    f.write(0, b"STO").unwrap();
+    assert_eq!(on_server(&first, "d", "f").unwrap().3, b"stored", "held");
+
+    let second = backend(&ns);
+    assert!(!first.inner.drafts.allowed());
+    assert_eq!(second.open("d/f", libc::O_RDONLY).unwrap().read(0, 100).unwrap(), b"STOred");
+    f.write(6, b"!").unwrap();
+    assert_eq!(second.open("d/f", libc::O_RDONLY).unwrap().read(0, 100).unwrap(), b"STOred!");
     drop(f);
 }
