@@ -197,17 +197,34 @@ fn data_that_cannot_be_stored_at_close_is_dropped_loudly_and_the_view_follows() 
     let cfg = sqlite_config(work.path(), &database, "");
     let mount = Mount::start(&cfg, &work.path().join("mnt"));
     fs::write(mount.path("/db/held"), "old\n").unwrap();
-    let mut file = fs::OpenOptions::new().write(true).truncate(true).open(mount.path("/db/held")).unwrap();
-    file.write_all(&vec![b'n'; 4 << 20]).unwrap();
-    // Another program fills the disk before the close. (Written from here: a child process
-    // would inherit the open file, and its exec's close would commit the buffer first.)
+    // A program writes, another one fills the disk, then the first closes. All in one child
+    // process that starts no other: a descriptor of the file inherited by any process (as the
+    // processes other tests of this one start would inherit it from here) is closed at its
+    // exec, which would commit the buffer first.
     let filler = disk.0.join("filler");
-    let mut fill = fs::File::create(&filler).unwrap();
-    while fill.write_all(&[0u8; 1 << 16]).is_ok() {}
-    drop(fill);
-    let fd = std::os::fd::IntoRawFd::into_raw_fd(file);
-    let closed = unsafe { libc::close(fd) };
-    assert_eq!((closed, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENOSPC)));
+    let script = "import errno, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b'n' * (4 << 20))
+fill = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT, 0o644)
+try:
+    while os.write(fill, bytes(1 << 16)):
+        pass
+except OSError:
+    pass
+os.close(fill)
+try:
+    os.close(fd)
+    print('closed')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(mount.path("/db/held"))
+        .arg(&filler)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ENOSPC\n", "{}", String::from_utf8_lossy(&out.stderr));
     crate::harness::soon("the error is logged with the file's name", || {
         mount
             .log_text()
