@@ -216,9 +216,9 @@ impl Drafts {
         self.is_draft(ino) || self.writes.lock().contains_key(&ino)
     }
 
-    /// `ino` has `more` entries of held writes in the journal.
-    pub fn writes_held(&self, ino: u64, more: usize) {
-        *self.writes.lock().entry(ino).or_default() += more;
+    /// `ino` has one more entry of held writes in the journal.
+    pub fn writes_held(&self, ino: u64) {
+        *self.writes.lock().entry(ino).or_default() += 1;
     }
 
     /// Adds a name change to the journal (with the gate held exclusively).

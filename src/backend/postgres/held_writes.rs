@@ -120,12 +120,8 @@ impl HeldWrites {
         run
     }
 
-    /// Adds a later write of `data` at `offset`, if the entry has room for it.
-    pub fn add(&mut self, offset: u64, data: &[u8], now: i64) {
-        self.push(offset, data, now);
-    }
-
-    fn push(&mut self, offset: u64, data: &[u8], now: i64) {
+    /// Adds a later write of `data` at `offset`, made at `now`.
+    pub fn push(&mut self, offset: u64, data: &[u8], now: i64) {
         for span in chunks::spans(offset, data.len() as u64) {
             let piece = &data[span.from..][..span.len];
             // A write that goes on where the last one ended, in the same chunk, extends it: a
@@ -218,20 +214,20 @@ impl Inner {
 }
 
 impl super::drafts::Drafts {
-    /// Adds a held write to the journal (with the gate held exclusively, its bytes reserved):
-    /// to the last entry if that is a run of writes to the same file with room.
+    /// Adds a held write to the journal (with the gate held exclusively, its bytes counted):
+    /// to the last entry if that is a run of writes to the same file.
     pub fn journal_write(&self, ino: u64, path: &str, offset: u64, data: &[u8], now: i64) {
         use super::journal::Entry;
         {
             let mut journal = self.journal.lock();
             if let Some(Entry::Write(last)) = journal.last_mut() {
                 if last.ino == ino {
-                    last.add(offset, data, now);
+                    last.push(offset, data, now);
                     return;
                 }
             }
         }
-        self.writes_held(ino, 1);
+        self.writes_held(ino);
         self.journal(Entry::Write(HeldWrites::new(ino, path, offset, data, now)));
     }
 }
