@@ -216,20 +216,16 @@ impl Drafts {
         self.is_draft(ino) || self.writes.lock().contains_key(&ino)
     }
 
-    /// `ino` has one more entry of held writes in the journal.
-    pub fn writes_held(&self, ino: u64) {
-        *self.writes.lock().entry(ino).or_default() += 1;
-    }
-
     /// Adds a name change to the journal (with the gate held exclusively).
     pub fn journal(&self, entry: Entry) {
         let mut journal = self.journal.lock();
-        // A change of attributes right after one of the same file's is merged into it.
-        if let (Entry::Attrs(new), Some(Entry::Attrs(last))) = (&entry, journal.last_mut()) {
-            if last.ino == new.ino {
-                last.merge(new);
-                return;
-            }
+        // A change of attributes, or a held write, right after one of the same file's is
+        // merged into it.
+        match (&entry, journal.last_mut()) {
+            (Entry::Attrs(new), Some(Entry::Attrs(last))) if last.ino == new.ino => return last.merge(new),
+            (Entry::Write(new), Some(Entry::Write(last))) if last.ino == new.ino => return last.append(new),
+            (Entry::Write(new), _) => *self.writes.lock().entry(new.ino).or_default() += 1,
+            _ => {}
         }
         journal.push(entry);
         self.pending.fetch_add(1, Ordering::AcqRel);

@@ -414,10 +414,8 @@ fn a_directory_made_alone_waits_in_the_journal_and_takes_its_parents_group() {
 /// and the close stores exactly what was written.
 #[test]
 fn small_writes_to_a_stored_file_wait_for_the_close_and_keep_their_order() {
-    let b = alone_backend();
-    let caller = Caller::daemon();
-    b.mkdir("d", 0o755, &caller).unwrap();
-    let (_, f) = b.create("d/f", 0o644, libc::O_WRONLY, &caller).unwrap();
+    let (_, b) = alone_with_a_directory();
+    let (_, f) = b.create("d/f", 0o644, libc::O_WRONLY, &Caller::daemon()).unwrap();
     f.write(0, &[b'a'; 70_000]).unwrap();
     drop(f);
     let mut model = vec![b'a'; 70_000];

@@ -22,6 +22,7 @@
 use std::sync::atomic::Ordering;
 
 use super::drafts::push_bytea_text;
+use super::journal::Entry;
 use super::ops::Changed;
 use super::store::literal;
 use super::Inner;
@@ -120,22 +121,38 @@ impl HeldWrites {
         run
     }
 
-    /// Adds a later write of `data` at `offset`, made at `now`.
-    pub fn push(&mut self, offset: u64, data: &[u8], now: i64) {
+    /// Adds the writes of `later`, made after these to the same file.
+    pub fn append(&mut self, later: &HeldWrites) {
+        let mut from = 0;
+        for &(idx, within, len) in &later.spans {
+            self.push_piece((idx, within, len), &later.data[from..][..len]);
+            from += len;
+        }
+        self.end = self.end.max(later.end);
+        self.now = self.now.max(later.now);
+    }
+
+    fn push(&mut self, offset: u64, data: &[u8], now: i64) {
         for span in chunks::spans(offset, data.len() as u64) {
-            let piece = &data[span.from..][..span.len];
-            // A write that goes on where the last one ended, in the same chunk, extends it: a
-            // sequential run rewrites each chunk once.
-            match self.spans.last_mut() {
-                Some((idx, within, len)) if *idx == span.idx && *within + *len == span.within => {
-                    *len += span.len
-                }
-                _ => self.spans.push((span.idx, span.within, span.len)),
-            }
-            self.data.extend_from_slice(piece);
+            self.push_piece((span.idx, span.within, span.len), &data[span.from..][..span.len]);
         }
         self.end = self.end.max(offset + data.len() as u64);
         self.now = self.now.max(now);
+    }
+
+    /// Adds `bytes`, the piece (chunk, offset in it, length) of a later write.
+    fn push_piece(&mut self, (idx, within, len): (u64, usize, usize), bytes: &[u8]) {
+        // A piece that goes on where the last one ended, in the same chunk, extends it: a
+        // sequential run rewrites each chunk once.
+        match self.spans.last_mut() {
+            Some((last_idx, last_within, last_len))
+                if *last_idx == idx && *last_within + *last_len == within =>
+            {
+                *last_len += len
+            }
+            _ => self.spans.push((idx, within, len)),
+        }
+        self.data.extend_from_slice(bytes);
     }
 
     /// The bytes the entry holds (counted against [`HELD_MAX`]).
@@ -172,7 +189,7 @@ impl Inner {
         attr.ctime = attr.ctime.max(attr.mtime);
         let ticket = self.dirs.changing();
         self.dirs.changed(ticket, super::dircache::Change::NodeAttrs { attr: &attr }, true);
-        drafts.journal_write(ino, path, offset, data, now);
+        drafts.journal(Entry::Write(HeldWrites::new(ino, path, offset, data, now)));
         Some(attr)
     }
 
@@ -189,45 +206,27 @@ impl Inner {
             from += len;
         }
         pieces.sort_by_key(|&(idx, _, _)| idx);
-        let list = |batch: &mut String, item: &dyn Fn(&mut String, usize)| {
-            batch.push_str("ARRAY[");
-            for k in 0..pieces.len() {
-                if k > 0 {
-                    batch.push(',');
-                }
-                item(batch, k);
-            }
-        };
-        let _ = write!(batch, "SELECT write_runs({}, ", run.ino);
-        list(batch, &|b, k| {
-            let _ = write!(b, "{}", pieces[k].0);
+        let _ = write!(batch, "SELECT write_runs({}, ARRAY[", run.ino);
+        push_list(batch, &pieces, |b, p| {
+            let _ = write!(b, "{}", p.0);
         });
-        batch.push_str("]::bigint[], ");
-        list(batch, &|b, k| {
-            let _ = write!(b, "{}", pieces[k].1);
+        batch.push_str("]::bigint[], ARRAY[");
+        push_list(batch, &pieces, |b, p| {
+            let _ = write!(b, "{}", p.1);
         });
-        batch.push_str("]::integer[], ");
-        list(batch, &|b, k| push_bytea_text(b, pieces[k].2));
+        batch.push_str("]::integer[], ARRAY[");
+        push_list(batch, &pieces, |b, p| push_bytea_text(b, p.2));
         let payload = literal(&self.payload(Changed::FileContent(run.ino), &run.path));
         let _ = write!(batch, "]::bytea[], {}, {}, {}, {payload})", run.end, run.now, literal(&self.channel));
     }
 }
 
-impl super::drafts::Drafts {
-    /// Adds a held write to the journal (with the gate held exclusively, its bytes counted):
-    /// to the last entry if that is a run of writes to the same file.
-    pub fn journal_write(&self, ino: u64, path: &str, offset: u64, data: &[u8], now: i64) {
-        use super::journal::Entry;
-        {
-            let mut journal = self.journal.lock();
-            if let Some(Entry::Write(last)) = journal.last_mut() {
-                if last.ino == ino {
-                    last.push(offset, data, now);
-                    return;
-                }
-            }
+/// Appends `item` of each of `items` to `batch`, separated by commas.
+fn push_list<T>(batch: &mut String, items: &[T], mut item: impl FnMut(&mut String, &T)) {
+    for (k, x) in items.iter().enumerate() {
+        if k > 0 {
+            batch.push(',');
         }
-        self.writes_held(ino);
-        self.journal(Entry::Write(HeldWrites::new(ino, path, offset, data, now)));
+        item(batch, x);
     }
 }

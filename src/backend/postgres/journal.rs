@@ -16,7 +16,8 @@
 //!   the daemon derives the new directory's group and bits from the parent as the server does;
 //! - a `setattr` without a size of a file (not a draft) whose attributes the cache knows:
 //!   the kernel checked the caller's permission, and the change is a plain update of the
-//!   inode's row, answered with the known attributes so changed.
+//!   inode's row, answered with the known attributes so changed;
+//! - a small write to a stored file whose attributes the cache knows (see `held_writes`).
 //!
 //! Each entry is one call of a server function, with the time of the change: `unlink_at`,
 //! `rmdir_at`, `link_at` and `create_at` (a `mkdir`), as the immediate change makes them; a
