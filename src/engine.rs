@@ -144,6 +144,9 @@ pub struct Engine {
     /// Names the kernel asked the FUSE door for because it had not cached them (present or
     /// absent): how well its caches work, shown by `status`.
     pub fuse_lookups: std::sync::atomic::AtomicU64,
+    /// Directory listings the FUSE door took because the kernel had none cached: shown by
+    /// `status`.
+    pub fuse_listings: std::sync::atomic::AtomicU64,
     /// Files open through the FUSE door now: opened, and not yet released by the kernel (which
     /// releases a file shortly after its last descriptor is closed). Shown by `status`.
     pub fuse_open_files: std::sync::atomic::AtomicU64,
@@ -172,6 +175,7 @@ impl Engine {
             names: parking_lot::RwLock::new(()),
             observer: std::sync::OnceLock::new(),
             fuse_lookups: Default::default(),
+            fuse_listings: Default::default(),
             fuse_open_files: Default::default(),
             fuse_rings: std::sync::OnceLock::new(),
             host_change_events: std::sync::OnceLock::new(),

@@ -43,9 +43,20 @@ impl FuseDoor {
         if let Some(entries) = dir.entries.get() {
             return Ok(entries);
         }
-        let listed = self.engine.readdir(caller, &dir.path)?;
+        let listed = self.take_listing(caller, &dir.path)?;
         // Two first readdirs at once: one listing wins, and both serve it.
         Ok(dir.entries.get_or_init(|| listed))
+    }
+
+    /// Lists `path` for the kernel, counted (`status` shows how often the kernel had no
+    /// listing of its own to serve).
+    pub(super) fn take_listing(
+        &self,
+        caller: &crate::engine::Ctx,
+        path: &VPath,
+    ) -> crate::error::FsResult<Vec<DirEntry>> {
+        self.engine.fuse_listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.engine.readdir(caller, path)
     }
 
     /// `readdir`: the names of the listing `fh` took, from `offset` on.

@@ -534,7 +534,7 @@ impl Filesystem for FuseDoor {
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.inodes.path(ino.0)?;
             if d.engine.listing_may_ask() {
-                return Ok(DirHandle::listed(p.clone(), d.engine.readdir(c, &p)?));
+                return Ok(DirHandle::listed(p.clone(), d.take_listing(c, &p)?));
             }
             d.engine.opendir(c, &p)?;
             Ok(DirHandle::new(p))
@@ -544,12 +544,15 @@ impl Filesystem for FuseDoor {
                 let fh = d.next_handle.fetch_add(1, Ordering::Relaxed);
                 // Where names are cached long (the daemon tells the kernel about every change),
                 // the kernel may keep the listing too and answer the next `readdir` itself.
-                // Local changes through the mount reset it.
+                // Local changes through the mount reset it. A directory whose files were read
+                // since it was listed is listed afresh (without KEEP_CACHE the kernel drops
+                // its copy), and that listing is cached again: left uncached, the next
+                // `opendir` would list the directory once more for nothing.
                 let refresh = d.read_since_listed.lock().remove(&ino.0);
-                let flags = if d.engine.ttl(&dir.path) >= LONG_TTL && !refresh {
-                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
+                let flags = match (d.engine.ttl(&dir.path) >= LONG_TTL, refresh) {
+                    (true, false) => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+                    (true, true) => FopenFlags::FOPEN_CACHE_DIR,
+                    (false, _) => FopenFlags::empty(),
                 };
                 d.dirs.write().insert(fh, Arc::new(dir));
                 reply.opened(FileHandle(fh), flags)

@@ -112,34 +112,76 @@ fn nested_host_roots_see_each_others_changes() {
     });
 }
 
-/// The names the kernel asked the daemon for since it started (`status` counts them).
-fn fuse_lookups(fx: &Fixture) -> u64 {
-    crate::harness::status(fx)["counters"]["fuse_lookups"].as_u64().unwrap()
+/// One of the counters `status` shows: `fuse_lookups` (names the kernel asked the daemon
+/// for) or `fuse_listings` (listings the daemon took for the kernel), since the start.
+fn counter(fx: &Fixture, name: &str) -> u64 {
+    crate::harness::status(fx)["counters"][name].as_u64().unwrap()
+}
+
+/// A fixture whose host route caches names for an hour (as the kernel may then keep
+/// listings too).
+fn long_lived_host() -> Fixture {
+    Fixture::with_config("", |text| {
+        text.replacen("backend = \"host\"\n", "backend = \"host\"\ncache_ttl_seconds = 3600\n", 1)
+    })
 }
 
 /// What the caches save, counted: a missing name is asked for once, and a file written through
 /// the mount keeps its cached name although the watcher hears of the write.
 #[test]
 fn cached_names_stay_cached() {
-    let fx = Fixture::with_config("", |text| {
-        text.replacen("backend = \"host\"\n", "backend = \"host\"\ncache_ttl_seconds = 3600\n", 1)
-    });
+    let fx = long_lived_host();
     fs::create_dir(fx.p("/host/d")).unwrap();
     for dir in ["/host/d", "/mem"] {
         let missing = fx.p(&format!("{dir}/missing"));
-        let before = fuse_lookups(&fx);
+        let before = counter(&fx, "fuse_lookups");
         for _ in 0..3 {
             assert!(!missing.exists());
         }
-        assert_eq!(fuse_lookups(&fx) - before, 1, "{dir}: one lookup for three probes");
+        assert_eq!(counter(&fx, "fuse_lookups") - before, 1, "{dir}: one lookup for three probes");
     }
     let written = fx.p("/host/d/written");
     fs::write(&written, "through the mount").unwrap();
     // Let the watcher see the write (it reads events every 5 ms).
     std::thread::sleep(Duration::from_millis(200));
-    let before = fuse_lookups(&fx);
+    let before = counter(&fx, "fuse_lookups");
     assert_eq!(fs::metadata(&written).unwrap().len(), 17);
-    assert_eq!(fuse_lookups(&fx) - before, 0, "the written file's name was invalidated");
+    assert_eq!(counter(&fx, "fuse_lookups") - before, 0, "the written file's name was invalidated");
+}
+
+/// Reads through passthrough make the kernel distrust the files' attributes, so their
+/// directory is listed afresh once (one request refreshes every entry); that listing is
+/// cached again, so the listing after it asks the daemon for nothing.
+#[test]
+fn a_directory_listed_afresh_after_reads_is_cached_again() {
+    let fx = long_lived_host();
+    let dir = fx.p("/host/listed");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..5 {
+        fs::write(dir.join(format!("f{i}")), format!("file {i}")).unwrap();
+    }
+    let names = || {
+        let mut names: Vec<String> =
+            fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
+    let expected: Vec<String> = (0..5).map(|i| format!("f{i}")).collect();
+    assert_eq!(names(), expected);
+    let before = counter(&fx, "fuse_listings");
+    assert_eq!(names(), expected);
+    assert_eq!(counter(&fx, "fuse_listings") - before, 0, "a listing the kernel keeps");
+    for i in 0..5 {
+        assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("file {i}"));
+    }
+    // The kernel releases the files shortly after their close.
+    soon("the files read are released", || open_files(&fx) == 0);
+    let before = counter(&fx, "fuse_listings");
+    assert_eq!(names(), expected);
+    assert_eq!(counter(&fx, "fuse_listings") - before, 1, "listed afresh after its files were read");
+    assert_eq!(fs::metadata(dir.join("f3")).unwrap().len(), 6);
+    assert_eq!(names(), expected);
+    assert_eq!(counter(&fx, "fuse_listings") - before, 1, "the fresh listing was kept");
 }
 
 fn host_change_events(fx: &Fixture) -> u64 {
