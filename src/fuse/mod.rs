@@ -15,7 +15,7 @@ pub mod ring;
 pub mod ring_guard;
 mod unsupported;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -30,7 +30,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 
 use crate::backend::{Attr, SetAttr};
 use crate::engine::{Ctx, Engine};
@@ -53,11 +53,8 @@ pub struct FuseDoor {
     dirs: Arc<RwLock<HashMap<u64, Arc<DirHandle>>>>,
     next_handle: Arc<AtomicU64>,
     passthrough: Arc<Passthrough>,
-    /// Directories with files read through passthrough since they were last listed. Such a
-    /// read makes the kernel distrust the file's cached atime, so the next `stat` would cost
-    /// a request per file; listing these directories afresh (readdirplus, not the kernel's
-    /// cached listing) refreshes all their attributes in one go instead.
-    read_since_listed: Arc<Mutex<HashSet<u64>>>,
+    /// Which directories to list afresh for the attributes passthrough reads made stale.
+    reads_since_listed: Arc<listing::ReadsSinceListed>,
     options: DoorOptions,
     /// Whether `init` got the kernel to offer FUSE over io_uring (see [`ring`]).
     ring_negotiated: Arc<AtomicBool>,
@@ -101,7 +98,7 @@ impl FuseDoor {
             dirs: Arc::new(RwLock::new(HashMap::new())),
             next_handle: Arc::new(AtomicU64::new(1)),
             passthrough: Arc::default(),
-            read_since_listed: Arc::default(),
+            reads_since_listed: Arc::default(),
             options,
             ring_negotiated: Arc::default(),
             expire_only: Arc::default(),
@@ -503,11 +500,7 @@ impl Filesystem for FuseDoor {
             self.passthrough.release(f.ino);
             if !f.handle.writable {
                 if let Some(dir) = self.inodes.ino_of(&f.handle.path.parent()) {
-                    let mut dirs = self.read_since_listed.lock();
-                    if dirs.len() >= 65_536 {
-                        dirs.clear(); // only an optimisation: forgetting costs a request per file
-                    }
-                    dirs.insert(dir);
+                    self.reads_since_listed.read(dir);
                 }
             }
         }
@@ -534,7 +527,7 @@ impl Filesystem for FuseDoor {
         let work = move |d: &FuseDoor, c: &Ctx| {
             let p = d.inodes.path(ino.0)?;
             if d.engine.listing_may_ask() {
-                return Ok(DirHandle::listed(p.clone(), d.take_listing(c, &p)?));
+                return Ok(DirHandle::listed(p.clone(), d.take_listing(c, ino, &p)?));
             }
             d.engine.opendir(c, &p)?;
             Ok(DirHandle::new(p))
@@ -545,10 +538,10 @@ impl Filesystem for FuseDoor {
                 // Where names are cached long (the daemon tells the kernel about every change),
                 // the kernel may keep the listing too and answer the next `readdir` itself.
                 // Local changes through the mount reset it. A directory whose files were read
-                // since it was listed is listed afresh (without KEEP_CACHE the kernel drops
-                // its copy), and that listing is cached again: left uncached, the next
-                // `opendir` would list the directory once more for nothing.
-                let refresh = d.read_since_listed.lock().remove(&ino.0);
+                // since it was listed may be listed afresh ([`listing::ReadsSinceListed`]:
+                // without KEEP_CACHE the kernel drops its copy), and that listing is cached
+                // again: left uncached, the next `opendir` would list it once more for nothing.
+                let refresh = d.reads_since_listed.take_refresh(ino.0);
                 let flags = match (d.engine.ttl(&dir.path) >= LONG_TTL, refresh) {
                     (true, false) => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
                     (true, true) => FopenFlags::FOPEN_CACHE_DIR,

@@ -149,9 +149,10 @@ fn cached_names_stay_cached() {
     assert_eq!(counter(&fx, "fuse_lookups") - before, 0, "the written file's name was invalidated");
 }
 
-/// Reads through passthrough make the kernel distrust the files' attributes, so their
-/// directory is listed afresh once (one request refreshes every entry); that listing is
-/// cached again, so the listing after it asks the daemon for nothing.
+/// Reads through passthrough make the kernel distrust the files' attributes, so a directory
+/// most of whose files were read is listed afresh once (one request refreshes every entry);
+/// that listing is cached again, so the listing after it asks the daemon for nothing. One file
+/// read in five is left to its own `stat`.
 #[test]
 fn a_directory_listed_afresh_after_reads_is_cached_again() {
     let fx = long_lived_host();
@@ -182,6 +183,29 @@ fn a_directory_listed_afresh_after_reads_is_cached_again() {
     assert_eq!(fs::metadata(dir.join("f3")).unwrap().len(), 6);
     assert_eq!(names(), expected);
     assert_eq!(counter(&fx, "fuse_listings") - before, 1, "the fresh listing was kept");
+    let read = |files: &[usize]| {
+        for i in files {
+            assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("file {i}"));
+        }
+        soon("the files read are released", || open_files(&fx) == 0);
+    };
+    // Written, so that the read moves its atime (relatime).
+    fs::write(dir.join("f0"), "file 0").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    read(&[0]);
+    let before = counter(&fx, "fuse_listings");
+    assert_eq!(names(), expected);
+    assert_eq!(counter(&fx, "fuse_listings") - before, 0, "one file read in five: no listing");
+    let on_host = fs::metadata(fx.host_root.join("listed/f0")).unwrap();
+    let through_mount = fs::metadata(dir.join("f0")).unwrap();
+    assert_eq!(
+        (through_mount.atime(), through_mount.atime_nsec()),
+        (on_host.atime(), on_host.atime_nsec()),
+        "the read file's own attributes are asked for"
+    );
+    read(&[1, 2, 3]);
+    assert_eq!(names(), expected);
+    assert_eq!(counter(&fx, "fuse_listings") - before, 1, "three in five: listed afresh");
 }
 
 fn host_change_events(fx: &Fixture) -> u64 {
