@@ -110,8 +110,8 @@ impl FuseDoor {
         ino: INodeNo,
         path: &VPath,
     ) -> crate::error::FsResult<Vec<DirEntry>> {
-        self.engine.fuse_listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let entries = self.engine.readdir(caller, path)?;
+        self.engine.fuse_listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.reads_since_listed.listed(ino.0, entries.len());
         Ok(entries)
     }
