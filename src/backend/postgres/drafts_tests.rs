@@ -137,7 +137,7 @@ fn a_draft_that_outgrows_its_bound_is_stored_and_written_on() {
     assert_eq!(on_server(&b, "d", "big").unwrap().3, vec![7u8; 100]);
 }
 
-/// A stored file of `size` bytes at `path`.
+/// A stored file at `path` holding `data`.
 fn stored_file(b: &PostgresBackend, path: &str, data: &[u8]) {
     let (_, f) = b.create(path, 0o644, libc::O_WRONLY, &Caller::daemon()).unwrap();
     f.write(0, data).unwrap();
@@ -459,10 +459,7 @@ fn small_writes_to_a_stored_file_wait_for_the_close_and_keep_their_order() {
 #[test]
 fn a_daemon_that_joins_reads_the_writes_held_for_an_open_file() {
     let (ns, first) = alone_with_a_directory();
-    let caller = Caller::daemon();
-    let (_, f) = first.create("d/f", 0o644, libc::O_WRONLY, &caller).unwrap();
-    f.write(0, b"stored").unwrap();
-    drop(f);
+    stored_file(&first, "d/f", b"stored");
     let f = first.open("d/f", libc::O_WRONLY).unwrap();
     f.write(0, b"STO").unwrap();
     assert_eq!(on_server(&first, "d", "f").unwrap().3, b"stored", "held");
