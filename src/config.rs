@@ -125,6 +125,9 @@ pub struct Config {
     /// `[fuse] passthrough`: serve file data kept in real files (host routes, the memory
     /// route's tmpfs) through kernel FUSE passthrough.
     pub passthrough: bool,
+    /// `[fuse] cached_reads_max_kb`, in bytes: files of routes with passthrough up to this size,
+    /// opened only for reading, are served from the kernel's page cache (0: none are).
+    pub cached_reads_max: u64,
     /// `[fuse] xattrs`: serve extended attributes (off: the kernel stops asking at all).
     pub xattrs: bool,
     /// `[fuse] read_ahead_kb`: the mount's readahead window (0: the kernel's default).
@@ -293,6 +296,7 @@ struct RawFuse {
     passthrough: Option<bool>,
     xattrs: Option<bool>,
     read_ahead_kb: Option<u64>,
+    cached_reads_max_kb: Option<Spanned<u64>>,
     io_uring: Option<bool>,
     io_uring_idle_class: Option<bool>,
 }
@@ -301,6 +305,13 @@ struct RawFuse {
 /// kernel's 128 KiB took eight round trips (reads the daemon serves: sqlite, memory in the
 /// daemon; passthrough files read ahead on their own filesystem).
 pub const DEFAULT_READ_AHEAD_KB: u64 = 1024;
+
+/// Files up to this size opened only for reading are served from the kernel's page cache by
+/// default: the largest request (1 MiB), so one read fills it at `open`.
+pub const DEFAULT_CACHED_READS_MAX_KB: u64 = 1024;
+
+/// The largest `cached_reads_max_kb`: the daemon reads such a file whole at `open`.
+const CACHED_READS_MAX_KB_LIMIT: u64 = 16 * 1024;
 
 /// How many audit records are kept by default (a few hundred MB, depending on command lines).
 pub const DEFAULT_AUDIT_MAX_RECORDS: u64 = 1_000_000;
@@ -639,6 +650,16 @@ impl Parser<'_> {
         };
         let control = self.control(raw.control.as_ref())?;
         let threads = raw.fuse.as_ref().and_then(|f| f.threads).unwrap_or(0);
+        let cached_reads_max_kb = raw.fuse.as_ref().and_then(|f| f.cached_reads_max_kb.as_ref());
+        if let Some(kb) = cached_reads_max_kb.filter(|kb| *kb.get_ref() > CACHED_READS_MAX_KB_LIMIT) {
+            let why = "the daemon reads such a file whole when it is opened";
+            let text = format!(
+                "cached_reads_max_kb = {} is too large: at most {CACHED_READS_MAX_KB_LIMIT} ({why})",
+                kb.get_ref()
+            );
+            return Err(self.err(Some(kb.span()), text));
+        }
+        let cached_reads_max_kb = cached_reads_max_kb.map_or(DEFAULT_CACHED_READS_MAX_KB, |kb| *kb.get_ref());
         let exec = self.exec(raw.exec.as_ref(), &routes)?;
         let run = self.run(raw.run.as_ref())?;
         Ok(Config {
@@ -658,6 +679,7 @@ impl Parser<'_> {
             fuse_threads: if threads == 0 { default_threads() } else { threads },
             allow_other: raw.fuse.as_ref().and_then(|f| f.allow_other).unwrap_or(true),
             passthrough: raw.fuse.as_ref().and_then(|f| f.passthrough).unwrap_or(true),
+            cached_reads_max: cached_reads_max_kb * 1024,
             xattrs: raw.fuse.as_ref().and_then(|f| f.xattrs).unwrap_or(false),
             read_ahead_kb: raw.fuse.as_ref().and_then(|f| f.read_ahead_kb).unwrap_or(DEFAULT_READ_AHEAD_KB),
             io_uring: raw.fuse.as_ref().and_then(|f| f.io_uring).unwrap_or(true),

@@ -1,5 +1,5 @@
-//! The config's `[exec]` and `[tools]` keys: defaults, values, who `execute` runs as, and
-//! errors that name their line.
+//! The config's `[exec]`, `[tools]` and `[fuse]` keys: defaults, values, who `execute` runs as,
+//! and errors that name their line.
 
 use super::*;
 
@@ -71,4 +71,14 @@ fn tools_keys_are_checked() {
     let e = parse("[tools]\nobservaton = \"off\"\n").unwrap_err();
     assert!(e.message.contains("unknown field `observaton`"), "{e}");
     assert_eq!(e.line, Some(2));
+}
+
+#[test]
+fn cached_reads_max_kb_defaults_to_one_request_and_has_a_ceiling() {
+    assert_eq!(parse("").unwrap().cached_reads_max, 1 << 20);
+    assert_eq!(parse("[fuse]\ncached_reads_max_kb = 0\n").unwrap().cached_reads_max, 0);
+    assert_eq!(parse("[fuse]\ncached_reads_max_kb = 64\n").unwrap().cached_reads_max, 64 << 10);
+    let e = parse("[fuse]\n\ncached_reads_max_kb = 16385\n").unwrap_err();
+    assert_eq!(e.line, Some(3));
+    assert!(e.message.contains("cached_reads_max_kb = 16385 is too large: at most 16384"), "{e}");
 }

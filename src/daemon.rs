@@ -365,6 +365,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         inodes.clone(),
         DoorOptions {
             passthrough: config.passthrough,
+            cached_reads_max: config.cached_reads_max,
             xattrs: config.xattrs,
             io_uring: io_uring_usable(&config),
         },

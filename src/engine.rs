@@ -147,6 +147,9 @@ pub struct Engine {
     /// Directory listings the FUSE door took because the kernel had none cached: shown by
     /// `status`.
     pub fuse_listings: std::sync::atomic::AtomicU64,
+    /// File reads the FUSE door served because neither the kernel's page cache nor a backing
+    /// file held the data: shown by `status`.
+    pub fuse_reads: std::sync::atomic::AtomicU64,
     /// Files open through the FUSE door now: opened, and not yet released by the kernel (which
     /// releases a file shortly after its last descriptor is closed). Shown by `status`.
     pub fuse_open_files: std::sync::atomic::AtomicU64,
@@ -176,6 +179,7 @@ impl Engine {
             observer: std::sync::OnceLock::new(),
             fuse_lookups: Default::default(),
             fuse_listings: Default::default(),
+            fuse_reads: Default::default(),
             fuse_open_files: Default::default(),
             fuse_rings: std::sync::OnceLock::new(),
             host_change_events: std::sync::OnceLock::new(),

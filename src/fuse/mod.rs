@@ -8,6 +8,7 @@ pub mod invalidate;
 mod listing;
 mod names;
 mod open_files;
+mod page_cache;
 mod park;
 mod passthrough;
 pub mod replaced;
@@ -42,7 +43,7 @@ use inodes::Inodes;
 use listing::DirHandle;
 use names::went_stale;
 use open_files::OpenFiles;
-use passthrough::Passthrough;
+use passthrough::{Passthrough, Way};
 
 /// Cheap to clone (shared state only): a paused operation keeps a clone to finish with.
 #[derive(Clone)]
@@ -74,6 +75,9 @@ pub struct DoorOptions {
     /// Ask the kernel for FUSE passthrough of file data in real files (host routes, the
     /// memory route's tmpfs).
     pub passthrough: bool,
+    /// Files of routes with passthrough up to this size, opened only for reading, are served
+    /// from the kernel's page cache (see [`page_cache`]).
+    pub cached_reads_max: u64,
     /// Serve extended attributes. Off, the door answers ENOSYS once and the kernel stops
     /// sending xattr requests for the whole mount (`ls -l` sends two per file otherwise).
     pub xattrs: bool,
@@ -165,7 +169,7 @@ impl Filesystem for FuseDoor {
             && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(2).is_ok()
         {
-            self.passthrough.enable();
+            self.passthrough.enable(self.options.cached_reads_max);
         }
         Ok(())
     }
@@ -444,7 +448,12 @@ impl Filesystem for FuseDoor {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.file(fh).and_then(|f| self.engine.read(&f.handle, offset, size)) {
+        self.engine.fuse_reads.fetch_add(1, Ordering::Relaxed);
+        let read = self.file(fh).and_then(|f| {
+            f.atime_stale.store(true, Ordering::Relaxed);
+            self.engine.read(&f.handle, offset, size)
+        });
+        match read {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -496,9 +505,12 @@ impl Filesystem for FuseDoor {
         if handle.is_some() {
             self.engine.fuse_open_files.fetch_sub(1, Ordering::Relaxed);
         }
-        if let Some(f) = handle.as_ref().filter(|f| f.passthrough) {
-            self.passthrough.release(f.ino);
-            if !f.handle.writable {
+        if let Some((f, way)) = handle.as_ref().and_then(|f| Some((f, f.served?))) {
+            self.passthrough.release(f.ino, way);
+            // A read through a backing file, or one the daemon served into the page cache,
+            // made the kernel distrust the file's atime.
+            let read = way == Way::Backing || f.atime_stale.load(Ordering::Relaxed);
+            if read && !f.handle.writable {
                 if let Some(dir) = self.inodes.ino_of(&f.handle.path.parent()) {
                     self.reads_since_listed.read(dir);
                 }

@@ -5,13 +5,15 @@
 
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fuser::{BackingId, FileHandle, FopenFlags};
+use fuser::{BackingId, FileHandle, FopenFlags, INodeNo};
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 
+use super::page_cache::{self, Fill};
+use super::passthrough::{Served, Way};
 use super::FuseDoor;
 use crate::engine::OpenHandle;
 use crate::error::{Errno, FsError, FsResult};
@@ -21,9 +23,11 @@ pub struct DoorFile {
     pub ino: u64,
     pub pid: u32,
     pub handle: OpenHandle,
-    /// The kernel reads and writes this handle's data itself (it holds one of the inode's
-    /// passthrough references, returned at release).
-    pub passthrough: bool,
+    /// How the kernel serves this handle's data, when the door counted it on the inode (to
+    /// be returned at release): through a backing file or from its page cache.
+    pub served: Option<Way>,
+    /// The daemon served a read of this handle (the kernel distrusts the file's atime since).
+    pub atime_stale: AtomicBool,
 }
 
 #[derive(Default)]
@@ -97,20 +101,57 @@ impl FuseDoor {
         noflush: bool,
         register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
     ) -> (FileHandle, FopenFlags, Option<Arc<BackingId>>) {
-        let shared = self.passthrough.acquire(ino, handle.file.as_ref(), flags, register);
+        let served = self.passthrough.acquire(ino, handle.file.as_ref(), flags, register);
+        if let Some(Served::PageCache(fill)) = &served {
+            self.fill_page_cache(ino, &handle, *fill);
+        }
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let door_file = DoorFile { ino, pid, handle, passthrough: shared.is_some() };
+        let way = served.as_ref().map(Served::way);
+        let door_file = DoorFile { ino, pid, handle, served: way, atime_stale: AtomicBool::new(false) };
         self.files.insert(fh, door_file);
         self.engine.fuse_open_files.fetch_add(1, Ordering::Relaxed);
         let noflush = if noflush { FopenFlags::FOPEN_NOFLUSH } else { FopenFlags::empty() };
-        match shared {
+        match served {
             // The kernel takes only these flags with a backing file (the page cache is the
             // host file's own).
-            Some(shared) if shared.direct_io => {
+            Some(Served::Backing(shared)) if shared.direct_io => {
                 (FileHandle(fh), noflush | FopenFlags::FOPEN_DIRECT_IO, Some(shared.backing))
             }
-            Some(shared) => (FileHandle(fh), noflush, Some(shared.backing)),
-            None => (FileHandle(fh), noflush | FopenFlags::FOPEN_KEEP_CACHE, None),
+            Some(Served::Backing(shared)) => (FileHandle(fh), noflush, Some(shared.backing)),
+            Some(Served::PageCache(_)) | None => {
+                (FileHandle(fh), noflush | FopenFlags::FOPEN_KEEP_CACHE, None)
+            }
+        }
+    }
+
+    /// Does `fill` to the kernel's pages of `ino` before its open is answered (see
+    /// [`super::page_cache`]): drops what changed, and stores the whole file, read through
+    /// `handle`.
+    fn fill_page_cache(&self, ino: u64, handle: &OpenHandle, fill: Fill) {
+        let size = match fill {
+            Fill::Nothing => return,
+            Fill::Store { size } | Fill::Replace { size } => size,
+        };
+        let Some(notifier) = self.notifier.get() else {
+            return self.passthrough.unfilled(ino);
+        };
+        if matches!(fill, Fill::Replace { .. }) {
+            // Offset 0: the pages go with the attributes (a new size among them).
+            let _ = notifier.inval_inode(INodeNo(ino), 0, -1);
+        }
+        // Read without moving the host file's atime: the kernel's copy of the attributes would
+        // no longer match it, and nothing tells the kernel of reads it serves itself.
+        let data = page_cache::without_atime(handle.file.as_ref())
+            .and_then(|()| self.engine.read(handle, 0, size as u32).map_err(std::io::Error::other));
+        match data {
+            Ok(data) if data.len() as u64 == size => {
+                if size > 0 && notifier.store(INodeNo(ino), 0, &data).is_err() {
+                    self.passthrough.unfilled(ino);
+                }
+            }
+            // Changed while being read (the next open sees it), or unreadable: the kernel
+            // asks for what it needs.
+            _ => self.passthrough.unfilled(ino),
         }
     }
 
@@ -140,7 +181,7 @@ mod tests {
             file: Box::new(TestFile(tempfile::tempfile().unwrap())),
             writable,
         };
-        DoorFile { ino, pid, handle, passthrough: false }
+        DoorFile { ino, pid, handle, served: None, atime_stale: AtomicBool::new(false) }
     }
 
     #[test]

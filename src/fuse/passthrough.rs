@@ -14,6 +14,10 @@
 //!   its reads and writes go through the daemon (`FOPEN_DIRECT_IO`), on the same host file.
 //!
 //! Programs being executed (`execve`) always get a read-only backing.
+//!
+//! Small files opened only for reading are not passed through but served from the kernel's
+//! page cache ([`page_cache`]). The kernel refuses to mix the two ways on one inode, so while
+//! handles of one way are open, every other open of the inode is served the same way.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -23,6 +27,7 @@ use std::sync::Arc;
 use fuser::BackingId;
 use parking_lot::Mutex;
 
+use super::page_cache::{self, Fill, PageCache};
 use crate::backend::host::reopen;
 use crate::backend::OpenFile;
 
@@ -36,7 +41,33 @@ const FMODE_EXEC: i32 = 0x20;
 /// (`forget` drops it), so the kernel's own inode cache bounds them too.
 pub const IDLE_BACKINGS: usize = 65536;
 
-/// How the kernel should serve one open handle.
+/// How the kernel should serve one open handle of a host regular file.
+pub enum Served<Id = BackingId> {
+    /// Through a backing file (passthrough).
+    Backing(Shared<Id>),
+    /// Through the kernel's page cache (see [`page_cache`]), after what the door must do
+    /// to it first.
+    PageCache(Fill),
+}
+
+impl<Id> Served<Id> {
+    /// Which of the two, for [`Passthrough::release`].
+    pub fn way(&self) -> Way {
+        match self {
+            Served::Backing(_) => Way::Backing,
+            Served::PageCache(_) => Way::PageCache,
+        }
+    }
+}
+
+/// How a handle [`Passthrough::acquire`] counted is served, without its backing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    Backing,
+    PageCache,
+}
+
+/// A handle served through a backing file.
 pub struct Shared<Id = BackingId> {
     pub backing: Arc<Id>,
     /// Reads and writes of this handle go through the daemon; the backing serves `mmap`.
@@ -58,39 +89,51 @@ struct Backing<Id> {
 pub struct Passthrough<Id = BackingId> {
     /// Set in `init` once the kernel agreed to passthrough and the config asks for it.
     enabled: AtomicBool,
+    /// Files up to this size opened only for reading are served from the page cache.
+    cached_reads_max: AtomicU64,
     /// Logged once: registering a backing failed, so opens fall back to the daemon.
     warned: AtomicBool,
     clock: AtomicU64,
-    backings: Mutex<HashMap<u64, Backing<Id>>>,
+    inodes: Mutex<Inodes<Id>>,
+}
+
+/// Per inode, under one lock: how its open handles are served decides how the next is.
+struct Inodes<Id> {
+    backings: HashMap<u64, Backing<Id>>,
+    cached: PageCache,
 }
 
 impl<Id> Default for Passthrough<Id> {
     fn default() -> Self {
         Passthrough {
             enabled: AtomicBool::new(false),
+            cached_reads_max: AtomicU64::new(0),
             warned: AtomicBool::new(false),
             clock: AtomicU64::new(0),
-            backings: Mutex::new(HashMap::new()),
+            inodes: Mutex::new(Inodes { backings: HashMap::new(), cached: PageCache::default() }),
         }
     }
 }
 
 impl<Id> Passthrough<Id> {
-    pub fn enable(&self) {
+    /// Turns passthrough on, with files up to `cached_reads_max` bytes opened only for reading
+    /// served from the page cache instead.
+    pub fn enable(&self, cached_reads_max: u64) {
+        self.cached_reads_max.store(cached_reads_max, Ordering::Relaxed);
         self.enabled.store(true, Ordering::Relaxed);
     }
 
     /// How to answer an open of `ino` with `flags` whose backend file is `file`, registering a
     /// backing through `register` when the inode needs one. `None`: serve the handle through
     /// the daemon (not a host regular file, or passthrough is off). Each `Some` must be paired
-    /// with one [`Passthrough::release`].
+    /// with one [`Passthrough::release`] of its [`Served::way`].
     pub fn acquire(
         &self,
         ino: u64,
         file: &dyn OpenFile,
         flags: i32,
         register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<Id>,
-    ) -> Option<Shared<Id>> {
+    ) -> Option<Served<Id>> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
@@ -101,19 +144,31 @@ impl<Id> Passthrough<Id> {
         }
         let identity = (st.st_dev, st.st_ino);
         let wants_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let exec = flags & FMODE_EXEC != 0;
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
-        let mut backings = self.backings.lock();
+        let mut inodes = self.inodes.lock();
+        let Inodes { backings, cached } = &mut *inodes;
+        let in_use = backings.get(&ino).is_some_and(|b| b.handles > 0);
+        // The kernel refuses to mix the two ways on one inode: while handles of either are
+        // open, the next one is served the same way.
+        if !in_use
+            && (cached.in_use(ino)
+                || page_cache::suits(&st, wants_write, exec, self.cached_reads_max.load(Ordering::Relaxed)))
+        {
+            return Some(Served::PageCache(cached.open(ino, &st)));
+        }
+        // A backing file's open drops the kernel's pages of the inode.
+        cached.dropped(ino);
         if let Some(b) = backings.get_mut(&ino) {
             let fits = b.identity == identity && (b.writable || !wants_write);
             if fits || b.handles > 0 {
                 b.handles += 1;
                 b.last_used = now;
-                return Some(Shared { backing: b.id.clone(), direct_io: !fits });
+                return Some(Served::Backing(Shared { backing: b.id.clone(), direct_io: !fits }));
             }
             // Idle and unfit (another host file now, or read-only for a writer): replace it.
             backings.remove(&ino);
         }
-        let exec = flags & FMODE_EXEC != 0;
         // The descriptor's own flags, not the caller's: a host create opens read-write
         // whatever the caller asked, so that its descriptor can serve as the backing.
         let own = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::F_GETFL).ok()?;
@@ -131,7 +186,7 @@ impl<Id> Passthrough<Id> {
             Ok(id) => {
                 let id = Arc::new(id);
                 if !writable {
-                    evict_idle(&mut backings);
+                    evict_idle(backings);
                 }
                 let backing = Backing {
                     id: id.clone(),
@@ -142,7 +197,7 @@ impl<Id> Passthrough<Id> {
                     last_used: now,
                 };
                 backings.insert(ino, backing);
-                Some(Shared { backing: id, direct_io: false })
+                Some(Served::Backing(Shared { backing: id, direct_io: false }))
             }
             Err(e) => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
@@ -153,10 +208,14 @@ impl<Id> Passthrough<Id> {
         }
     }
 
-    /// One passthrough handle of `ino` closed. A read-write backing goes with the last one;
-    /// a read-only one stays for the next open.
-    pub fn release(&self, ino: u64) {
-        let mut backings = self.backings.lock();
+    /// One handle of `ino` that [`Passthrough::acquire`] served `way` closed. A read-write
+    /// backing goes with its last handle; a read-only one stays for the next open.
+    pub fn release(&self, ino: u64, way: Way) {
+        let mut inodes = self.inodes.lock();
+        if way == Way::PageCache {
+            return inodes.cached.release(ino);
+        }
+        let backings = &mut inodes.backings;
         if let Some(b) = backings.get_mut(&ino) {
             b.handles = b.handles.saturating_sub(1);
             if b.handles == 0 && (b.writable || b.unlinked) {
@@ -165,12 +224,17 @@ impl<Id> Passthrough<Id> {
         }
     }
 
+    /// The kernel holds no pages of `ino`: the door could not store them.
+    pub fn unfilled(&self, ino: u64) {
+        self.inodes.lock().cached.dropped(ino);
+    }
+
     /// The last name of `ino` was removed through the mount. A registered backing keeps the
     /// host file, and so its space (on a memory route, space under the cap), until the kernel
     /// forgets the inode, which the daemon learns only when it next reads its forgets, up to
     /// 50 ms later: an idle backing goes now, one in use with its last handle.
     pub fn unlinked(&self, ino: u64) {
-        let mut backings = self.backings.lock();
+        let backings = &mut self.inodes.lock().backings;
         match backings.get_mut(&ino) {
             Some(b) if b.handles == 0 => drop(backings.remove(&ino)),
             Some(b) => b.unlinked = true,
@@ -180,7 +244,8 @@ impl<Id> Passthrough<Id> {
 
     /// The kernel forgot `ino`: nothing will open it again through this inode number.
     pub fn forget(&self, ino: u64) {
-        let mut backings = self.backings.lock();
+        let Inodes { backings, cached } = &mut *self.inodes.lock();
+        cached.forget(ino);
         if backings.get(&ino).is_some_and(|b| b.handles == 0) {
             backings.remove(&ino);
         }
@@ -213,10 +278,21 @@ mod tests {
     use std::fs::File;
     use std::io::Write;
 
+    /// A file too large for the page cache's small files: its reads get backings.
     fn temp_file(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
         let path = dir.path().join(name);
-        File::create(&path).unwrap().write_all(b"data").unwrap();
+        let mut f = File::create(&path).unwrap();
+        f.write_all(b"data").unwrap();
+        f.set_len(CACHED_READS_MAX + 1).unwrap();
         path
+    }
+
+    fn backed(served: Option<Served<u32>>) -> Shared<u32> {
+        match served {
+            Some(Served::Backing(shared)) => shared,
+            Some(Served::PageCache(_)) => panic!("served from the page cache"),
+            None => panic!("served by the daemon"),
+        }
     }
 
     fn open(path: &std::path::Path, write: bool) -> TempOpen {
@@ -252,9 +328,12 @@ mod tests {
 
     fn enabled() -> Passthrough<u32> {
         let p = Passthrough::default();
-        p.enable();
+        p.enable(CACHED_READS_MAX);
         p
     }
+
+    /// Files up to this size opened for reading are served from the page cache in these tests.
+    const CACHED_READS_MAX: u64 = 1 << 20;
 
     #[test]
     fn off_or_not_a_regular_file_means_no_backing() {
@@ -272,13 +351,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = temp_file(&dir, "a");
         let (p, k) = (enabled(), Kernel::new());
-        let a = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
-        let b = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        let a = backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
+        let b = backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
         assert_eq!((*a.backing, *b.backing, a.direct_io, b.direct_io), (1, 1, false, false));
-        p.release(7);
-        p.release(7);
+        p.release(7, Way::Backing);
+        p.release(7, Way::Backing);
         // Opened again after every handle closed: still no new registration.
-        let c = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        let c = backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
         assert_eq!(*c.backing, 1);
         assert_eq!(*k.modes.borrow(), vec![libc::O_RDONLY]);
     }
@@ -288,16 +367,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = temp_file(&dir, "a");
         let (p, k) = (enabled(), Kernel::new());
-        let r = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
-        p.release(7);
+        let r = backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
+        p.release(7, Way::Backing);
         // The idle read-only backing is replaced by a read-write one.
-        let w = p.acquire(7, &open(&path, true), libc::O_WRONLY, k.register()).unwrap();
+        let w = backed(p.acquire(7, &open(&path, true), libc::O_WRONLY, k.register()));
         assert_eq!((*r.backing, *w.backing, w.direct_io), (1, 2, false));
-        let r2 = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        let r2 = backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
         assert_eq!(*r2.backing, 2, "a reader shares the writer's backing");
-        p.release(7);
-        p.release(7);
-        let r3 = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        p.release(7, Way::Backing);
+        p.release(7, Way::Backing);
+        let r3 = backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
         assert_eq!(*r3.backing, 3, "the read-write backing went with its last handle");
         assert_eq!(*k.modes.borrow(), vec![libc::O_RDONLY, libc::O_RDWR, libc::O_RDONLY]);
     }
@@ -309,9 +388,9 @@ mod tests {
         let (p, k) = (enabled(), Kernel::new());
         // What a host create hands over for a write-only caller: a read-write descriptor.
         let created = open(&path, true);
-        p.acquire(7, &created, libc::O_WRONLY, k.register()).unwrap();
+        backed(p.acquire(7, &created, libc::O_WRONLY, k.register()));
         let write_only = TempOpen(std::fs::OpenOptions::new().write(true).open(&path).unwrap());
-        p.acquire(8, &write_only, libc::O_WRONLY, k.register()).unwrap();
+        backed(p.acquire(8, &write_only, libc::O_WRONLY, k.register()));
         assert_eq!(*k.modes.borrow(), vec![libc::O_RDWR, libc::O_RDWR]);
         let fds = k.fds.borrow();
         assert_eq!(fds[0], created.0.as_raw_fd(), "no second descriptor for the created file");
@@ -323,8 +402,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = temp_file(&dir, "a");
         let (p, k) = (enabled(), Kernel::new());
-        let _r = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
-        let w = p.acquire(7, &open(&path, true), libc::O_RDWR, k.register()).unwrap();
+        let _r = backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
+        let w = backed(p.acquire(7, &open(&path, true), libc::O_RDWR, k.register()));
         assert_eq!((*w.backing, w.direct_io), (1, true));
         assert_eq!(k.registrations(), 1);
     }
@@ -334,7 +413,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = temp_file(&dir, "a");
         let (p, k) = (enabled(), Kernel::new());
-        p.acquire(7, &open(&path, false), libc::O_RDONLY | FMODE_EXEC, k.register()).unwrap();
+        backed(p.acquire(7, &open(&path, false), libc::O_RDONLY | FMODE_EXEC, k.register()));
         assert_eq!(*k.modes.borrow(), vec![libc::O_RDONLY]);
     }
 
@@ -343,13 +422,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (temp_file(&dir, "a"), temp_file(&dir, "b"));
         let (p, k) = (enabled(), Kernel::new());
-        p.acquire(7, &open(&a, false), libc::O_RDONLY, k.register()).unwrap();
+        backed(p.acquire(7, &open(&a, false), libc::O_RDONLY, k.register()));
         // While in use, a handle on another file is served by the daemon.
-        let other = p.acquire(7, &open(&b, false), libc::O_RDONLY, k.register()).unwrap();
+        let other = backed(p.acquire(7, &open(&b, false), libc::O_RDONLY, k.register()));
         assert_eq!((*other.backing, other.direct_io), (1, true));
-        p.release(7);
-        p.release(7);
-        let fresh = p.acquire(7, &open(&b, false), libc::O_RDONLY, k.register()).unwrap();
+        p.release(7, Way::Backing);
+        p.release(7, Way::Backing);
+        let fresh = backed(p.acquire(7, &open(&b, false), libc::O_RDONLY, k.register()));
         assert_eq!((*fresh.backing, fresh.direct_io), (2, false));
     }
 
@@ -358,15 +437,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = temp_file(&dir, "a");
         let (p, k) = (enabled(), Kernel::new());
-        p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
-        p.release(7);
+        backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
+        p.release(7, Way::Backing);
         p.unlinked(7);
-        assert!(p.backings.lock().is_empty(), "idle: dropped at once");
-        p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        assert!(p.inodes.lock().backings.is_empty(), "idle: dropped at once");
+        backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
         p.unlinked(7);
-        assert_eq!(p.backings.lock().len(), 1, "in use: kept");
-        p.release(7);
-        assert!(p.backings.lock().is_empty(), "gone with its last handle");
+        assert_eq!(p.inodes.lock().backings.len(), 1, "in use: kept");
+        p.release(7, Way::Backing);
+        assert!(p.inodes.lock().backings.is_empty(), "gone with its last handle");
     }
 
     #[test]
@@ -374,21 +453,60 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = temp_file(&dir, "a");
         let (p, k) = (enabled(), Kernel::new());
-        p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()).unwrap();
+        backed(p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register()));
         p.forget(7);
-        assert_eq!(p.backings.lock().len(), 1, "in use: kept");
-        p.release(7);
+        assert_eq!(p.inodes.lock().backings.len(), 1, "in use: kept");
+        p.release(7, Way::Backing);
         p.forget(7);
-        assert!(p.backings.lock().is_empty());
+        assert!(p.inodes.lock().backings.is_empty());
 
         let f = open(&path, false);
         for ino in 0..(IDLE_BACKINGS as u64 + 10) {
-            p.acquire(ino, &f, libc::O_RDONLY, k.register()).unwrap();
-            p.release(ino);
+            backed(p.acquire(ino, &f, libc::O_RDONLY, k.register()));
+            p.release(ino, Way::Backing);
         }
-        let left = p.backings.lock();
+        let inodes = p.inodes.lock();
+        let left = &inodes.backings;
         assert!(left.len() <= IDLE_BACKINGS, "{}", left.len());
         assert!(left.contains_key(&(IDLE_BACKINGS as u64 + 9)), "the newest stays");
         assert!(!left.contains_key(&0), "the oldest went");
+    }
+
+    fn small_file(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, b"small").unwrap();
+        path
+    }
+
+    #[test]
+    fn small_files_read_alone_are_served_from_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = small_file(&dir, "a");
+        let (p, k) = (enabled(), Kernel::new());
+        let first = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register());
+        assert!(matches!(first, Some(Served::PageCache(Fill::Store { size: 5 }))));
+        let second = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register());
+        assert!(matches!(second, Some(Served::PageCache(Fill::Nothing))), "stored already");
+        // A writer among them is served the same way (the kernel refuses to mix).
+        let writer = p.acquire(7, &open(&path, true), libc::O_RDWR, k.register());
+        assert!(matches!(writer, Some(Served::PageCache(Fill::Nothing))));
+        for _ in 0..3 {
+            p.release(7, Way::PageCache);
+        }
+        assert_eq!(k.registrations(), 0);
+        // Alone, a writer gets a backing file; its open drops the kernel's pages.
+        backed(p.acquire(7, &open(&path, true), libc::O_WRONLY, k.register()));
+        let reader = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register());
+        assert!(matches!(reader, Some(Served::Backing(_))), "a reader beside a writer shares its backing");
+        p.release(7, Way::Backing);
+        p.release(7, Way::Backing);
+        let later = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register());
+        assert!(matches!(later, Some(Served::PageCache(Fill::Store { size: 5 }))), "stored anew");
+        // Programs, and every file when the page cache is off, get backings.
+        let exec = p.acquire(8, &open(&path, false), libc::O_RDONLY | FMODE_EXEC, k.register());
+        assert!(matches!(exec, Some(Served::Backing(_))));
+        let off = Passthrough::<u32>::default();
+        off.enable(0);
+        backed(off.acquire(9, &open(&path, false), libc::O_RDONLY, k.register()));
     }
 }

@@ -1,28 +1,47 @@
-//! How file data and attributes reach the kernel: FUSE passthrough of host files, programs
-//! run from the host route, and the `[fuse] xattrs` switch.
+//! How file data and attributes reach the kernel: FUSE passthrough of host files, the page
+//! cache of small ones, programs run from the host route, and the `[fuse] xattrs` switch.
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{sh, sh_ok, Fixture};
+use agentvfs::control::client::Client;
 
-/// With passthrough the kernel reads the host file itself: a change made on the host is seen
-/// at once, even by a descriptor opened before it and with the page cache warm. (Served
+use crate::harness::{call_tool, open_files, sh, sh_ok, soon, Fixture};
+
+/// Larger than `[fuse] cached_reads_max_kb` by default: read through a backing file.
+const LARGE: usize = 2 << 20;
+
+/// A file's content: `head`, then dots up to `size` bytes.
+fn padded(head: &[u8], size: usize) -> Vec<u8> {
+    let mut data = head.to_vec();
+    data.resize(size, b'.');
+    data
+}
+
+fn counter(fx: &Fixture, name: &str) -> u64 {
+    crate::harness::status(fx)["counters"][name].as_u64().unwrap()
+}
+
+/// With passthrough the kernel reads a large host file itself: a change made on the host is
+/// seen at once, even by a descriptor opened before it and with the page cache warm. (Served
 /// through the daemon with the page cache kept, the old bytes would be read until the
 /// attribute cache expired.)
 #[test]
 fn host_file_data_comes_straight_from_the_host_file() {
     let fx = Fixture::new("");
     let through_mount = fx.p("/host/data.txt");
-    fs::write(&through_mount, b"aaaa-aaaa").unwrap();
-    let mut open = fs::File::open(&through_mount).unwrap();
-    let mut first = String::new();
-    open.read_to_string(&mut first).unwrap();
-    assert_eq!(first, "aaaa-aaaa");
-    assert_eq!(fs::read_to_string(&through_mount).unwrap(), "aaaa-aaaa");
+    fs::write(&through_mount, padded(b"aaaa-aaaa", LARGE)).unwrap();
+    let first = |file: &fs::File| {
+        let mut head = [0u8; 9];
+        file.read_exact_at(&mut head, 0).unwrap();
+        String::from_utf8(head.to_vec()).unwrap()
+    };
+    let open = fs::File::open(&through_mount).unwrap();
+    assert_eq!(first(&open), "aaaa-aaaa");
+    assert_eq!(first(&fs::File::open(&through_mount).unwrap()), "aaaa-aaaa");
 
     // Same size, written in place on the host (not through the mount).
     fs::OpenOptions::new()
@@ -31,11 +50,8 @@ fn host_file_data_comes_straight_from_the_host_file() {
         .unwrap()
         .write_at(b"bbbb", 0)
         .unwrap();
-    assert_eq!(fs::read_to_string(&through_mount).unwrap(), "bbbb-aaaa");
-    open.seek(SeekFrom::Start(0)).unwrap();
-    let mut again = String::new();
-    open.read_to_string(&mut again).unwrap();
-    assert_eq!(again, "bbbb-aaaa");
+    assert_eq!(first(&open), "bbbb-aaaa", "the descriptor opened before the change");
+    assert_eq!(first(&fs::File::open(&through_mount).unwrap()), "bbbb-aaaa");
 
     // Writes through the mount land in the host file, and sizes follow.
     let big: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
@@ -53,34 +69,124 @@ fn host_file_data_comes_straight_from_the_host_file() {
     assert_eq!(&all[big.len()..], b"tail");
 }
 
-/// A writer opening a file that readers hold open shares their read-only backing and writes
-/// through the daemon: everyone sees the same bytes, on the host too.
+/// A small file opened for reading is served from the kernel's page cache, which the daemon
+/// fills at `open`: it is read again and again without a read request, its directory is not
+/// listed afresh for the reads (they leave every atime alone, on the host too), while the
+/// sqlite route's reads do reach the daemon.
 #[test]
-fn a_writer_joining_open_readers_sees_and_is_seen() {
+fn small_files_are_read_from_a_page_cache_filled_at_open() {
     let fx = Fixture::new("");
-    let path = fx.p("/host/shared.txt");
-    fs::write(&path, b"one\n").unwrap();
-    let mut reader = fs::File::open(&path).unwrap();
-    let mut text = String::new();
-    reader.read_to_string(&mut text).unwrap();
-    assert_eq!(text, "one\n");
+    let host = fx.host_root.join("small");
+    fs::create_dir(&host).unwrap();
+    for i in 0..20 {
+        fs::write(host.join(format!("f{i}")), format!("file {i}\n")).unwrap();
+    }
+    let dir = fx.p("/host/small");
+    let listed = || fs::read_dir(&dir).unwrap().count();
+    assert_eq!(listed(), 20);
+    // The host watcher hears of those files in its own time, and drops the listing each time.
+    soon("the kernel keeps the listing", || {
+        let before = counter(&fx, "fuse_listings");
+        listed() == 20 && counter(&fx, "fuse_listings") == before
+    });
+    let atime = |path: &std::path::Path| {
+        let md = fs::metadata(path).unwrap();
+        (md.atime(), md.atime_nsec())
+    };
+    let on_host_before = atime(&host.join("f3"));
+    let (reads, listings) = (counter(&fx, "fuse_reads"), counter(&fx, "fuse_listings"));
+    for _ in 0..3 {
+        for i in 0..20 {
+            assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("file {i}\n"));
+        }
+    }
+    soon("the files read are released", || open_files(&fx) == 0);
+    assert_eq!(counter(&fx, "fuse_reads") - reads, 0, "sixty reads, none asked of the daemon");
+    assert_eq!(listed(), 20);
+    assert_eq!(counter(&fx, "fuse_listings") - listings, 0, "the kernel's listing still serves");
+    assert_eq!(atime(&host.join("f3")), on_host_before, "the host's atime stays");
+    assert_eq!(atime(&dir.join("f3")), on_host_before, "and the mount shows the host's");
 
-    let mut writer = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
-    writer.seek(SeekFrom::End(0)).unwrap();
-    writer.write_all(b"two\n").unwrap();
-    writer.seek(SeekFrom::Start(0)).unwrap();
-    let mut seen_by_writer = String::new();
-    writer.read_to_string(&mut seen_by_writer).unwrap();
-    assert_eq!(seen_by_writer, "one\ntwo\n");
+    // A file of the sqlite route that the kernel has no pages of (written by a tool): its read
+    // is one the daemon serves, and counted.
+    let mut client = Client::connect(&fx.scratch.path().join("agentvfs.sock")).unwrap();
+    let args = serde_json::json!({"file_path": "/db/stored.txt", "content": "in the database"});
+    assert!(call_tool(&mut client, "write_file", args).0);
+    let reads = counter(&fx, "fuse_reads");
+    assert_eq!(fs::read_to_string(fx.p("/db/stored.txt")).unwrap(), "in the database");
+    assert_eq!(counter(&fx, "fuse_reads") - reads, 1);
+}
 
-    let mut rest = String::new();
-    reader.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "two\n", "the reader sees the writer's bytes");
-    assert_eq!(fs::read_to_string(fx.host_root.join("shared.txt")).unwrap(), "one\ntwo\n");
-    drop((reader, writer));
-    // All closed: the next writer gets a backing of its own again.
-    fs::write(&path, b"three\n").unwrap();
-    assert_eq!(fs::read_to_string(fx.host_root.join("shared.txt")).unwrap(), "three\n");
+/// The page cache of a small file is checked against the host file at every `open`: a change
+/// made on the host (here one that keeps the size and puts the mtime back, so only the ctime
+/// tells) is read by the very next open, before the host watcher could have said anything;
+/// a descriptor already open sees it within moments (through the watcher).
+#[test]
+fn small_files_are_fresh_at_every_open() {
+    let fx = Fixture::new("");
+    let (host, mnt) = (fx.host_root.join("v.txt"), fx.p("/host/v.txt"));
+    fs::write(&host, "v00").unwrap();
+    let mtime = fs::metadata(&host).unwrap().modified().unwrap();
+    let open = fs::File::open(&mnt).unwrap();
+    let read_open = || {
+        let mut text = [0u8; 3];
+        open.read_exact_at(&mut text, 0).unwrap();
+        String::from_utf8(text.to_vec()).unwrap()
+    };
+    assert_eq!(read_open(), "v00");
+    for i in 1..=20 {
+        let f = fs::OpenOptions::new().write(true).open(&host).unwrap();
+        f.write_at(format!("v{i:02}").as_bytes(), 0).unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        assert_eq!(fs::read_to_string(&mnt).unwrap(), format!("v{i:02}"), "the open after change {i}");
+    }
+    assert_eq!(read_open(), "v20");
+    fs::write(&host, "v21").unwrap();
+    soon("the open descriptor sees the host's change", || read_open() == "v21");
+}
+
+/// Readers and writers of one file share it in whatever way the first opener got (the kernel
+/// refuses to mix a backing file with the page cache on one inode): a small file that readers
+/// hold (page cache) takes a writer through the daemon; a large one (a backing file) shares
+/// the readers' read-only backing and writes through the daemon; a reader arriving while a
+/// writer holds a backing shares it. Everyone sees the same bytes, on the host too.
+#[test]
+fn readers_and_writers_of_a_file_see_each_other() {
+    let fx = Fixture::new("");
+    for (name, size) in [("small", 4), ("large", LARGE)] {
+        let path = fx.p(&format!("/host/{name}"));
+        fs::write(&path, padded(b"one\n", size)).unwrap();
+        let reader = fs::File::open(&path).unwrap();
+        let mut head = [0u8; 4];
+        reader.read_exact_at(&mut head, 0).unwrap();
+        assert_eq!(&head, b"one\n", "{name}");
+
+        let writer = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        writer.write_all_at(b"two\n", size as u64).unwrap();
+        writer.read_exact_at(&mut head, size as u64).unwrap();
+        assert_eq!(&head, b"two\n", "{name}: the writer reads its own bytes");
+        reader.read_exact_at(&mut head, size as u64).unwrap();
+        assert_eq!(&head, b"two\n", "{name}: the reader sees the writer's bytes");
+        assert_eq!(
+            fs::read(fx.host_root.join(name)).unwrap(),
+            padded(b"one\n", size).into_iter().chain(*b"two\n").collect::<Vec<_>>()
+        );
+        drop((reader, writer));
+        soon("the files are released", || open_files(&fx) == 0);
+
+        // A writer alone (a backing file of its own), then a reader beside it.
+        let writer = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        writer.write_all_at(b"3", 0).unwrap();
+        let reader = fs::File::open(&path).unwrap();
+        reader.read_exact_at(&mut head, 0).unwrap();
+        assert_eq!(&head, b"3ne\n", "{name}: a reader beside a writer");
+        writer.write_all_at(b"4", 1).unwrap();
+        reader.read_exact_at(&mut head, 0).unwrap();
+        assert_eq!(&head, b"34e\n", "{name}");
+        drop((reader, writer));
+        assert_eq!(&fs::read(&path).unwrap()[..4], b"34e\n", "{name}: the next open");
+    }
 }
 
 /// Running a program from the host route must not hold its host file open for writing

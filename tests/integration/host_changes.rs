@@ -2,7 +2,8 @@
 //! though the kernel may cache host-route names, attributes and listings for an hour.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -149,18 +150,28 @@ fn cached_names_stay_cached() {
     assert_eq!(counter(&fx, "fuse_lookups") - before, 0, "the written file's name was invalidated");
 }
 
-/// Reads through passthrough make the kernel distrust the files' attributes, so a directory
-/// most of whose files were read is listed afresh once (one request refreshes every entry);
-/// that listing is cached again, so the listing after it asks the daemon for nothing. One file
-/// read in five is left to its own `stat`.
+/// Reads through passthrough (files larger than `[fuse] cached_reads_max_kb`) make the kernel
+/// distrust the files' attributes, so a directory most of whose files were read is listed
+/// afresh once (one request refreshes every entry); that listing is cached again, so the
+/// listing after it asks the daemon for nothing. One file read in five is left to its own
+/// `stat`.
 #[test]
 fn a_directory_listed_afresh_after_reads_is_cached_again() {
     let fx = long_lived_host();
     let dir = fx.p("/host/listed");
     fs::create_dir(&dir).unwrap();
-    for i in 0..5 {
-        fs::write(dir.join(format!("f{i}")), format!("file {i}")).unwrap();
-    }
+    // Larger than the page cache's files, so read through backing files.
+    let write = |i: usize| {
+        let mut f = fs::File::create(dir.join(format!("f{i}"))).unwrap();
+        f.write_all(format!("file {i}").as_bytes()).unwrap();
+        f.set_len(2 << 20).unwrap();
+    };
+    let read_one = |i: usize| {
+        let mut head = [0u8; 6];
+        fs::File::open(dir.join(format!("f{i}"))).unwrap().read_exact_at(&mut head, 0).unwrap();
+        assert_eq!(head, format!("file {i}").as_bytes());
+    };
+    (0..5).for_each(write);
     let names = || {
         let mut names: Vec<String> =
             fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
@@ -172,25 +183,21 @@ fn a_directory_listed_afresh_after_reads_is_cached_again() {
     let before = counter(&fx, "fuse_listings");
     assert_eq!(names(), expected);
     assert_eq!(counter(&fx, "fuse_listings") - before, 0, "a listing the kernel keeps");
-    for i in 0..5 {
-        assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("file {i}"));
-    }
+    (0..5).for_each(read_one);
     // The kernel releases the files shortly after their close.
     soon("the files read are released", || open_files(&fx) == 0);
     let before = counter(&fx, "fuse_listings");
     assert_eq!(names(), expected);
     assert_eq!(counter(&fx, "fuse_listings") - before, 1, "listed afresh after its files were read");
-    assert_eq!(fs::metadata(dir.join("f3")).unwrap().len(), 6);
+    assert_eq!(fs::metadata(dir.join("f3")).unwrap().len(), 2 << 20);
     assert_eq!(names(), expected);
     assert_eq!(counter(&fx, "fuse_listings") - before, 1, "the fresh listing was kept");
     let read = |files: &[usize]| {
-        for i in files {
-            assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("file {i}"));
-        }
+        files.iter().copied().for_each(read_one);
         soon("the files read are released", || open_files(&fx) == 0);
     };
     // Written, so that the read moves its atime (relatime).
-    fs::write(dir.join("f0"), "file 0").unwrap();
+    write(0);
     std::thread::sleep(Duration::from_millis(20));
     read(&[0]);
     let before = counter(&fx, "fuse_listings");

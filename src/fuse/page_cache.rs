@@ -1,0 +1,192 @@
+//! Small host files served from the kernel's page cache instead of through a backing file,
+//! and what the door knows of the pages the kernel holds of each.
+//!
+//! A read through a backing file makes the kernel distrust the file's atime whether or not
+//! the host changed it, so the next `stat` of the file asks the daemon (or its directory is
+//! listed afresh, see `listing::ReadsSinceListed`), and every such open costs the kernel a
+//! backing file of its own. A read from the page cache costs neither: FUSE inodes take no
+//! atime updates in the kernel. So a small file opened only for reading is served from the
+//! page cache, kept across opens (`FOPEN_KEEP_CACHE`), and the door fills it at the open
+//! with the file's whole content (`FUSE_NOTIFY_STORE`), which costs no request of its own:
+//! the kernel then sends no READ, and has no reason to distrust the atime.
+//!
+//! The host file may change behind the kernel's back (another program, or a write through a
+//! backing file, which bypasses these pages). The door records, for each inode whose pages
+//! it filled, the host file's size, mtime and ctime at that moment, and compares them at
+//! every open: a change drops the kernel's pages and attributes before the open is
+//! answered, so an open always reads the file as it is (what passthrough gave). While a
+//! descriptor stays open, a host change reaches its pages through the host watcher, within
+//! milliseconds, as names and attributes do.
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::stat::FileStat;
+
+use crate::backend::OpenFile;
+
+/// Whether an open with no handle of its inode open yet is served from the page cache: files
+/// up to `max` bytes (`[fuse] cached_reads_max_kb`; the door reads them whole) opened only for
+/// reading. Larger ones keep passthrough, whose reads are the host file's own (large folios,
+/// no copy through the daemon); so do writes (a new file may grow to any size) and `execve`
+/// (a program's backing is read-only, see `passthrough`).
+pub fn suits(st: &FileStat, wants_write: bool, exec: bool, max: u64) -> bool {
+    !wants_write && !exec && max > 0 && (st.st_size as u64) <= max
+}
+
+/// The state of a host file when the kernel's pages of it were filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(st: &FileStat) -> Stamp {
+        Stamp {
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+}
+
+/// What the door does to the kernel's page cache of a file before answering its open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Nothing: the kernel holds the file as it is (or will ask for what it lost).
+    Nothing,
+    /// Store the file's `size` bytes: the kernel holds none of them.
+    Store { size: u64 },
+    /// The host file changed since the pages were stored: drop them and the attributes, then
+    /// store the file's `size` bytes anew.
+    Replace { size: u64 },
+}
+
+#[derive(Default)]
+struct Cached {
+    /// Open handles served from the page cache.
+    handles: usize,
+    /// The host file as it was when its pages were stored; none when the kernel holds none.
+    stored: Option<Stamp>,
+}
+
+/// Per inode served from the page cache (or filled once), until the kernel forgets it.
+#[derive(Default)]
+pub struct PageCache(HashMap<u64, Cached>);
+
+impl PageCache {
+    /// Whether handles of `ino` served from the page cache are open.
+    pub fn in_use(&self, ino: u64) -> bool {
+        self.0.get(&ino).is_some_and(|c| c.handles > 0)
+    }
+
+    /// One more handle of `ino`, whose host file is `st` now, served from the page cache;
+    /// paired with one [`PageCache::release`].
+    pub fn open(&mut self, ino: u64, st: &FileStat) -> Fill {
+        let cached = self.0.entry(ino).or_default();
+        cached.handles += 1;
+        let now = Stamp::of(st);
+        let size = st.st_size as u64;
+        match cached.stored.replace(now) {
+            Some(stored) if stored == now => Fill::Nothing,
+            Some(_) => Fill::Replace { size },
+            None => Fill::Store { size },
+        }
+    }
+
+    pub fn release(&mut self, ino: u64) {
+        if let Some(cached) = self.0.get_mut(&ino) {
+            cached.handles = cached.handles.saturating_sub(1);
+            if cached.handles == 0 && cached.stored.is_none() {
+                self.0.remove(&ino);
+            }
+        }
+    }
+
+    /// The kernel holds no pages of `ino` now (a backing file's open dropped them, or the
+    /// door could not store them).
+    pub fn dropped(&mut self, ino: u64) {
+        if let Some(cached) = self.0.get_mut(&ino) {
+            cached.stored = None;
+            if cached.handles == 0 {
+                self.0.remove(&ino);
+            }
+        }
+    }
+
+    /// The kernel forgot `ino`, and its pages with it.
+    pub fn forget(&mut self, ino: u64) {
+        self.dropped(ino)
+    }
+}
+
+/// Makes reads of `file` leave its host atime alone (`O_NOATIME`, which the daemon may set as
+/// root). Reads the kernel serves from its page cache never reach the host, so a host atime
+/// moved by the read that filled the cache would be the one place where the mount and the host
+/// disagree; this way neither moves, as on a `noatime` mount.
+pub fn without_atime(file: &dyn OpenFile) -> std::io::Result<()> {
+    let fd = file.backing_fd().ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
+    if !flags.contains(OFlag::O_NOATIME) {
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NOATIME))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(size: i64, mtime: i64, ctime: i64) -> FileStat {
+        // SAFETY: FileStat is a plain C struct, for which all zeroes is a valid value.
+        let mut st: FileStat = unsafe { std::mem::zeroed() };
+        st.st_mode = libc::S_IFREG | 0o644;
+        (st.st_size, st.st_mtime, st.st_ctime) = (size, mtime, ctime);
+        st
+    }
+
+    #[test]
+    fn small_reads_suit_the_page_cache_and_writes_and_programs_do_not() {
+        assert!(suits(&stat(100, 1, 1), false, false, 1024));
+        assert!(suits(&stat(1024, 1, 1), false, false, 1024));
+        assert!(!suits(&stat(1025, 1, 1), false, false, 1024));
+        assert!(!suits(&stat(0, 1, 1), false, false, 0), "0: none");
+        assert!(!suits(&stat(100, 1, 1), true, false, 1024));
+        assert!(!suits(&stat(100, 1, 1), false, true, 1024));
+    }
+
+    #[test]
+    fn a_file_is_stored_once_and_again_only_after_it_changed() {
+        let mut pc = PageCache::default();
+        let st = stat(10, 1, 1);
+        assert_eq!(pc.open(5, &st), Fill::Store { size: 10 });
+        assert_eq!(pc.open(5, &st), Fill::Nothing, "a second reader finds it stored");
+        pc.release(5);
+        pc.release(5);
+        assert!(!pc.in_use(5));
+        assert_eq!(pc.open(5, &st), Fill::Nothing, "the pages outlive the handles");
+        pc.release(5);
+        // Rewritten in place with the same size and mtime restored: only the ctime tells.
+        assert_eq!(pc.open(5, &stat(10, 1, 2)), Fill::Replace { size: 10 });
+        pc.release(5);
+        assert_eq!(pc.open(5, &stat(12, 3, 3)), Fill::Replace { size: 12 });
+    }
+
+    #[test]
+    fn dropped_or_forgotten_pages_are_stored_again() {
+        let mut pc = PageCache::default();
+        let st = stat(10, 1, 1);
+        pc.open(5, &st);
+        pc.dropped(5);
+        assert!(pc.in_use(5), "the handle is still open");
+        assert_eq!(pc.open(5, &st), Fill::Store { size: 10 });
+        pc.release(5);
+        pc.release(5);
+        pc.forget(5);
+        assert!(pc.0.is_empty());
+        assert_eq!(pc.open(5, &st), Fill::Store { size: 10 });
+    }
+}
