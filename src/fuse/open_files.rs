@@ -118,6 +118,8 @@ impl FuseDoor {
                 (FileHandle(fh), noflush | FopenFlags::FOPEN_DIRECT_IO, Some(shared.backing))
             }
             Some(Served::Backing(shared)) => (FileHandle(fh), noflush, Some(shared.backing)),
+            // Without KEEP_CACHE the kernel drops the inode's pages as the open completes.
+            Some(Served::PageCache(Fill::Reload)) => (FileHandle(fh), noflush, None),
             Some(Served::PageCache(_)) | None => {
                 (FileHandle(fh), noflush | FopenFlags::FOPEN_KEEP_CACHE, None)
             }
@@ -125,33 +127,40 @@ impl FuseDoor {
     }
 
     /// Does `fill` to the kernel's pages of `ino` before its open is answered (see
-    /// [`super::page_cache`]): drops what changed, and stores the whole file, read through
-    /// `handle`.
+    /// [`super::page_cache`]).
     fn fill_page_cache(&self, ino: u64, handle: &OpenHandle, fill: Fill) {
-        let size = match fill {
-            Fill::Nothing => return,
-            Fill::Store { size } | Fill::Replace { size } => size,
-        };
         let Some(notifier) = self.notifier.get() else {
-            return self.passthrough.unfilled(ino);
-        };
-        if matches!(fill, Fill::Replace { .. }) {
-            // Offset 0: the pages go with the attributes (a new size among them).
-            let _ = notifier.inval_inode(INodeNo(ino), 0, -1);
-        }
-        // Read without moving the host file's atime: the kernel's copy of the attributes would
-        // no longer match it, and nothing tells the kernel of reads it serves itself.
-        let data = page_cache::without_atime(handle.file.as_ref())
-            .and_then(|()| self.engine.read(handle, 0, size as u32).map_err(std::io::Error::other));
-        match data {
-            Ok(data) if data.len() as u64 == size => {
-                if size > 0 && notifier.store(INodeNo(ino), 0, &data).is_err() {
-                    self.passthrough.unfilled(ino);
-                }
+            if matches!(fill, Fill::Store { .. }) {
+                self.passthrough.filled(ino, false);
             }
-            // Changed while being read (the next open sees it), or unreadable: the kernel
-            // asks for what it needs.
-            _ => self.passthrough.unfilled(ino),
+            return;
+        };
+        match fill {
+            Fill::Nothing => {}
+            // Attributes only (a page would have to be locked): the open, answered without
+            // FOPEN_KEEP_CACHE, drops the pages, and the kernel reads them anew through this
+            // handle (leaving the atime alone, as a store does).
+            Fill::Reload => {
+                let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+                let _ = page_cache::without_atime(handle.file.as_ref());
+            }
+            Fill::Store { size, replace } => {
+                if replace {
+                    // Offset 0: the pages go with the attributes (a new size among them).
+                    let _ = notifier.inval_inode(INodeNo(ino), 0, -1);
+                }
+                // Read without moving the host file's atime: the kernel's copy of the
+                // attributes would no longer match it, and nothing tells the kernel of reads
+                // it serves itself.
+                let data = page_cache::without_atime(handle.file.as_ref())
+                    .and_then(|()| self.engine.read(handle, 0, size as u32).map_err(std::io::Error::other));
+                // Changed while being read (the next open sees it), or unreadable: the kernel
+                // asks for what it needs.
+                let stored = data.is_ok_and(|data| {
+                    data.len() as u64 == size && (size == 0 || notifier.store(INodeNo(ino), 0, &data).is_ok())
+                });
+                self.passthrough.filled(ino, stored);
+            }
         }
     }
 

@@ -17,6 +17,12 @@
 //! answered, so an open always reads the file as it is (what passthrough gave). While a
 //! descriptor stays open, a host change reaches its pages through the host watcher, within
 //! milliseconds, as names and attributes do.
+//!
+//! Storing pages locks them in the kernel, and a read the kernel sent the daemon holds its
+//! page locked until it is answered, possibly by the very ring thread that stores. So the
+//! door stores only for an inode's first open handle (no read of it can be under way), makes
+//! later opens wait until that store is done, and otherwise lets the kernel drop and reread
+//! pages itself ([`Fill::Reload`]).
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -58,19 +64,27 @@ impl Stamp {
 pub enum Fill {
     /// Nothing: the kernel holds the file as it is (or will ask for what it lost).
     Nothing,
-    /// Store the file's `size` bytes: the kernel holds none of them.
-    Store { size: u64 },
-    /// The host file changed since the pages were stored: drop them and the attributes, then
-    /// store the file's `size` bytes anew.
-    Replace { size: u64 },
+    /// Store the file's `size` bytes, after dropping what the kernel holds of an older
+    /// version (`replace`). Only for the first open handle: with no handle open, no read of
+    /// the kernel's holds a page the store must lock (that read could be waiting for the very
+    /// thread that stores), and later opens wait until the store is done
+    /// ([`PageCache::open`]); the door reports the outcome with [`PageCache::filled`].
+    Store { size: u64, replace: bool },
+    /// Others hold the file open, and it changed: the door drops the kernel's attributes, and
+    /// the open is answered without `FOPEN_KEEP_CACHE`, so the kernel drops the pages itself
+    /// (in the opener's own call) and reads the file anew.
+    Reload,
 }
 
 #[derive(Default)]
 struct Cached {
     /// Open handles served from the page cache.
     handles: usize,
-    /// The host file as it was when its pages were stored; none when the kernel holds none.
+    /// The host file as it was when the kernel's pages of it were made; none when the door
+    /// does not know what the kernel holds.
     stored: Option<Stamp>,
+    /// The door is storing the file for the first handle.
+    filling: bool,
 }
 
 /// Per inode served from the page cache (or filled once), until the kernel forgets it.
@@ -84,16 +98,33 @@ impl PageCache {
     }
 
     /// One more handle of `ino`, whose host file is `st` now, served from the page cache;
-    /// paired with one [`PageCache::release`].
-    pub fn open(&mut self, ino: u64, st: &FileStat) -> Fill {
+    /// paired with one [`PageCache::release`]. `None` while the door stores the file for
+    /// another open: the caller waits for [`PageCache::filled`] and asks again.
+    pub fn open(&mut self, ino: u64, st: &FileStat) -> Option<Fill> {
         let cached = self.0.entry(ino).or_default();
+        if cached.filling {
+            return None;
+        }
+        let (now, size) = (Stamp::of(st), st.st_size as u64);
+        let first = cached.handles == 0;
         cached.handles += 1;
-        let now = Stamp::of(st);
-        let size = st.st_size as u64;
-        match cached.stored.replace(now) {
+        let fill = match cached.stored.replace(now) {
             Some(stored) if stored == now => Fill::Nothing,
-            Some(_) => Fill::Replace { size },
-            None => Fill::Store { size },
+            stored if first => Fill::Store { size, replace: stored.is_some() },
+            _ => Fill::Reload,
+        };
+        cached.filling = matches!(fill, Fill::Store { .. });
+        Some(fill)
+    }
+
+    /// The door is done storing `ino` (see [`Fill::Store`]); `stored`: the kernel holds the
+    /// whole file.
+    pub fn filled(&mut self, ino: u64, stored: bool) {
+        if let Some(cached) = self.0.get_mut(&ino) {
+            cached.filling = false;
+            if !stored {
+                cached.stored = None;
+            }
         }
     }
 
@@ -106,8 +137,8 @@ impl PageCache {
         }
     }
 
-    /// The kernel holds no pages of `ino` now (a backing file's open dropped them, or the
-    /// door could not store them).
+    /// The kernel holds no pages of `ino` now: a backing file's open dropped them (which only
+    /// happens with no handle of the page cache open).
     pub fn dropped(&mut self, ino: u64) {
         if let Some(cached) = self.0.get_mut(&ino) {
             cached.stored = None;
@@ -159,34 +190,43 @@ mod tests {
     }
 
     #[test]
-    fn a_file_is_stored_once_and_again_only_after_it_changed() {
+    fn the_first_handle_stores_the_file_and_later_ones_wait_for_it() {
         let mut pc = PageCache::default();
         let st = stat(10, 1, 1);
-        assert_eq!(pc.open(5, &st), Fill::Store { size: 10 });
-        assert_eq!(pc.open(5, &st), Fill::Nothing, "a second reader finds it stored");
+        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
+        assert_eq!(pc.open(5, &st), None, "a second open waits while the file is stored");
+        pc.filled(5, true);
+        assert_eq!(pc.open(5, &st), Some(Fill::Nothing), "then finds it stored");
         pc.release(5);
         pc.release(5);
         assert!(!pc.in_use(5));
-        assert_eq!(pc.open(5, &st), Fill::Nothing, "the pages outlive the handles");
+        assert_eq!(pc.open(5, &st), Some(Fill::Nothing), "the pages outlive the handles");
         pc.release(5);
         // Rewritten in place with the same size and mtime restored: only the ctime tells.
-        assert_eq!(pc.open(5, &stat(10, 1, 2)), Fill::Replace { size: 10 });
-        pc.release(5);
-        assert_eq!(pc.open(5, &stat(12, 3, 3)), Fill::Replace { size: 12 });
+        assert_eq!(pc.open(5, &stat(10, 1, 2)), Some(Fill::Store { size: 10, replace: true }));
+        pc.filled(5, true);
+        // Changed again while that handle is open: the next open drops and rereads.
+        assert_eq!(pc.open(5, &stat(12, 3, 3)), Some(Fill::Reload));
+        assert_eq!(pc.open(5, &stat(12, 3, 3)), Some(Fill::Nothing));
     }
 
     #[test]
-    fn dropped_or_forgotten_pages_are_stored_again() {
+    fn unstored_dropped_or_forgotten_pages_are_stored_again() {
         let mut pc = PageCache::default();
         let st = stat(10, 1, 1);
-        pc.open(5, &st);
-        pc.dropped(5);
-        assert!(pc.in_use(5), "the handle is still open");
-        assert_eq!(pc.open(5, &st), Fill::Store { size: 10 });
+        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
+        pc.filled(5, false);
+        assert_eq!(pc.open(5, &st), Some(Fill::Reload), "not stored, and a handle is open");
         pc.release(5);
+        pc.release(5);
+        assert_eq!(pc.open(5, &st), Some(Fill::Nothing));
+        pc.release(5);
+        pc.dropped(5);
+        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
+        pc.filled(5, true);
         pc.release(5);
         pc.forget(5);
         assert!(pc.0.is_empty());
-        assert_eq!(pc.open(5, &st), Fill::Store { size: 10 });
+        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
     }
 }

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fuser::BackingId;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::page_cache::{self, Fill, PageCache};
 use crate::backend::host::reopen;
@@ -95,6 +95,8 @@ pub struct Passthrough<Id = BackingId> {
     warned: AtomicBool,
     clock: AtomicU64,
     inodes: Mutex<Inodes<Id>>,
+    /// Signalled when the door is done storing a file in the page cache.
+    filled: Condvar,
 }
 
 /// Per inode, under one lock: how its open handles are served decides how the next is.
@@ -111,6 +113,7 @@ impl<Id> Default for Passthrough<Id> {
             warned: AtomicBool::new(false),
             clock: AtomicU64::new(0),
             inodes: Mutex::new(Inodes { backings: HashMap::new(), cached: PageCache::default() }),
+            filled: Condvar::new(),
         }
     }
 }
@@ -146,17 +149,22 @@ impl<Id> Passthrough<Id> {
         let wants_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let exec = flags & FMODE_EXEC != 0;
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let cached_reads_max = self.cached_reads_max.load(Ordering::Relaxed);
         let mut inodes = self.inodes.lock();
-        let Inodes { backings, cached } = &mut *inodes;
-        let in_use = backings.get(&ino).is_some_and(|b| b.handles > 0);
+        let in_use = inodes.backings.get(&ino).is_some_and(|b| b.handles > 0);
         // The kernel refuses to mix the two ways on one inode: while handles of either are
         // open, the next one is served the same way.
         if !in_use
-            && (cached.in_use(ino)
-                || page_cache::suits(&st, wants_write, exec, self.cached_reads_max.load(Ordering::Relaxed)))
+            && (inodes.cached.in_use(ino) || page_cache::suits(&st, wants_write, exec, cached_reads_max))
         {
-            return Some(Served::PageCache(cached.open(ino, &st)));
+            loop {
+                match inodes.cached.open(ino, &st) {
+                    Some(fill) => return Some(Served::PageCache(fill)),
+                    None => self.filled.wait(&mut inodes),
+                }
+            }
         }
+        let Inodes { backings, cached } = &mut *inodes;
         // A backing file's open drops the kernel's pages of the inode.
         cached.dropped(ino);
         if let Some(b) = backings.get_mut(&ino) {
@@ -224,9 +232,11 @@ impl<Id> Passthrough<Id> {
         }
     }
 
-    /// The kernel holds no pages of `ino`: the door could not store them.
-    pub fn unfilled(&self, ino: u64) {
-        self.inodes.lock().cached.dropped(ino);
+    /// The door is done with a [`Fill::Store`] of `ino`; `stored`: the kernel holds the whole
+    /// file now.
+    pub fn filled(&self, ino: u64, stored: bool) {
+        self.inodes.lock().cached.filled(ino, stored);
+        self.filled.notify_all();
     }
 
     /// The last name of `ino` was removed through the mount. A registered backing keeps the
@@ -484,7 +494,8 @@ mod tests {
         let path = small_file(&dir, "a");
         let (p, k) = (enabled(), Kernel::new());
         let first = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register());
-        assert!(matches!(first, Some(Served::PageCache(Fill::Store { size: 5 }))));
+        assert!(matches!(first, Some(Served::PageCache(Fill::Store { size: 5, replace: false }))));
+        p.filled(7, true);
         let second = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register());
         assert!(matches!(second, Some(Served::PageCache(Fill::Nothing))), "stored already");
         // A writer among them is served the same way (the kernel refuses to mix).
@@ -501,12 +512,34 @@ mod tests {
         p.release(7, Way::Backing);
         p.release(7, Way::Backing);
         let later = p.acquire(7, &open(&path, false), libc::O_RDONLY, k.register());
-        assert!(matches!(later, Some(Served::PageCache(Fill::Store { size: 5 }))), "stored anew");
+        assert!(
+            matches!(later, Some(Served::PageCache(Fill::Store { size: 5, replace: false }))),
+            "stored anew"
+        );
+        p.filled(7, true);
         // Programs, and every file when the page cache is off, get backings.
         let exec = p.acquire(8, &open(&path, false), libc::O_RDONLY | FMODE_EXEC, k.register());
         assert!(matches!(exec, Some(Served::Backing(_))));
         let off = Passthrough::<u32>::default();
         off.enable(0);
         backed(off.acquire(9, &open(&path, false), libc::O_RDONLY, k.register()));
+    }
+
+    #[test]
+    fn an_open_waits_while_the_first_one_stores_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = small_file(&dir, "a");
+        let p = Arc::new(enabled());
+        let first = p.acquire(7, &open(&path, false), libc::O_RDONLY, Kernel::new().register());
+        assert!(matches!(first, Some(Served::PageCache(Fill::Store { .. }))));
+        let (p2, path2) = (p.clone(), path.clone());
+        let second = std::thread::spawn(move || {
+            let served = p2.acquire(7, &open(&path2, false), libc::O_RDONLY, Kernel::new().register());
+            matches!(served, Some(Served::PageCache(Fill::Nothing)))
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!second.is_finished(), "answered while the file was being stored");
+        p.filled(7, true);
+        assert!(second.join().unwrap(), "the second open finds the file stored");
     }
 }

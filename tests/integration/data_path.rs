@@ -146,6 +146,67 @@ fn small_files_are_fresh_at_every_open() {
     soon("the open descriptor sees the host's change", || read_open() == "v21");
 }
 
+/// Many readers open a small file again and again while a host program rewrites it: no open
+/// hangs (the daemon stores a file's pages only for its first open handle, so no read of the
+/// kernel's can hold a page it must lock), every read is a whole version, and no reader ever
+/// reads an older version than it read before.
+#[test]
+fn small_files_read_by_many_while_the_host_rewrites_them() {
+    let fx = Fixture::new("");
+    let (host, mnt) = (fx.host_root.join("busy.txt"), fx.p("/host/busy.txt"));
+    let version = |v: u32| format!("{v:063}\n");
+    fs::write(&host, version(0)).unwrap();
+    let writer = std::thread::spawn(move || {
+        let f = fs::OpenOptions::new().write(true).open(&host).unwrap();
+        for v in 1..=600 {
+            f.write_at(version(v).as_bytes(), 0).unwrap();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    // Taken now: once the mount hangs, even a `stat` of it may.
+    let dev = fs::metadata(fx.p("/")).unwrap().dev();
+    let (done, finished) = std::sync::mpsc::channel();
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (mnt, done) = (mnt.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut last = 0;
+                for _ in 0..600 {
+                    let text = fs::read_to_string(&mnt).unwrap();
+                    let v: u32 = text.trim_end().parse().unwrap_or_else(|_| panic!("a torn read: {text:?}"));
+                    assert!(v >= last, "read version {v} after {last}");
+                    last = v;
+                }
+                done.send(()).unwrap();
+            })
+        })
+        .collect();
+    for _ in 0..4 {
+        if finished.recv_timeout(Duration::from_secs(60)).is_err() {
+            // Hung: end the mount's connection, so that its stuck callers return and the
+            // fixture can unmount, then fail.
+            abort_connection(dev);
+            panic!("readers hung: the mount stopped answering");
+        }
+    }
+    writer.join().unwrap();
+    for reader in readers {
+        reader.join().unwrap();
+    }
+    assert_eq!(fs::read_to_string(&mnt).unwrap(), version(600));
+}
+
+/// Aborts the FUSE connection of the mount whose device is `dev` (through the kernel's
+/// fusectl, mounted here if it is not).
+fn abort_connection(dev: u64) {
+    let control = std::path::Path::new("/sys/fs/fuse/connections");
+    if fs::read_dir(control).map_or(true, |mut d| d.next().is_none()) {
+        let _ = Command::new("mount").args(["-t", "fusectl", "none"]).arg(control).status();
+    }
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let _ = fs::write(control.join(minor.to_string()).join("abort"), "1");
+}
+
 /// Readers and writers of one file share it in whatever way the first opener got (the kernel
 /// refuses to mix a backing file with the page cache on one inode): a small file that readers
 /// hold (page cache) takes a writer through the daemon; a large one (a backing file) shares
