@@ -354,16 +354,19 @@ impl Engine {
     }
 
     /// `lookup` of several entries of one directory at once (readdirplus), each judged as
-    /// its own lookup.
-    pub fn lookup_entries(&self, ctx: &Ctx, dir: &VPath, names: &[&str]) -> Vec<FsResult<Attr>> {
+    /// its own lookup: each entry's path, and its attributes or why not.
+    pub fn lookup_entries(&self, ctx: &Ctx, dir: &VPath, names: &[&str]) -> Vec<(VPath, FsResult<Attr>)> {
         let attrs = self.router.getattr_entries(&self.gate.probe(dir), names);
         names
             .iter()
             .zip(attrs)
             .map(|(name, attr)| {
-                let (attr, path) = (attr?, dir.join(name));
-                self.check_metadata(ctx, "lookup", &path, attr.kind == FileKind::Dir)?;
-                Ok(self.shown(&path, attr))
+                let path = dir.join(name);
+                let judged = attr.and_then(|attr| {
+                    self.check_metadata(ctx, "lookup", &path, attr.kind == FileKind::Dir)?;
+                    Ok(self.shown(&path, attr))
+                });
+                (path, judged)
             })
             .collect()
     }

@@ -8,7 +8,8 @@
 //! Renames move the paths of a node and of everything the kernel knows beneath it; unlink
 //! removes one path, and a node without paths lives on only for its open handles.
 
-use std::collections::{HashMap, HashSet};
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
@@ -239,10 +240,30 @@ impl Inodes {
     /// The kernel dropped `count` lookups; the inode goes when none are left.
     /// Returns whether the inode is gone (the kernel holds no more references).
     pub fn forget(&self, ino: u64, count: u64) -> bool {
+        !self.forget_many([(ino, count)]).is_empty()
+    }
+
+    /// [`Inodes::forget`] of many inodes (the kernel's batched forgets) under one lock: the
+    /// forgets of a dropped cache come by the thousand. Returns the inodes that are gone.
+    pub fn forget_many(&self, forgets: impl IntoIterator<Item = (u64, u64)>) -> Vec<u64> {
+        let mut gone = Vec::new();
+        let mut tables = self.tables.write();
+        for (ino, count) in forgets {
+            if Self::forget_locked(&mut tables, ino, count) {
+                gone.push(ino);
+            }
+        }
+        drop(tables);
+        for &ino in &gone {
+            self.absent.forget_parent(ino);
+        }
+        gone
+    }
+
+    fn forget_locked(tables: &mut Tables, ino: u64, count: u64) -> bool {
         if ino == ROOT_INO {
             return false;
         }
-        let mut tables = self.tables.write();
         let Some(node) = tables.by_ino.get(&ino) else { return false };
         let left = node.drop_lookups(count);
         if left == 0 {
@@ -263,10 +284,6 @@ impl Inodes {
             }
             tables.went_stale.remove(&ino);
             tables.deleted.remove(&ino);
-        }
-        drop(tables);
-        if left == 0 {
-            self.absent.forget_parent(ino);
         }
         left == 0
     }
@@ -422,6 +439,20 @@ mod tests {
         assert_eq!(t.remember(&p("/b"), None), b);
         assert!(!t.forget(b, 1));
         assert!(t.forget(b, 1));
+    }
+
+    #[test]
+    fn a_batch_of_forgets_drops_the_inodes_it_empties() {
+        let t = Inodes::new();
+        let a = t.remember(&p("/a"), Some((0, 1)));
+        let b = t.remember(&p("/b"), Some((0, 2)));
+        t.remember(&p("/b"), Some((0, 2)));
+        assert_eq!(t.forget_many([(a, 1), (b, 1), (ROOT_INO, 1), (999, 1)]), [a]);
+        assert_eq!(t.ino_of(&p("/a")), None);
+        assert_eq!(t.path(b).unwrap(), p("/b"), "one lookup left");
+        assert_eq!(t.forget_many([(b, 1)]), [b]);
+        // The numbers come back with their nodes (retired, not lost).
+        assert_eq!(t.remember(&p("/a"), Some((0, 1))), a);
     }
 
     #[test]

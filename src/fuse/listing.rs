@@ -194,12 +194,11 @@ impl FuseDoor {
         let start = (next - 2) as usize;
         let mut looked_up = Vec::new().into_iter();
         for (i, entry) in entries.iter().enumerate().skip(start) {
-            let path = dir.path.join(&entry.name);
             if looked_up.len() == 0 {
                 let window: Vec<&str> = entries[i..].iter().take(WINDOW).map(|e| e.name.as_str()).collect();
                 looked_up = self.engine.lookup_entries(&caller, &dir.path, &window).into_iter();
             }
-            let found = looked_up.next().expect("a window holds the entry");
+            let (path, found) = looked_up.next().expect("a window holds the entry");
             let (child, ttl, attr) = match found {
                 Ok(attr) => (self.remember(&path, &attr), self.engine.ttl(&path), attr),
                 // Listed but not readable (a deny rule with `hide = false`): the name is shown

@@ -203,6 +203,13 @@ impl Filesystem for FuseDoor {
         }
     }
 
+    fn batch_forget(&self, _req: &Request, nodes: &[fuser::ForgetOne]) {
+        for ino in self.inodes.forget_many(nodes.iter().map(|n| (n.nodeid().0, n.nlookup()))) {
+            self.passthrough.forget(ino);
+            self.replaced.forget(ino);
+        }
+    }
+
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let open = fh.and_then(|fh| self.file(fh).ok());
         let result = match open {
