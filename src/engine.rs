@@ -150,6 +150,9 @@ pub struct Engine {
     /// File reads the FUSE door served because neither the kernel's page cache nor a backing
     /// file held the data: shown by `status`.
     pub fuse_reads: std::sync::atomic::AtomicU64,
+    /// Directories the kernel asked the FUSE door to open (none once it opens them by itself):
+    /// shown by `status`.
+    pub fuse_opendirs: std::sync::atomic::AtomicU64,
     /// Files open through the FUSE door now: opened, and not yet released by the kernel (which
     /// releases a file shortly after its last descriptor is closed). Shown by `status`.
     pub fuse_open_files: std::sync::atomic::AtomicU64,
@@ -180,6 +183,7 @@ impl Engine {
             fuse_lookups: Default::default(),
             fuse_listings: Default::default(),
             fuse_reads: Default::default(),
+            fuse_opendirs: Default::default(),
             fuse_open_files: Default::default(),
             fuse_rings: std::sync::OnceLock::new(),
             host_change_events: std::sync::OnceLock::new(),
@@ -372,9 +376,12 @@ impl Engine {
     }
 
     fn check_metadata(&self, ctx: &Ctx, operation: &str, path: &VPath, is_dir: bool) -> FsResult<()> {
-        match self.check(ctx, operation, Op::Read, path, is_dir) {
-            Err(e) if e.interrupt.is_none() => Err(e),
-            _ => Ok(()),
+        match self.gate.check(Op::Read, path, is_dir) {
+            // Looking a name up does not ask (policy.md), and leaves approvals alone: a retry
+            // grant is for the operation that asked (a `stat` before the retried listing
+            // must not use it up).
+            Err(r) if r.verdict.mode == Mode::Interrupt => Ok(()),
+            decided => self.settle(ctx, operation, Op::Read, path, decided).map(|_| ()),
         }
     }
 
@@ -416,6 +423,18 @@ impl Engine {
             .rules()
             .iter()
             .any(|r| r.mode == Mode::Interrupt && r.operations.contains(&Op::Read))
+    }
+
+    /// Whether a listing must be judged when its directory is opened: a rule may ask a human
+    /// about it, or refuse it without hiding the directory (EACCES belongs to `opendir`).
+    pub fn listings_judged_at_open(&self) -> bool {
+        self.listing_may_ask()
+            || self
+                .gate
+                .rules()
+                .rules()
+                .iter()
+                .any(|r| r.mode == Mode::Deny && !r.hide && r.applies_to(Op::Read))
     }
 
     pub fn readdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<DirEntry>> {

@@ -320,6 +320,7 @@ impl State {
                 "fuse_lookups": Counters::get(&self.engine.fuse_lookups),
                 "fuse_listings": Counters::get(&self.engine.fuse_listings),
                 "fuse_reads": Counters::get(&self.engine.fuse_reads),
+                "fuse_opendirs": Counters::get(&self.engine.fuse_opendirs),
                 "fuse_open_files": Counters::get(&self.engine.fuse_open_files),
                 "fuse_ring_requests": ring_requests,
                 "fuse_ring_promotions": rings.map_or(0, |r| r.promotions.load(relaxed)),

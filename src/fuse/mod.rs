@@ -25,11 +25,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno as FuseErrno, FileHandle, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, PollEvents, PollFlags,
-    PollNotifier, RenameFlags, ReplyAttr, ReplyBmap, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno as FuseErrno, FileHandle, Filesystem, Generation, INodeNo,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, PollEvents, PollFlags, PollNotifier,
+    RenameFlags, ReplyAttr, ReplyBmap, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::RwLock;
 
@@ -56,6 +56,9 @@ pub struct FuseDoor {
     passthrough: Arc<Passthrough>,
     /// Which directories to list afresh for the attributes passthrough reads made stale.
     reads_since_listed: Arc<listing::ReadsSinceListed>,
+    relister: Arc<listing::Relister>,
+    /// Listings of directories the kernel did not open.
+    snapshots: Arc<listing::Snapshots>,
     options: DoorOptions,
     /// Whether `init` got the kernel to offer FUSE over io_uring (see [`ring`]).
     ring_negotiated: Arc<AtomicBool>,
@@ -95,6 +98,7 @@ const LONG_TTL: Duration = Duration::from_secs(60);
 
 impl FuseDoor {
     pub fn new(engine: Arc<Engine>, inodes: Arc<Inodes>, options: DoorOptions) -> FuseDoor {
+        let notifier: Arc<OnceLock<Notifier>> = Arc::default();
         FuseDoor {
             engine,
             inodes,
@@ -103,10 +107,12 @@ impl FuseDoor {
             next_handle: Arc::new(AtomicU64::new(1)),
             passthrough: Arc::default(),
             reads_since_listed: Arc::default(),
+            relister: Arc::new(listing::Relister::start(notifier.clone())),
+            snapshots: Arc::default(),
             options,
             ring_negotiated: Arc::default(),
             expire_only: Arc::default(),
-            notifier: Arc::default(),
+            notifier,
             replaced: Arc::default(),
             parked: Arc::default(),
         }
@@ -519,7 +525,9 @@ impl Filesystem for FuseDoor {
             let read = way == Way::Backing || f.atime_stale.load(Ordering::Relaxed);
             if read && !f.handle.writable {
                 if let Some(dir) = self.inodes.ino_of(&f.handle.path.parent()) {
-                    self.reads_since_listed.read(dir);
+                    if self.reads_since_listed.read(dir) {
+                        self.relister.relist(dir);
+                    }
                 }
             }
         }
@@ -543,34 +551,7 @@ impl Filesystem for FuseDoor {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let work = move |d: &FuseDoor, c: &Ctx| {
-            let p = d.inodes.path(ino.0)?;
-            if d.engine.listing_may_ask() {
-                return Ok(DirHandle::listed(p.clone(), d.take_listing(c, ino, &p)?));
-            }
-            d.engine.opendir(c, &p)?;
-            Ok(DirHandle::new(p))
-        };
-        self.serve(ctx(req), reply, work, move |d, result, reply: ReplyOpen| match result {
-            Ok(dir) => {
-                let fh = d.next_handle.fetch_add(1, Ordering::Relaxed);
-                // Where names are cached long (the daemon tells the kernel about every change),
-                // the kernel may keep the listing too and answer the next `readdir` itself.
-                // Local changes through the mount reset it. A directory whose files were read
-                // since it was listed may be listed afresh ([`listing::ReadsSinceListed`]:
-                // without KEEP_CACHE the kernel drops its copy), and that listing is cached
-                // again: left uncached, the next `opendir` would list it once more for nothing.
-                let refresh = d.reads_since_listed.take_refresh(ino.0);
-                let flags = match (d.engine.ttl(&dir.path) >= LONG_TTL, refresh) {
-                    (true, false) => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-                    (true, true) => FopenFlags::FOPEN_CACHE_DIR,
-                    (false, _) => FopenFlags::empty(),
-                };
-                d.dirs.write().insert(fh, Arc::new(dir));
-                reply.opened(FileHandle(fh), flags)
-            }
-            Err(e) => reply.error(errno(&e)),
-        })
+        self.open_dir(req, ino, reply)
     }
 
     fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
@@ -600,14 +581,8 @@ impl Filesystem for FuseDoor {
         reply.ok()
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let Some(dir) = self.dirs.read().get(&fh.0).cloned() else {
-            return reply.error(FuseErrno::EBADF);
-        };
-        match self.engine.fsyncdir(&dir.path) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.sync_dir(ino, fh, reply)
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -66,14 +66,21 @@ impl FuseDoor {
         W: FnOnce(&FuseDoor, &Ctx) -> FsResult<T>,
         S: FnOnce(&FuseDoor, FsResult<T>, R),
     {
-        let result = match work(self, &ctx) {
+        let result = self.refused_until_approved(&ctx, work(self, &ctx));
+        send(self, result, reply)
+    }
+
+    /// The outcome of an operation that cannot wait for a human: an interrupt is refused with
+    /// EACCES and leaves a ticket whose approval lets the next attempt through.
+    pub(super) fn refused_until_approved<T>(&self, ctx: &Ctx, result: FsResult<T>) -> FsResult<T> {
+        let result = match result {
             Err(FsError { interrupt: Some(interrupted), .. }) => {
-                Err(self.refuse_until_approved(&ctx, *interrupted))
+                Err(self.refuse_until_approved(ctx, *interrupted))
             }
             result => result,
         };
         self.engine.gate.approvals.spend(ctx.request);
-        send(self, result, reply)
+        result
     }
 
     fn refuse_until_approved(&self, ctx: &Ctx, interrupted: Interrupted) -> FsError {

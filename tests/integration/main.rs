@@ -14,6 +14,7 @@ mod host_changes;
 mod interrupts;
 mod langgraph_store;
 mod lifecycle;
+mod listings;
 mod memory_cap;
 mod model;
 mod pauses;
