@@ -274,6 +274,12 @@ impl Backend for HostBackend {
             return Err(FsError::new(Errno::EBUSY, "it holds the daemon's own files"));
         }
         let (from_dir, from_name) = self.parent(from)?;
+        if split_parent(from).0 == split_parent(to).0 {
+            // Within one directory (most renames): one resolution of it serves both names.
+            self.check_visible(to)?;
+            let to_name = split_parent(to).1;
+            return sys::renameat2(from_dir.fd(), from_name, from_dir.fd(), to_name, flags);
+        }
         let (to_dir, to_name) = self.parent(to)?;
         sys::renameat2(from_dir.fd(), from_name, to_dir.fd(), to_name, flags)
     }
