@@ -197,10 +197,16 @@ w_cargoclean() { rm -rf cb; }
 w_cleanup() { rm -f big; }
 w_gitsetup() { mkdir g && tar -C g -xf "$W/repo.tar" && cd g && git status >/dev/null; }
 w_gitstatus() { cd g && git status >/dev/null; }
+# The changes end a second before `git add` writes the index: git trusts a file's stat only
+# when it was modified in an earlier second than the index was written (git built without
+# USE_NSEC, as Debian's is), and re-reads the others at the next status. Without the pause,
+# how many files that is depends on where a second boundary falls (0 to 2,000 in five runs of
+# the same build), and the status row after the commit swung with it.
 w_gitchange() {
   cd g && for i in $(seq 1 10 10000); do
     echo changed >> "d$((i % 500))/f$i.txt" && echo new > "d$((i % 500))/n$i.txt"
   done
+  sleep 1
 }
 w_gitadd() { cd g && git add -A; }
 # What an agent runs most: `git status` right after committing in the same tree.
