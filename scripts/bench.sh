@@ -200,7 +200,7 @@ w_gitstatus() { cd g && git status >/dev/null; }
 # The changes end a second before `git add` writes the index: git trusts a file's stat only
 # when it was modified in an earlier second than the index was written (git built without
 # USE_NSEC, as Debian's is), and re-reads the others at the next status. Without the pause,
-# how many files that is depends on where a second boundary falls (0 to 2,000 in five runs of
+# how many files that is depends on where a second boundary falls (0 to 2,000 in six runs of
 # the same build), and the status row after the commit swung with it.
 w_gitchange() {
   cd g && for i in $(seq 1 10 10000); do
