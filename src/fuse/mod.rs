@@ -265,6 +265,12 @@ impl Filesystem for FuseDoor {
         let work = move |d: &FuseDoor, c: &Ctx| {
             let (p, open) = match &open {
                 Some(f) if fh.is_some() || size.is_some() => (f.handle.path.clone(), open.clone()),
+                // The handle's path is the node's only name: it is what the check below would
+                // judge whether or not the name still leads here (a stale one falls back to
+                // the handle's path), so the host lookup that checks it is skipped.
+                Some(f) if d.inodes.paths(ino.0).is_ok_and(|p| p == [f.handle.path.clone()]) => {
+                    (f.handle.path.clone(), open.clone())
+                }
                 // Judged by the node's names, as if no handle served it.
                 _ => match d.live_path(c, ino, "setattr", Op::Write) {
                     Ok(p) => (p, open.clone()),

@@ -163,7 +163,16 @@ pub fn fchownat_empty(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) ->
     .map(drop)
 }
 
+/// chmod of the inode an fd refers to (O_PATH descriptors included): `fchmodat2` with an empty
+/// path (Linux 6.6), which resolves no name; through the fd's magic link where the kernel
+/// lacks it. Both reach the same inode with the same permission checks.
 pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> FsResult<()> {
+    let ret = unsafe {
+        libc::syscall(libc::SYS_fchmodat2, fd.as_raw_fd(), c"".as_ptr(), mode, libc::AT_EMPTY_PATH)
+    };
+    if ret == 0 || Errno::last() != Errno::ENOSYS {
+        return check(ret as i32).map(drop);
+    }
     let p = proc_fd_path(fd);
     check(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
 }
@@ -191,26 +200,11 @@ fn timespec(t: Option<TimeSet>) -> libc::timespec {
 }
 
 /// Sets times on the inode an fd refers to (O_PATH descriptors included), without following
-/// a symlink the fd may refer to.
+/// a symlink the fd may refer to: the empty-path form resolves no name.
 pub fn utimens_fd(fd: BorrowedFd<'_>, atime: Option<TimeSet>, mtime: Option<TimeSet>) -> FsResult<()> {
     let times = [timespec(atime), timespec(mtime)];
-    let p = proc_fd_path(fd);
-    let is_link = fstat(fd)?.st_mode & libc::S_IFMT == libc::S_IFLNK;
-    let ret = if is_link {
-        // The magic link would resolve to the symlink's inode but utimensat would then follow
-        // it; use the empty-path form, which the kernel accepts for O_PATH fds.
-        unsafe {
-            libc::utimensat(
-                fd.as_raw_fd(),
-                c"".as_ptr(),
-                times.as_ptr(),
-                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            )
-        }
-    } else {
-        unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) }
-    };
-    check(ret).map(drop)
+    let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
+    check(unsafe { libc::utimensat(fd.as_raw_fd(), c"".as_ptr(), times.as_ptr(), flags) }).map(drop)
 }
 
 fn time(sec: i64, nsec: i64) -> SystemTime {
