@@ -233,11 +233,25 @@ pub trait OpenFile: Send + Sync {
     /// The same file opened anew with the kernel's open `flags`, as through `/proc/PID/fd/N`:
     /// how a file is opened once every name of it is gone.
     fn reopen(&self, flags: i32) -> FsResult<Box<dyn OpenFile>>;
-    /// A host file descriptor the kernel may serve reads and writes from directly
-    /// (FUSE passthrough). Only backends whose data lives in a real file return one.
-    fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
+    /// A host file the kernel may serve reads and writes from directly (FUSE passthrough).
+    /// Only backends whose data lives in a real file return one.
+    fn backing(&self) -> Option<BackingFile<'_>> {
         None
     }
+}
+
+/// The host file behind an [`OpenFile`], as it was opened: what the door needs to pass it to
+/// the kernel without asking the host again.
+pub struct BackingFile<'a> {
+    pub fd: BorrowedFd<'a>,
+    /// The flags the descriptor was opened with. Its access mode and `O_DIRECT`/`O_SYNC`/
+    /// `O_DSYNC` (what decides whether other handles may share it) never change; other
+    /// status flags may have since.
+    pub flags: i32,
+    /// The descriptor's `fstat` when it was opened: its type and identity hold for good, its
+    /// size and times as of that open (the door passes a file on in the request that opened
+    /// it).
+    pub opened: &'a libc::stat,
 }
 
 /// One route's storage. All paths are route-relative (see the module docs).

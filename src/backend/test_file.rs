@@ -2,12 +2,24 @@
 //! its backing descriptor is a real file the test chose.
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 
-use super::{Attr, OpenFile, SetAttr};
+use super::{Attr, BackingFile, OpenFile, SetAttr};
 use crate::error::FsResult;
 
-pub struct TestFile(pub File);
+pub struct TestFile {
+    file: File,
+    flags: i32,
+    opened: libc::stat,
+}
+
+impl TestFile {
+    pub fn new(file: File) -> TestFile {
+        let opened = nix::sys::stat::fstat(file.as_raw_fd()).unwrap();
+        let flags = nix::fcntl::fcntl(file.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
+        TestFile { file, flags, opened }
+    }
+}
 
 impl OpenFile for TestFile {
     fn read(&self, _: u64, _: u32) -> FsResult<Vec<u8>> {
@@ -34,7 +46,7 @@ impl OpenFile for TestFile {
     fn reopen(&self, _: i32) -> FsResult<Box<dyn OpenFile>> {
         unimplemented!()
     }
-    fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.0.as_fd())
+    fn backing(&self) -> Option<BackingFile<'_>> {
+        Some(BackingFile { fd: self.file.as_fd(), flags: self.flags, opened: &self.opened })
     }
 }

@@ -187,7 +187,7 @@ mod tests {
     fn file(ino: u64, pid: u32, writable: bool) -> DoorFile {
         let handle = OpenHandle {
             path: VPath::parse("/f").unwrap(),
-            file: Box::new(TestFile(tempfile::tempfile().unwrap())),
+            file: Box::new(TestFile::new(tempfile::tempfile().unwrap())),
             writable,
         };
         DoorFile { ino, pid, handle, served: None, atime_stale: AtomicBool::new(false) }

@@ -159,7 +159,7 @@ impl PageCache {
 /// moved by the read that filled the cache would be the one place where the mount and the host
 /// disagree; this way neither moves, as on a `noatime` mount.
 pub fn without_atime(file: &dyn OpenFile) -> std::io::Result<()> {
-    let fd = file.backing_fd().ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    let fd = file.backing().ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?.fd;
     let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
     if !flags.contains(OFlag::O_NOATIME) {
         fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NOATIME))?;

@@ -20,7 +20,7 @@
 //! handles of one way are open, every other open of the inode is served the same way.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -29,7 +29,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::page_cache::{self, Fill, PageCache};
 use crate::backend::host::reopen;
-use crate::backend::OpenFile;
+use crate::backend::{BackingFile, OpenFile};
 
 /// The kernel's flag on opens made by `execve` (`__FMODE_EXEC`).
 const FMODE_EXEC: i32 = 0x20;
@@ -140,8 +140,7 @@ impl<Id> Passthrough<Id> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
-        let fd = file.backing_fd()?;
-        let st = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
+        let BackingFile { fd, flags: own, opened: st } = file.backing()?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
@@ -155,10 +154,10 @@ impl<Id> Passthrough<Id> {
         // The kernel refuses to mix the two ways on one inode: while handles of either are
         // open, the next one is served the same way.
         if !in_use
-            && (inodes.cached.in_use(ino) || page_cache::suits(&st, wants_write, exec, cached_reads_max))
+            && (inodes.cached.in_use(ino) || page_cache::suits(st, wants_write, exec, cached_reads_max))
         {
             loop {
-                match inodes.cached.open(ino, &st) {
+                match inodes.cached.open(ino, st) {
                     Some(fill) => return Some(Served::PageCache(fill)),
                     None => self.filled.wait(&mut inodes),
                 }
@@ -177,9 +176,8 @@ impl<Id> Passthrough<Id> {
             // Idle and unfit (another host file now, or read-only for a writer): replace it.
             backings.remove(&ino);
         }
-        // The descriptor's own flags, not the caller's: a host create opens read-write
-        // whatever the caller asked, so that its descriptor can serve as the backing.
-        let own = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::F_GETFL).ok()?;
+        // The descriptor's own flags (`own`), not the caller's: a host create opens
+        // read-write whatever the caller asked, so that its descriptor can serve as the backing.
         // A descriptor whose own flags would change how every sharer's I/O is done (direct,
         // synchronous) is not shared as it is.
         let plain = own & (libc::O_DIRECT | libc::O_SYNC | libc::O_DSYNC) == 0;
@@ -287,6 +285,7 @@ mod tests {
     use std::cell::Cell;
     use std::fs::File;
     use std::io::Write;
+    use std::os::fd::AsRawFd;
 
     /// A file too large for the page cache's small files: its reads get backings.
     fn temp_file(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
@@ -306,7 +305,7 @@ mod tests {
     }
 
     fn open(path: &std::path::Path, write: bool) -> TempOpen {
-        TempOpen(std::fs::OpenOptions::new().read(true).write(write).open(path).unwrap())
+        TempOpen::new(std::fs::OpenOptions::new().read(true).write(write).open(path).unwrap())
     }
 
     /// Registers with ids 1, 2, 3, ... and counts registrations; records the access mode and
@@ -351,7 +350,7 @@ mod tests {
         let f = open(&temp_file(&dir, "a"), false);
         let k = Kernel::new();
         assert!(Passthrough::<u32>::default().acquire(1, &f, libc::O_RDONLY, k.register()).is_none());
-        let d = TempOpen(File::open(dir.path()).unwrap());
+        let d = TempOpen::new(File::open(dir.path()).unwrap());
         assert!(enabled().acquire(1, &d, libc::O_RDONLY, k.register()).is_none());
         assert_eq!(k.registrations(), 0);
     }
@@ -399,12 +398,20 @@ mod tests {
         // What a host create hands over for a write-only caller: a read-write descriptor.
         let created = open(&path, true);
         backed(p.acquire(7, &created, libc::O_WRONLY, k.register()));
-        let write_only = TempOpen(std::fs::OpenOptions::new().write(true).open(&path).unwrap());
+        let write_only = TempOpen::new(std::fs::OpenOptions::new().write(true).open(&path).unwrap());
         backed(p.acquire(8, &write_only, libc::O_WRONLY, k.register()));
         assert_eq!(*k.modes.borrow(), vec![libc::O_RDWR, libc::O_RDWR]);
         let fds = k.fds.borrow();
-        assert_eq!(fds[0], created.0.as_raw_fd(), "no second descriptor for the created file");
-        assert_ne!(fds[1], write_only.0.as_raw_fd(), "a write-only descriptor cannot back reads");
+        assert_eq!(
+            fds[0],
+            created.backing().unwrap().fd.as_raw_fd(),
+            "no second descriptor for the created file"
+        );
+        assert_ne!(
+            fds[1],
+            write_only.backing().unwrap().fd.as_raw_fd(),
+            "a write-only descriptor cannot back reads"
+        );
     }
 
     #[test]

@@ -89,8 +89,9 @@ impl Mount {
             .expect("spawn agentvfs");
         let mut mount = Mount { dir, child: Some(child), log };
         let deadline = Instant::now() + Duration::from_secs(20);
-        // The daemon says so once the mount is live (a stale mount is listed in mountinfo too).
-        while !(is_mounted(&mount.dir) && mount.log_text().contains("agentvfs: mounted at")) {
+        // The daemon says so once the mount is live (a stale mount is listed in mountinfo too),
+        // in a banner whose last line names the audit log: tests read the whole banner.
+        while !(is_mounted(&mount.dir) && mount.log_text().contains("\n  audit log")) {
             if let Some(status) = mount.child.as_mut().unwrap().try_wait().unwrap() {
                 mount.child = None;
                 return Err(format!("agentvfs exited ({status}) before mounting:\n{}", mount.log_text()));

@@ -16,7 +16,9 @@ pub use sys::reopen;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use crate::backend::{split_parent, Attr, Backend, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
+use crate::backend::{
+    split_parent, Attr, Backend, BackingFile, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs,
+};
 use crate::error::{Errno, FsError, FsResult};
 use creds::AsCaller;
 
@@ -182,8 +184,9 @@ impl Backend for HostBackend {
 
     fn open(&self, path: &str, flags: i32) -> FsResult<Box<dyn OpenFile>> {
         self.check_visible(path)?;
-        let fd = sys::open_beneath(self.root.as_fd(), path, opening_flags(flags), 0)?;
-        Ok(Box::new(HostFile { fd }))
+        let flags = opening_flags(flags);
+        let fd = sys::open_beneath(self.root.as_fd(), path, flags, 0)?;
+        Ok(Box::new(HostFile::new(fd, flags)?))
     }
 
     fn create(
@@ -208,8 +211,8 @@ impl Backend for HostBackend {
             let _as = AsCaller::enter(caller);
             sys::open_beneath(dir.fd(), name, flags, mode & 0o7777)?
         };
-        let attr = sys::attr_from_stat(&sys::fstat(fd.as_fd())?);
-        Ok((attr, Box::new(HostFile { fd })))
+        let opened = sys::fstat(fd.as_fd())?;
+        Ok((sys::attr_from_stat(&opened), Box::new(HostFile { fd, flags, opened })))
     }
 
     fn mknod(&self, path: &str, mode: u32, rdev: u32, caller: &Caller) -> FsResult<Attr> {
@@ -426,6 +429,17 @@ fn opening_flags(flags: i32) -> i32 {
 /// An open host file: plain positional I/O on a real descriptor.
 struct HostFile {
     fd: OwnedFd,
+    /// The flags `fd` was opened with, and its `fstat` then (see [`BackingFile`]).
+    flags: i32,
+    opened: libc::stat,
+}
+
+impl HostFile {
+    /// `fd`, just opened with `flags`.
+    fn new(fd: OwnedFd, flags: i32) -> FsResult<HostFile> {
+        let opened = sys::fstat(fd.as_fd())?;
+        Ok(HostFile { fd, flags, opened })
+    }
 }
 
 impl OpenFile for HostFile {
@@ -534,12 +548,18 @@ impl OpenFile for HostFile {
 
     fn reopen(&self, flags: i32) -> FsResult<Box<dyn OpenFile>> {
         // Through the descriptor's magic link, which O_NOFOLLOW would refuse.
-        let fd = sys::reopen(self.fd.as_fd(), opening_flags(flags) & !libc::O_NOFOLLOW)?;
-        Ok(Box::new(HostFile { fd }))
+        let flags = opening_flags(flags) & !libc::O_NOFOLLOW;
+        let fd = sys::reopen(self.fd.as_fd(), flags)?;
+        Ok(Box::new(HostFile::new(fd, flags)?))
     }
 
-    fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.fd.as_fd())
+    fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
+        // Neither changes while the descriptor is open.
+        Ok((FileKind::from_mode(self.opened.st_mode).unwrap_or(FileKind::File), self.opened.st_ino))
+    }
+
+    fn backing(&self) -> Option<BackingFile<'_>> {
+        Some(BackingFile { fd: self.fd.as_fd(), flags: self.flags, opened: &self.opened })
     }
 }
 
@@ -554,11 +574,22 @@ mod tests {
         let me = Caller { uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, pid: 1 };
         let (attr, file) = host.create("f", 0o200, libc::O_WRONLY, &me).unwrap();
         assert_eq!(attr.perm, 0o200);
-        let fd = file.backing_fd().unwrap();
-        let flags = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
+        let backing = file.backing().unwrap();
+        let flags = nix::fcntl::fcntl(backing.fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
         assert_eq!(flags & libc::O_ACCMODE, libc::O_RDWR);
-        let (_, file) = host.create("g", 0o644, libc::O_RDONLY, &me).unwrap();
-        let flags = nix::fcntl::fcntl(file.backing_fd().unwrap().as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
+        // What the file says of itself without asking the host is what the host says.
+        assert_eq!(backing.flags & libc::O_ACCMODE, libc::O_RDWR);
+        let now = sys::fstat(backing.fd).unwrap();
+        assert_eq!((backing.opened.st_dev, backing.opened.st_ino), (now.st_dev, now.st_ino));
+        assert_eq!(file.kind_and_ino().unwrap(), (FileKind::File, now.st_ino));
+        let (attr_g, file) = host.create("g", 0o644, libc::O_RDONLY, &me).unwrap();
+        let flags = nix::fcntl::fcntl(file.backing().unwrap().fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
         assert_eq!(flags & libc::O_ACCMODE, libc::O_RDONLY, "a reader stays a reader");
+        assert_eq!(file.backing().unwrap().flags & libc::O_ACCMODE, libc::O_RDONLY);
+        let reopened = host.open("g", libc::O_WRONLY).unwrap().reopen(libc::O_RDWR).unwrap();
+        let backing = reopened.backing().unwrap();
+        let flags = nix::fcntl::fcntl(backing.fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
+        assert_eq!(backing.flags & libc::O_ACCMODE, flags & libc::O_ACCMODE);
+        assert_eq!(backing.opened.st_ino, attr_g.ino);
     }
 }
