@@ -248,9 +248,9 @@ pub struct BackingFile<'a> {
     /// `O_DSYNC` (what decides whether other handles may share it) never change; other
     /// status flags may have since.
     pub flags: i32,
-    /// The descriptor's `fstat` when it was opened: its type and identity hold for good, its
-    /// size and times as of that open (the door passes a file on in the request that opened
-    /// it).
+    /// The descriptor's `fstat`, taken once, in the request that opened it (the door passes a
+    /// file on in that request): its type and identity hold for good, its size and times as
+    /// of that open.
     pub opened: &'a libc::stat,
 }
 

@@ -15,6 +15,7 @@ pub use sys::reopen;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use crate::backend::{
     split_parent, Attr, Backend, BackingFile, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs,
@@ -186,7 +187,7 @@ impl Backend for HostBackend {
         self.check_visible(path)?;
         let flags = opening_flags(flags);
         let fd = sys::open_beneath(self.root.as_fd(), path, flags, 0)?;
-        Ok(Box::new(HostFile::new(fd, flags)?))
+        Ok(Box::new(HostFile::new(fd, flags)))
     }
 
     fn create(
@@ -211,8 +212,8 @@ impl Backend for HostBackend {
             let _as = AsCaller::enter(caller);
             sys::open_beneath(dir.fd(), name, flags, mode & 0o7777)?
         };
-        let opened = sys::fstat(fd.as_fd())?;
-        Ok((sys::attr_from_stat(&opened), Box::new(HostFile { fd, flags, opened })))
+        let file = HostFile::new(fd, flags);
+        Ok((sys::attr_from_stat(file.opened()?), Box::new(file)))
     }
 
     fn mknod(&self, path: &str, mode: u32, rdev: u32, caller: &Caller) -> FsResult<Attr> {
@@ -429,16 +430,25 @@ fn opening_flags(flags: i32) -> i32 {
 /// An open host file: plain positional I/O on a real descriptor.
 struct HostFile {
     fd: OwnedFd,
-    /// The flags `fd` was opened with, and its `fstat` then (see [`BackingFile`]).
+    /// The flags `fd` was opened with, and its `fstat` when first asked (see [`BackingFile`]).
     flags: i32,
-    opened: libc::stat,
+    opened: OnceLock<libc::stat>,
 }
 
 impl HostFile {
     /// `fd`, just opened with `flags`.
-    fn new(fd: OwnedFd, flags: i32) -> FsResult<HostFile> {
-        let opened = sys::fstat(fd.as_fd())?;
-        Ok(HostFile { fd, flags, opened })
+    fn new(fd: OwnedFd, flags: i32) -> HostFile {
+        HostFile { fd, flags, opened: OnceLock::new() }
+    }
+
+    /// Taken at the first ask, not at the open, so that an open nobody asks this of (the grep
+    /// tool's, which asks [`OpenFile::getattr`]) costs no extra system call.
+    fn opened(&self) -> FsResult<&libc::stat> {
+        if let Some(st) = self.opened.get() {
+            return Ok(st);
+        }
+        let st = sys::fstat(self.fd.as_fd())?;
+        Ok(self.opened.get_or_init(|| st))
     }
 }
 
@@ -550,16 +560,17 @@ impl OpenFile for HostFile {
         // Through the descriptor's magic link, which O_NOFOLLOW would refuse.
         let flags = opening_flags(flags) & !libc::O_NOFOLLOW;
         let fd = sys::reopen(self.fd.as_fd(), flags)?;
-        Ok(Box::new(HostFile::new(fd, flags)?))
+        Ok(Box::new(HostFile::new(fd, flags)))
     }
 
     fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
         // Neither changes while the descriptor is open.
-        Ok((FileKind::from_mode(self.opened.st_mode).unwrap_or(FileKind::File), self.opened.st_ino))
+        let attr = sys::attr_from_stat(self.opened()?);
+        Ok((attr.kind, attr.ino))
     }
 
     fn backing(&self) -> Option<BackingFile<'_>> {
-        Some(BackingFile { fd: self.fd.as_fd(), flags: self.flags, opened: &self.opened })
+        Some(BackingFile { fd: self.fd.as_fd(), flags: self.flags, opened: self.opened().ok()? })
     }
 }
 
