@@ -136,27 +136,29 @@ impl Rings {
         let dispatcher = Arc::new(dispatcher);
         let stop = Arc::new(AtomicBool::new(false));
         let served: Served = (0..queues).map(|_| AtomicU64::new(0)).collect();
+        let activity: Arc<ring_guard::Activity> = Arc::default();
         let counters = RingCounters { served: served.clone(), idle_class: false, promotions: Arc::default() };
         let mut rings =
             Rings { counters, guard: None, stop: stop.clone(), wakes: Vec::new(), threads: Vec::new() };
         let (started, outcomes) = std::sync::mpsc::channel();
         for qid in 0..queues {
             let fd = dev_fuse.try_clone_to_owned()?;
-            let (dispatcher, stop, started, served) =
-                (dispatcher.clone(), stop.clone(), started.clone(), served.clone());
+            let (dispatcher, stop, started, served, activity) =
+                (dispatcher.clone(), stop.clone(), started.clone(), served.clone(), activity.clone());
             let thread = std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || {
-                let started_queue = Queue::new(qid as u16, fd, payload_size, served).and_then(|queue| {
-                    // Registering runs inside the submit, so a refusal is already in the
-                    // completion queue; requests may be too (the last queue makes the rings
-                    // live), and are served first.
-                    let early: Vec<(u64, i32)> = unsafe { queue.ring.completion_shared() }
-                        .map(|c| (c.user_data(), c.result()))
-                        .collect();
-                    match early.iter().find(|(_, result)| *result < 0) {
-                        Some(&(_, result)) => Err(io::Error::from_raw_os_error(-result)),
-                        None => Ok((queue, early)),
-                    }
-                });
+                let started_queue =
+                    Queue::new(qid as u16, fd, payload_size, served, activity).and_then(|queue| {
+                        // Registering runs inside the submit, so a refusal is already in the
+                        // completion queue; requests may be too (the last queue makes the rings
+                        // live), and are served first.
+                        let early: Vec<(u64, i32)> = unsafe { queue.ring.completion_shared() }
+                            .map(|c| (c.user_data(), c.result()))
+                            .collect();
+                        match early.iter().find(|(_, result)| *result < 0) {
+                            Some(&(_, result)) => Err(io::Error::from_raw_os_error(-result)),
+                            None => Ok((queue, early)),
+                        }
+                    });
                 match started_queue.and_then(|(queue, early)| Ok((queue.wake.try_clone()?, queue, early))) {
                     Ok((wake, queue, early)) => {
                         let _ = started.send(Ok((qid, wake, unsafe { libc::gettid() })));
@@ -179,8 +181,9 @@ impl Rings {
         }
         if idle_class {
             let watched = tids.into_iter().map(ring_guard::Watched::new).collect::<io::Result<Vec<_>>>();
-            match watched.and_then(|w| ring_guard::Guard::start(w, served, rings.counters.promotions.clone()))
-            {
+            match watched.and_then(|w| {
+                ring_guard::Guard::start(w, served, rings.counters.promotions.clone(), activity)
+            }) {
                 Ok(guard) => {
                     rings.guard = Some(guard);
                     rings.counters.idle_class = true;
@@ -306,12 +309,20 @@ struct Queue {
     payload_size: usize,
     thread: ThreadId,
     served: Served,
+    /// Told of each request, for the guard's rest (see [`ring_guard`]).
+    activity: Arc<ring_guard::Activity>,
 }
 
 impl Queue {
     /// Sets the queue up and registers its first entries. A refusal (the connection did not
     /// negotiate io_uring) shows at once, as completions of the registration.
-    fn new(qid: u16, dev_fuse: OwnedFd, payload_size: usize, served: Served) -> io::Result<Arc<Queue>> {
+    fn new(
+        qid: u16,
+        dev_fuse: OwnedFd,
+        payload_size: usize,
+        served: Served,
+        activity: Arc<ring_guard::Activity>,
+    ) -> io::Result<Arc<Queue>> {
         // On the CPU whose callers this queue serves. A CPU that is offline (or not ours to
         // use) leaves the thread unpinned, and its queue small: it serves callers only if the
         // CPU comes online, and grows as they need.
@@ -333,6 +344,7 @@ impl Queue {
             payload_size,
             thread: std::thread::current().id(),
             served,
+            activity,
         });
         queue.add_entries(if pinned { FIRST_ENTRIES } else { SPARE_ENTRIES })?;
         Ok(queue)
@@ -447,6 +459,7 @@ impl Queue {
         };
         self.held.fetch_add(1, Ordering::Relaxed);
         self.served[self.qid as usize].fetch_add(1, Ordering::Relaxed);
+        self.activity.request();
         let reply = Arc::new(RingReply { queue: self.clone(), entry, sent: AtomicBool::new(false) });
         static BAD: RateLimited = RateLimited::new();
         if let Err(e) = dispatcher.dispatch(request, reply.clone()) {

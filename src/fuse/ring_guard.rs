@@ -16,12 +16,14 @@
 //! stalls again soon after going back ([`AGAIN_WITHIN`]), up to [`LONGEST_HOLD`], so that a
 //! program that keeps its CPU busy costs the ring a stall every two seconds at most.
 //!
-//! The guard looks every [`ACTIVE_LOOK`] while requests flow, and every [`IDLE_LOOK`] after a
-//! quiet second.
+//! The guard looks every [`ACTIVE_LOOK`] while requests flow. After a quiet second it rests:
+//! the ring threads go to the normal class, where nothing can starve them, and the guard sleeps
+//! until a ring thread reports a request ([`Activity::request`]), then puts them back in the
+//! idle class. So an idle daemon's guard never wakes.
 
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,9 +37,9 @@ pub const FIRST_HOLD: Duration = Duration::from_millis(100);
 pub const LONGEST_HOLD: Duration = Duration::from_secs(2);
 /// A stall this soon after going back to the idle class doubles the next hold.
 pub const AGAIN_WITHIN: Duration = Duration::from_secs(1);
-/// Time between looks while requests flow, and after a quiet second.
+/// Time between looks while requests flow.
 pub const ACTIVE_LOOK: Duration = Duration::from_millis(5);
-pub const IDLE_LOOK: Duration = Duration::from_millis(50);
+/// How long without a request before the guard rests.
 const QUIET: Duration = Duration::from_secs(1);
 
 /// What the guard knows of one ring thread between looks.
@@ -139,27 +141,45 @@ impl Watched {
     }
 }
 
-struct Shared {
+/// What the guard shares with the ring threads: its stop, and whether it rests.
+#[derive(Default)]
+pub struct Activity {
     stop: Mutex<bool>,
     woken: Condvar,
+    /// The guard rests (the ring threads are in the normal class) until a request comes.
+    resting: AtomicBool,
+}
+
+impl Activity {
+    /// Called by a ring thread for each request it takes: wakes a resting guard. One relaxed
+    /// load while the guard watches.
+    #[inline]
+    pub fn request(&self) {
+        if self.resting.load(Ordering::Relaxed) && self.resting.swap(false, Ordering::AcqRel) {
+            let _stop = self.stop.lock();
+            self.woken.notify_all();
+        }
+    }
 }
 
 /// The guard's thread. Dropping it stops the thread, and leaves the ring threads as they are.
 pub struct Guard {
-    shared: Arc<Shared>,
+    shared: Arc<Activity>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Guard {
     /// Starts guarding the ring threads and puts them in `SCHED_IDLE`, once the guard's own
     /// thread has shown that a thread may leave that class again. `served` holds each ring's
-    /// request count (same order as `rings`); `promotions` counts the guard's rescues.
+    /// request count (same order as `rings`); `promotions` counts the guard's rescues; the ring
+    /// threads report their requests to `activity`.
     pub fn start(
         rings: Vec<Watched>,
         served: Arc<[AtomicU64]>,
         promotions: Arc<AtomicU64>,
+        activity: Arc<Activity>,
     ) -> io::Result<Guard> {
-        let shared = Arc::new(Shared { stop: Mutex::new(false), woken: Condvar::new() });
+        let shared = activity;
         let thread_shared = shared.clone();
         let (started, outcome) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new().name("fuse-ring-guard".into()).spawn(move || {
@@ -193,21 +213,23 @@ impl Drop for Guard {
     }
 }
 
-fn guard(rings: &[Watched], served: &[AtomicU64], promotions: &AtomicU64, shared: &Shared) {
+fn guard(rings: &[Watched], served: &[AtomicU64], promotions: &AtomicU64, shared: &Activity) {
     let mut watches: Vec<Watch> = rings.iter().map(|_| Watch::default()).collect();
     let mut total = 0u64;
     let mut last_activity = Instant::now();
     loop {
         let now = Instant::now();
-        let pause = if now.duration_since(last_activity) < QUIET || watches.iter().any(Watch::promoted) {
-            ACTIVE_LOOK
-        } else {
-            IDLE_LOOK
-        };
+        if now.duration_since(last_activity) >= QUIET && !watches.iter().any(Watch::promoted) {
+            if !rest(rings, shared) {
+                return;
+            }
+            last_activity = Instant::now();
+            continue;
+        }
         {
             let mut stop = shared.stop.lock();
             if !*stop {
-                shared.woken.wait_for(&mut stop, pause);
+                shared.woken.wait_for(&mut stop, ACTIVE_LOOK);
             }
             if *stop {
                 return;
@@ -237,6 +259,31 @@ fn guard(rings: &[Watched], served: &[AtomicU64], promotions: &AtomicU64, shared
             last_activity = now;
         }
     }
+}
+
+/// Rests while the rings are quiet: their threads go to the normal class, and the guard sleeps
+/// until one of them reports a request, then puts them back in the idle class. A request that
+/// came just before the rest began is served in the normal class, as the next ones are until
+/// one reports: slower to wake its caller, never starved. False at the stop.
+fn rest(rings: &[Watched], shared: &Activity) -> bool {
+    for ring in rings {
+        let _ = set_policy(ring.tid, libc::SCHED_OTHER);
+    }
+    let mut stop = shared.stop.lock();
+    shared.resting.store(true, Ordering::SeqCst);
+    while !*stop && shared.resting.load(Ordering::SeqCst) {
+        shared.woken.wait(&mut stop);
+    }
+    if *stop {
+        return false;
+    }
+    drop(stop);
+    for ring in rings {
+        if let Err(e) = set_policy(ring.tid, libc::SCHED_IDLE) {
+            tracing::warn!(tid = ring.tid, "cannot move a FUSE ring thread back to the idle class: {e}");
+        }
+    }
+    true
 }
 
 #[cfg(test)]

@@ -25,7 +25,8 @@ pub type ApprovalId = u64;
 /// not be able to pile up unbounded tickets (each may hold a kernel request).
 pub const MAX_PENDING: usize = 1024;
 
-/// How often the sweeper looks for expired tickets and callers that died.
+/// How often the sweeper looks for expired tickets and callers that died, while there are any
+/// tickets or retry grants (otherwise it sleeps until one comes: see [`Bell`]).
 const SWEEP_EVERY: Duration = Duration::from_millis(200);
 
 /// How many ended tickets are remembered, so that resolving one says how it ended.
@@ -171,8 +172,32 @@ impl Inner {
     }
 }
 
+/// Wakes the sweeper: a ticket opened, or the approvals were dropped.
+#[derive(Default)]
+struct Bell {
+    rung: Mutex<bool>,
+    ringing: parking_lot::Condvar,
+}
+
+impl Bell {
+    fn ring(&self) {
+        *self.rung.lock() = true;
+        self.ringing.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut rung = self.rung.lock();
+        while !*rung {
+            self.ringing.wait(&mut rung);
+        }
+        *rung = false;
+    }
+}
+
 pub struct Approvals {
     inner: Mutex<Inner>,
+    /// Wakes the sweeper (which holds no reference to the approvals while it sleeps).
+    bell: Arc<Bell>,
     /// How many retry grants an operation in flight has claimed and not yet spent: the
     /// common case (none) costs one atomic load per change of names.
     claimed: std::sync::atomic::AtomicUsize,
@@ -236,6 +261,7 @@ impl Approvals {
     pub fn new(timeout: Duration, max_pending: usize) -> Approvals {
         Approvals {
             inner: Mutex::new(Inner::default()),
+            bell: Arc::default(),
             claimed: std::sync::atomic::AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             next_subscriber: AtomicU64::new(1),
@@ -323,6 +349,7 @@ impl Approvals {
         inner.pending.insert(id, ticket);
         let subscribers = inner.subscribers.clone();
         drop(inner);
+        self.bell.ring();
         self.notify(subscribers, json!({"event": "created", "interrupt": view}));
         Some(id)
     }
@@ -517,10 +544,24 @@ impl Approvals {
         ended
     }
 
-    /// Starts the sweeper thread; it ends when the approvals are dropped.
+    /// Starts the sweeper thread; it ends when the approvals are dropped. It sweeps every
+    /// [`SWEEP_EVERY`] while tickets or retry grants exist, and otherwise sleeps until a ticket
+    /// opens, so an idle daemon's sweeper never wakes.
     pub fn start_sweeper(self: &Arc<Self>) {
         let weak: Weak<Approvals> = Arc::downgrade(self);
+        let bell = self.bell.clone();
         let spawned = std::thread::Builder::new().name("interrupt-sweeper".into()).spawn(move || loop {
+            let idle = match weak.upgrade() {
+                Some(approvals) => {
+                    let inner = approvals.inner.lock();
+                    inner.pending.is_empty() && inner.retries.is_empty()
+                }
+                None => return,
+            };
+            if idle {
+                bell.wait();
+                continue;
+            }
             std::thread::sleep(SWEEP_EVERY);
             match weak.upgrade() {
                 Some(approvals) => approvals.sweep(),
@@ -560,6 +601,13 @@ impl Approvals {
 /// Whether `pid` still wants its answer. A caller killed while its FUSE request is with us
 /// cannot die until the request is answered (the kernel waits for the reply), so a pending
 /// SIGKILL (which every fatal signal becomes) counts as gone, as do zombies and exited ones.
+impl Drop for Approvals {
+    fn drop(&mut self) {
+        // The sweeper may sleep on the bell: it wakes, finds the approvals gone and ends.
+        self.bell.ring();
+    }
+}
+
 fn process_alive(pid: u32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
     const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);

@@ -87,6 +87,7 @@ impl Approvals {
             claimed_by: None,
             request: ticket.request.clone(),
         });
+        self.bell.ring();
     }
 
     /// Whether an approved retry lets the interrupt verdict on (`op`, `path`) pass for this

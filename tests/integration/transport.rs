@@ -192,12 +192,20 @@ fn ring_threads_yield_their_cpu_yet_a_busy_cpu_does_not_stall_them() {
     let pid = before["pid"].as_u64().unwrap();
     let policies = ring_thread_policies(pid);
     assert_eq!(policies.len() as u64, before["fuse_ring_queues"].as_u64().unwrap(), "{policies:?}");
-    // Other tests may keep the CPUs busy while this daemon starts, and its guard may have
-    // promoted a ring thread already: each promotion is held for 2 s at most.
+    // While requests flow (a lookup of a new name each time) the ring threads are in the idle
+    // class; a quiet second puts them back in the normal class while the guard rests (see
+    // `an_idle_daemon_sleeps_until_asked`). Other tests may keep the CPUs busy while this
+    // daemon starts, and its guard may have promoted a ring thread already: each promotion is
+    // held for 2 s at most.
+    let probes = std::cell::Cell::new(0);
     crate::harness::within(
         "every ring thread back in the idle class",
         std::time::Duration::from_secs(10),
-        || ring_thread_policies(pid).iter().all(|(_, policy)| *policy == libc::SCHED_IDLE),
+        || {
+            probes.set(probes.get() + 1);
+            assert!(!fx.p(&format!("/host/probe-{}", probes.get())).exists());
+            ring_thread_policies(pid).iter().all(|(_, policy)| *policy == libc::SCHED_IDLE)
+        },
     );
 
     // With every CPU kept busy, a caller's requests still get their ring thread's CPU: the
@@ -292,4 +300,67 @@ fn with_rings_deleting_files_does_not_wake_the_dev_fuse_reader_for_each() {
     );
     std::fs::remove_dir(&dir).unwrap();
     file_work(&fx, None);
+}
+
+/// Voluntary context switches of each of the daemon's threads, by thread id.
+fn switches_by_thread(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut switches = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        let count = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let id = format!("{} {}", task.file_name().unwrap().to_string_lossy(), name.trim());
+        switches.insert(id, count.map_or(0, |n| n.trim().parse().unwrap()));
+    }
+    switches
+}
+
+/// An idle daemon does not wake: once nothing has asked it anything for a while, none of its
+/// threads runs (no polling of `/dev/fuse`, of the ring threads, or of pending approvals)
+/// until the next request, which is answered as before. The daemon serves a memory route and
+/// a sqlite route (whose checkpoints wait for commits), no host route: a host route's change
+/// watch wakes for any write on the host filesystem, which other tests make.
+#[test]
+fn an_idle_daemon_sleeps_until_asked() {
+    let _turn = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = crate::harness::scratch();
+    let config = scratch.path().join("idle.toml");
+    let text = format!(
+        "socket = \"{}\"\n[default]\nbackend = \"memory\"\n[[routes]]\npath = \"/db\"\nbackend = \"sqlite\"\n\
+         database = \"{}\"\n[audit]\ndatabase = \"{}\"\n",
+        scratch.path().join("idle.sock").display(),
+        scratch.path().join("store.db").display(),
+        scratch.path().join("audit.db").display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let mount = crate::harness::Mount::start(&config, &scratch.path().join("mnt"));
+    let pid = mount.child.as_ref().unwrap().id();
+    // Work through every part that polled: the rings and their guard, the `/dev/fuse` reader
+    // (the deletions' forgets), the sqlite route's checkpoints (its commits).
+    for dir in ["d", "db/d"] {
+        sh_ok(
+            &mount.dir,
+            &format!("mkdir {dir} && for i in 1 2 3 4 5; do echo $i > {dir}/f$i; done && rm -r {dir}"),
+        );
+    }
+    // The guard rests after a quiet second, the reader waits in poll after 0.1 s, and the
+    // checkpoint of those commits comes within half a second.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let before = switches_by_thread(pid);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let after = switches_by_thread(pid);
+    let woken: Vec<(&String, u64)> = after
+        .iter()
+        .filter_map(|(thread, n)| Some((thread, n - before.get(thread)?)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    // Polling woke it about 95 times in 2 s. A forget the kernel sends late (another test
+    // dropping the caches) may wake the `/dev/fuse` reader once or twice; nothing else.
+    let reader: u64 = woken.iter().filter(|(thread, _)| thread.contains(" fuser-")).map(|(_, n)| n).sum();
+    assert!(
+        reader <= 2 && woken.iter().all(|(thread, _)| thread.contains(" fuser-")),
+        "an idle daemon woke: {woken:?}"
+    );
+    assert_eq!(sh_ok(&mount.dir, "echo awake > f && cat f"), "awake\n");
 }

@@ -9,7 +9,7 @@
 //! transaction starts the WAL from the beginning again.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -27,7 +27,8 @@ const COMMITS_PER_CHECKPOINT: u64 = 512;
 /// checkpoint can return its space (on a small disk, more than is left).
 const BYTES_PER_CHECKPOINT: u64 = 4 << 20;
 /// How long commits may wait for a checkpoint when fewer than a batch happened. (A wake-up
-/// lost between the check and the wait costs at most this delay.)
+/// lost between the check and the wait costs at most this delay.) With no commit since the
+/// last checkpoint the thread sleeps until the next one ([`Shared::idle`]).
 const QUIET_INTERVAL: Duration = Duration::from_millis(500);
 /// WAL length in frames (pages) past which a RESTART checkpoint follows the PASSIVE one.
 const RESTART_FRAMES: i64 = 16 * 1024;
@@ -37,6 +38,8 @@ struct Shared {
     bytes: AtomicU64,
     stop: Mutex<bool>,
     wake: Condvar,
+    /// The thread sleeps without a deadline (nothing to checkpoint): the next commit wakes it.
+    idle: AtomicBool,
 }
 
 /// The checkpoint thread of one backend; dropping this stops and joins it.
@@ -53,6 +56,7 @@ impl Checkpointer {
             bytes: AtomicU64::new(0),
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            idle: AtomicBool::new(false),
         });
         let theirs = shared.clone();
         let thread =
@@ -62,8 +66,13 @@ impl Checkpointer {
 
     /// Counts a commit, waking the thread once a batch has accumulated.
     pub fn committed(&self) {
-        let n = self.shared.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % COMMITS_PER_CHECKPOINT == 0 {
+        let n = self.shared.commits.fetch_add(1, Ordering::SeqCst) + 1;
+        // The first commit after a quiet spell wakes the thread, which then waits for the
+        // batch or the quiet interval. (Under the lock: the thread checks and waits holding it.)
+        if self.shared.idle.load(Ordering::SeqCst) && self.shared.idle.swap(false, Ordering::SeqCst) {
+            let _stop = self.shared.stop.lock();
+            self.shared.wake.notify_one();
+        } else if n % COMMITS_PER_CHECKPOINT == 0 {
             self.shared.wake.notify_one();
         }
     }
@@ -95,6 +104,17 @@ fn run(conn: Connection, shared: &Shared) {
             let mut stop = shared.stop.lock();
             let pending = shared.commits.load(Ordering::Relaxed) - done;
             let pending_bytes = shared.bytes.load(Ordering::Relaxed) - done_bytes;
+            if !*stop && pending == 0 {
+                // Nothing to checkpoint: sleep until a commit (or the stop) wakes the thread.
+                // Set before the commits are read again, so that a commit either sees it or
+                // is seen.
+                shared.idle.store(true, Ordering::SeqCst);
+                if shared.commits.load(Ordering::SeqCst) == done {
+                    shared.wake.wait(&mut stop);
+                }
+                shared.idle.store(false, Ordering::SeqCst);
+                continue;
+            }
             if !*stop && pending < COMMITS_PER_CHECKPOINT && pending_bytes < BYTES_PER_CHECKPOINT {
                 shared.wake.wait_for(&mut stop, QUIET_INTERVAL);
             }

@@ -56,6 +56,15 @@ impl Channel {
         ChannelSender(self.0.clone())
     }
 
+    /// Waits until a read would find a request (or the connection ends, when the read then
+    /// reports it). For a non-blocking channel; a signal ends the wait early.
+    pub(crate) fn wait_readable(&self) {
+        use std::os::fd::AsRawFd;
+        let mut poll = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd, valid for the call.
+        unsafe { libc::poll(&mut poll, 1, -1) };
+    }
+
     /// Makes reads return EAGAIN instead of waiting for a request.
     pub(crate) fn set_nonblocking(&self) -> io::Result<()> {
         use std::os::fd::AsRawFd;

@@ -239,7 +239,8 @@ impl<FS: Filesystem> Session<FS> {
 
     /// Serve the device with one thread that never waits on it: it reads without blocking and
     /// sleeps between empty reads (from `PACE_SHORTEST`, doubling up to `PACE_LONGEST` while
-    /// nothing comes). For a session whose requests arrive by another transport (FUSE over
+    /// nothing comes; after an empty read at the longest pause it waits in `poll` for the next
+    /// request, so that an idle session never wakes). For a session whose requests arrive by another transport (FUSE over
     /// io_uring), where the device carries only FORGETs and INTERRUPTs: a thread waiting on
     /// the device is woken for every FORGET, and the wake-up costs the process that dropped
     /// the inode (an unlink) more than the FORGET; left queued, they are read in batches.
@@ -543,7 +544,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
-    /// The channel is non-blocking: sleep between empty reads (see `Session::pace_device`).
+    /// The channel is non-blocking: sleep between empty reads, or wait in `poll` once quiet
+    /// (see `Session::pace_device`).
     pub(crate) paced: bool,
 }
 
@@ -563,6 +565,13 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // The kernel driver makes sure that we get exactly one request per read
             let received = if self.paced {
                 match self.ch.receive(buf) {
+                    // Quiet since the longest pause: wait in poll for the next request, so that
+                    // an idle session does not wake at all; pacing starts again after it.
+                    Err(nix::errno::Errno::EAGAIN) if pause == PACE_LONGEST => {
+                        self.ch.wait_readable();
+                        pause = PACE_SHORTEST;
+                        continue;
+                    }
                     Err(nix::errno::Errno::EAGAIN) => {
                         thread::sleep(pause);
                         pause = (pause * 2).min(PACE_LONGEST);
