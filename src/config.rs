@@ -138,6 +138,9 @@ pub struct Config {
     /// `[fuse] io_uring_idle_class`: run the ring threads in `SCHED_IDLE`, under a guard that
     /// moves a stalled one back to the normal class (see `fuse::ring_guard`).
     pub io_uring_idle_class: bool,
+    /// `[fuse] io_uring_spin_us`: how long a ring thread in the idle class looks for the next
+    /// request before it sleeps (see `fuse::ring`); zero: it sleeps at once.
+    pub io_uring_spin: std::time::Duration,
     /// `[tools] observation`: whether tool writes need a prior read of the current version.
     pub observation: Observation,
     /// `[exec]`: the `execute` tool and its sandbox.
@@ -299,6 +302,7 @@ struct RawFuse {
     cached_reads_max_kb: Option<Spanned<u64>>,
     io_uring: Option<bool>,
     io_uring_idle_class: Option<bool>,
+    io_uring_spin_us: Option<Spanned<u64>>,
 }
 
 /// The mount's readahead window by default: one request of the largest size (1 MiB), where the
@@ -312,6 +316,13 @@ pub const DEFAULT_CACHED_READS_MAX_KB: u64 = 1024;
 
 /// The largest `cached_reads_max_kb`: the daemon reads such a file whole at `open`.
 const CACHED_READS_MAX_KB_LIMIT: u64 = 16 * 1024;
+
+/// How long a ring thread looks for the next request before it sleeps, by default.
+pub const DEFAULT_IO_URING_SPIN_US: u64 = 50;
+
+/// The longest `io_uring_spin_us`: past a millisecond a thread would look long after the
+/// caller's next request could have come.
+const IO_URING_SPIN_US_LIMIT: u64 = 1000;
 
 /// How many audit records are kept by default (a few hundred MB, depending on command lines).
 pub const DEFAULT_AUDIT_MAX_RECORDS: u64 = 1_000_000;
@@ -660,6 +671,13 @@ impl Parser<'_> {
             return Err(self.err(Some(kb.span()), text));
         }
         let cached_reads_max_kb = cached_reads_max_kb.map_or(DEFAULT_CACHED_READS_MAX_KB, |kb| *kb.get_ref());
+        let spin_us = raw.fuse.as_ref().and_then(|f| f.io_uring_spin_us.as_ref());
+        if let Some(us) = spin_us.filter(|us| *us.get_ref() > IO_URING_SPIN_US_LIMIT) {
+            let text =
+                format!("io_uring_spin_us = {} is too large: at most {IO_URING_SPIN_US_LIMIT}", us.get_ref());
+            return Err(self.err(Some(us.span()), text));
+        }
+        let spin_us = spin_us.map_or(DEFAULT_IO_URING_SPIN_US, |us| *us.get_ref());
         let exec = self.exec(raw.exec.as_ref(), &routes)?;
         let run = self.run(raw.run.as_ref())?;
         Ok(Config {
@@ -684,6 +702,7 @@ impl Parser<'_> {
             read_ahead_kb: raw.fuse.as_ref().and_then(|f| f.read_ahead_kb).unwrap_or(DEFAULT_READ_AHEAD_KB),
             io_uring: raw.fuse.as_ref().and_then(|f| f.io_uring).unwrap_or(true),
             io_uring_idle_class: raw.fuse.as_ref().and_then(|f| f.io_uring_idle_class).unwrap_or(true),
+            io_uring_spin: std::time::Duration::from_micros(spin_us),
             observation,
             exec,
             run,

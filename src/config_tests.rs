@@ -82,3 +82,15 @@ fn cached_reads_max_kb_defaults_to_one_request_and_has_a_ceiling() {
     assert_eq!(e.line, Some(3));
     assert!(e.message.contains("cached_reads_max_kb = 16385 is too large: at most 16384"), "{e}");
 }
+
+#[test]
+fn io_uring_spin_us_defaults_to_fifty_and_has_a_ceiling() {
+    use std::time::Duration;
+    assert_eq!(parse("").unwrap().io_uring_spin, Duration::from_micros(50));
+    assert_eq!(parse("[fuse]\nio_uring_spin_us = 0\n").unwrap().io_uring_spin, Duration::ZERO);
+    let e = parse("[fuse]\nio_uring_spin_us = 1001\n").unwrap_err();
+    assert_eq!(e.line, Some(2));
+    assert!(e.message.contains("io_uring_spin_us = 1001 is too large: at most 1000"), "{e}");
+    let e = parse("[fuse]\nio_uring_spin_us = -1\n").unwrap_err();
+    assert_eq!(e.line, Some(2), "{e}");
+}

@@ -416,7 +416,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     }
     let rings = if ring_door.ring_negotiated() {
         let dispatcher = session.raw_dispatcher(ring_door);
-        match crate::fuse::ring::Rings::start(session.as_fd(), dispatcher, MAX_WRITE, config.io_uring_idle_class) {
+        let (idle_class, spin) = (config.io_uring_idle_class, config.io_uring_spin);
+        match crate::fuse::ring::Rings::start(session.as_fd(), dispatcher, MAX_WRITE, idle_class, spin) {
             Ok(rings) => {
                 let _ = engine.fuse_rings.set(rings.counters());
                 // /dev/fuse now carries only FORGETs and INTERRUPTs: read it in batches

@@ -141,16 +141,42 @@ impl Watched {
     }
 }
 
-/// What the guard shares with the ring threads: its stop, and whether it rests.
-#[derive(Default)]
+/// What the guard shares with the ring threads: its stop, whether it rests, and which ring
+/// threads it keeps in the idle class.
 pub struct Activity {
     stop: Mutex<bool>,
     woken: Condvar,
     /// The guard rests (the ring threads are in the normal class) until a request comes.
     resting: AtomicBool,
+    /// By queue: the thread is in the idle class now (only there may it spin, see
+    /// [`Activity::may_spin`]).
+    idle_class: Box<[AtomicBool]>,
 }
 
 impl Activity {
+    pub fn new(queues: usize) -> Activity {
+        Activity {
+            stop: Mutex::new(false),
+            woken: Condvar::new(),
+            resting: AtomicBool::new(false),
+            idle_class: (0..queues).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// Whether queue `qid`'s thread may look for its next request before it sleeps: only in
+    /// the idle class, where looking takes no CPU any other thread wants. (In the normal class
+    /// it would delay the caller its reply just woke on the same CPU.)
+    #[inline]
+    pub fn may_spin(&self, qid: usize) -> bool {
+        self.idle_class.get(qid).is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    fn set_class(&self, qid: usize, idle: bool) {
+        if let Some(class) = self.idle_class.get(qid) {
+            class.store(idle, Ordering::Relaxed);
+        }
+    }
+
     /// Called by a ring thread for each request it takes: wakes a resting guard. One relaxed
     /// load while the guard watches.
     #[inline]
@@ -193,6 +219,9 @@ impl Guard {
                 }
                 let _ = started.send(Err(e));
                 return;
+            }
+            for qid in 0..rings.len() {
+                thread_shared.set_class(qid, true);
             }
             let _ = started.send(Ok(()));
             guard(&rings, &served, &promotions, &thread_shared);
@@ -237,7 +266,7 @@ fn guard(rings: &[Watched], served: &[AtomicU64], promotions: &AtomicU64, shared
         }
         let now = Instant::now();
         let mut new_total = 0;
-        for ((ring, watch), count) in rings.iter().zip(&mut watches).zip(served) {
+        for (qid, ((ring, watch), count)) in rings.iter().zip(&mut watches).zip(served).enumerate() {
             let count = count.load(Ordering::Relaxed);
             new_total += count;
             // A thread that ended is left alone: its id may already name another thread.
@@ -249,9 +278,13 @@ fn guard(rings: &[Watched], served: &[AtomicU64], promotions: &AtomicU64, shared
             };
             if policy == libc::SCHED_OTHER {
                 promotions.fetch_add(1, Ordering::Relaxed);
+                shared.set_class(qid, false);
             }
-            if let Err(e) = set_policy(ring.tid, policy) {
-                tracing::warn!(tid = ring.tid, "cannot move a FUSE ring thread to the {name} class: {e}");
+            match set_policy(ring.tid, policy) {
+                Ok(()) => shared.set_class(qid, policy == libc::SCHED_IDLE),
+                Err(e) => {
+                    tracing::warn!(tid = ring.tid, "cannot move a FUSE ring thread to the {name} class: {e}")
+                }
             }
         }
         if new_total != total {
@@ -266,7 +299,8 @@ fn guard(rings: &[Watched], served: &[AtomicU64], promotions: &AtomicU64, shared
 /// came just before the rest began is served in the normal class, as the next ones are until
 /// one reports: slower to wake its caller, never starved. False at the stop.
 fn rest(rings: &[Watched], shared: &Activity) -> bool {
-    for ring in rings {
+    for (qid, ring) in rings.iter().enumerate() {
+        shared.set_class(qid, false);
         let _ = set_policy(ring.tid, libc::SCHED_OTHER);
     }
     let mut stop = shared.stop.lock();
@@ -278,9 +312,12 @@ fn rest(rings: &[Watched], shared: &Activity) -> bool {
         return false;
     }
     drop(stop);
-    for ring in rings {
-        if let Err(e) = set_policy(ring.tid, libc::SCHED_IDLE) {
-            tracing::warn!(tid = ring.tid, "cannot move a FUSE ring thread back to the idle class: {e}");
+    for (qid, ring) in rings.iter().enumerate() {
+        match set_policy(ring.tid, libc::SCHED_IDLE) {
+            Ok(()) => shared.set_class(qid, true),
+            Err(e) => {
+                tracing::warn!(tid = ring.tid, "cannot move a FUSE ring thread back to the idle class: {e}")
+            }
         }
     }
     true

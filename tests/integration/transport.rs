@@ -364,3 +364,48 @@ fn an_idle_daemon_sleeps_until_asked() {
     );
     assert_eq!(sh_ok(&mount.dir, "echo awake > f && cat f"), "awake\n");
 }
+
+/// Voluntary context switches of the daemon's ring thread for CPU 0 (`fuse-ring-0`): one per
+/// sleep while it waits for requests.
+fn ring0_sleeps(pid: u64) -> u64 {
+    let threads = daemon_threads(pid, "fuse-ring-");
+    let (_, _, task) = threads.iter().find(|(name, _, _)| name == "fuse-ring-0").expect("fuse-ring-0");
+    let status = std::fs::read_to_string(task.join("status")).unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).unwrap();
+    line.trim().parse().unwrap()
+}
+
+/// A ring thread in the idle class looks for its caller's next request before it sleeps
+/// (`[fuse] io_uring_spin_us`): a caller's stream of requests on one CPU is served without the
+/// thread sleeping between them. Off, it sleeps once per request.
+#[test]
+fn ring_threads_look_for_the_next_request_before_they_sleep() {
+    let _turn = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    const FILES: u64 = 500; // each: a lookup and a create, at least
+    let fx = Fixture::new("[fuse]\nio_uring_spin_us = 0\n");
+    let status = status(&fx);
+    if status["fuse_transport"] != "io_uring" || status["fuse_ring_idle_class"] != true {
+        return; // no ring threads, or none in the idle class: they never spin
+    }
+    let pid = status["pid"].as_u64().unwrap();
+    let before = ring0_sleeps(pid);
+    creates_on_cpu0(&fx.p("/host/no-spin"), FILES as usize);
+    let sleeps = ring0_sleeps(pid) - before;
+    assert!(sleeps >= FILES, "{sleeps} sleeps for {FILES} creates without looking first");
+    drop(fx);
+
+    // Looking, the thread sleeps only when another program took the CPU for longer than the
+    // look (other tests run meanwhile): a few tries for a quiet moment.
+    let fx = Fixture::new("");
+    let pid = crate::harness::status(&fx)["pid"].as_u64().unwrap();
+    let mut tries = Vec::new();
+    for attempt in 0..3 {
+        let before = ring0_sleeps(pid);
+        creates_on_cpu0(&fx.p(&format!("/host/spin-{attempt}")), FILES as usize);
+        tries.push(ring0_sleeps(pid) - before);
+        if tries[attempt] < FILES / 4 {
+            return;
+        }
+    }
+    panic!("the ring thread slept {tries:?} times for {FILES} creates, three tries");
+}
