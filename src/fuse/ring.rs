@@ -383,7 +383,11 @@ impl Queue {
     /// to any other), and ends the spin's length after the last request.
     fn wait(&self) -> io::Result<Vec<(u64, i32)>> {
         if !self.spin.is_zero() && self.activity.may_spin(self.qid as usize) {
-            self.ring.submit()?;
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
+            }
             let until = Instant::now() + self.spin;
             loop {
                 // Only the queue's thread reads completions.
