@@ -378,9 +378,9 @@ impl Queue {
     /// In the idle class the thread first looks for completions for [`Queue::spin`] without
     /// sleeping. Its caller's next request usually comes within microseconds of the reply,
     /// while the CPU has nothing else to run: found by looking, it costs no sleep and no
-    /// wake-up (create, untar and cold `stat` 5-15 % faster, see performance.md, 24.). The
-    /// looking takes only CPU time no other thread wants (an idle-class thread yields at once
-    /// to any other), and ends the spin's length after the last request.
+    /// wake-up (creates, deletes, untar and cold `stat` 8-18 % faster, see performance.md,
+    /// 24.). The looking takes only CPU time no other thread wants (an idle-class thread
+    /// yields at once to any other), and ends the spin's length after the last request.
     fn wait(&self) -> io::Result<Vec<(u64, i32)>> {
         if !self.spin.is_zero() && self.activity.may_spin(self.qid as usize) {
             match self.ring.submit() {
