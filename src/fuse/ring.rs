@@ -153,9 +153,7 @@ impl Rings {
                         // Registering runs inside the submit, so a refusal is already in the
                         // completion queue; requests may be too (the last queue makes the rings
                         // live), and are served first.
-                        let early: Vec<(u64, i32)> = unsafe { queue.ring.completion_shared() }
-                            .map(|c| (c.user_data(), c.result()))
-                            .collect();
+                        let early = queue.take_completions();
                         match early.iter().find(|(_, result)| *result < 0) {
                             Some(&(_, result)) => Err(io::Error::from_raw_os_error(-result)),
                             None => Ok((queue, early)),
@@ -383,33 +381,28 @@ impl Queue {
     /// yields at once to any other), and ends the spin's length after the last request.
     fn wait(&self) -> io::Result<Vec<(u64, i32)>> {
         if !self.spin.is_zero() && self.activity.may_spin(self.qid as usize) {
-            match self.ring.submit() {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
-            }
+            interrupted_is_fine(self.ring.submit())?;
             let until = Instant::now() + self.spin;
             loop {
-                // Only the queue's thread reads completions.
-                let completions = unsafe { self.ring.completion_shared() };
+                let completions = self.take_completions();
                 if !completions.is_empty() {
-                    return Ok(completions.map(|cqe| (cqe.user_data(), cqe.result())).collect());
+                    return Ok(completions);
                 }
-                drop(completions);
                 if Instant::now() >= until {
                     break;
                 }
                 std::hint::spin_loop();
             }
         }
-        match self.ring.submitter().submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-        // Only the queue's thread reads completions.
-        let completions = unsafe { self.ring.completion_shared() };
-        Ok(completions.map(|cqe| (cqe.user_data(), cqe.result())).collect())
+        interrupted_is_fine(self.ring.submitter().submit_and_wait(1))?;
+        Ok(self.take_completions())
+    }
+
+    /// The completions the kernel has posted, taken off the queue (none is an empty vector,
+    /// which costs no allocation). Only the queue's thread calls this.
+    fn take_completions(&self) -> Vec<(u64, i32)> {
+        // SAFETY: only the queue's thread reads completions.
+        unsafe { self.ring.completion_shared() }.map(|cqe| (cqe.user_data(), cqe.result())).collect()
     }
 
     /// Serves requests until the connection ends or `stop` is set, starting with `early`.
@@ -672,6 +665,14 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// A submit a signal interrupted has submitted what it could; the next wait takes the rest.
+fn interrupted_is_fine(submitted: io::Result<usize>) -> io::Result<()> {
+    match submitted {
+        Err(e) if e.raw_os_error() != Some(libc::EINTR) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

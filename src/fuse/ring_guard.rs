@@ -205,8 +205,7 @@ impl Guard {
         promotions: Arc<AtomicU64>,
         activity: Arc<Activity>,
     ) -> io::Result<Guard> {
-        let shared = activity;
-        let thread_shared = shared.clone();
+        let (shared, thread_shared) = (activity.clone(), activity);
         let (started, outcome) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new().name("fuse-ring-guard".into()).spawn(move || {
             // Tried here, so that a thread left in the idle class by a refusal is this one,

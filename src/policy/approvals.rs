@@ -598,9 +598,6 @@ impl Approvals {
     }
 }
 
-/// Whether `pid` still wants its answer. A caller killed while its FUSE request is with us
-/// cannot die until the request is answered (the kernel waits for the reply), so a pending
-/// SIGKILL (which every fatal signal becomes) counts as gone, as do zombies and exited ones.
 impl Drop for Approvals {
     fn drop(&mut self) {
         // The sweeper may sleep on the bell: it wakes, finds the approvals gone and ends.
@@ -608,6 +605,9 @@ impl Drop for Approvals {
     }
 }
 
+/// Whether `pid` still wants its answer. A caller killed while its FUSE request is with us
+/// cannot die until the request is answered (the kernel waits for the reply), so a pending
+/// SIGKILL (which every fatal signal becomes) counts as gone, as do zombies and exited ones.
 fn process_alive(pid: u32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
     const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);

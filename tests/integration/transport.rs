@@ -256,12 +256,14 @@ fn with_the_idle_class_off_ring_threads_stay_normal() {
 
 /// Voluntary context switches of each of the daemon's `/dev/fuse` reader threads (`fuser-N`).
 fn dev_fuse_reader_switches(pid: u64) -> Vec<u64> {
-    let switches = |task: &std::path::Path| {
-        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
-        let line = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
-        line.map_or(0, |n| n.trim().parse().unwrap())
-    };
-    daemon_threads(pid, "fuser-").iter().map(|(_, _, task)| switches(task)).collect()
+    daemon_threads(pid, "fuser-").iter().map(|(_, _, task)| voluntary_switches(task)).collect()
+}
+
+/// How often the thread at `task` (`/proc/PID/task/TID`) went to sleep; 0 once it has ended.
+fn voluntary_switches(task: &Path) -> u64 {
+    let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+    let line = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
+    line.map_or(0, |n| n.trim().parse().unwrap())
 }
 
 #[test]
@@ -307,11 +309,9 @@ fn switches_by_thread(pid: u32) -> std::collections::BTreeMap<String, u64> {
     let mut switches = std::collections::BTreeMap::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let task = task.unwrap().path();
-        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
-        let count = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
         let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
         let id = format!("{} {}", task.file_name().unwrap().to_string_lossy(), name.trim());
-        switches.insert(id, count.map_or(0, |n| n.trim().parse().unwrap()));
+        switches.insert(id, voluntary_switches(&task));
     }
     switches
 }
@@ -370,9 +370,7 @@ fn an_idle_daemon_sleeps_until_asked() {
 fn ring0_sleeps(pid: u64) -> u64 {
     let threads = daemon_threads(pid, "fuse-ring-");
     let (_, _, task) = threads.iter().find(|(name, _, _)| name == "fuse-ring-0").expect("fuse-ring-0");
-    let status = std::fs::read_to_string(task.join("status")).unwrap();
-    let line = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).unwrap();
-    line.trim().parse().unwrap()
+    voluntary_switches(task)
 }
 
 /// A ring thread in the idle class looks for its caller's next request before it sleeps

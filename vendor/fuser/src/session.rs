@@ -240,11 +240,11 @@ impl<FS: Filesystem> Session<FS> {
     /// Serve the device with one thread that never waits on it: it reads without blocking and
     /// sleeps between empty reads (from `PACE_SHORTEST`, doubling up to `PACE_LONGEST` while
     /// nothing comes; after an empty read at the longest pause it waits in `poll` for the next
-    /// request, so that an idle session never wakes). For a session whose requests arrive by another transport (FUSE over
-    /// io_uring), where the device carries only FORGETs and INTERRUPTs: a thread waiting on
-    /// the device is woken for every FORGET, and the wake-up costs the process that dropped
-    /// the inode (an unlink) more than the FORGET; left queued, they are read in batches.
-    /// Call before `run`.
+    /// request, so that an idle session never wakes). For a session whose requests arrive by
+    /// another transport (FUSE over io_uring), where the device carries only FORGETs and
+    /// INTERRUPTs: a thread waiting on the device is woken for every FORGET, and the wake-up
+    /// costs the process that dropped the inode (an unlink) more than the FORGET; left queued,
+    /// they are read in batches. Call before `run`.
     pub fn pace_device(&mut self) {
         self.config.pace_device = true;
     }
