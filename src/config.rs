@@ -10,13 +10,16 @@ use toml::Spanned;
 
 use crate::control::roles::Member;
 use crate::control::session::Observation;
-use crate::exec::identity::Identity;
 use crate::policy::rules::{check_pattern, Mode, Op, Rule};
 use crate::vpath::VPath;
 
 #[path = "config_run.rs"]
 mod run_table;
 pub use run_table::{RunConfig, DEFAULT_RUN_ENV};
+
+#[path = "config_exec.rs"]
+mod exec_table;
+pub use exec_table::ExecConfig;
 
 /// A configuration error: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,42 +162,6 @@ pub struct ControlConfig {
     pub approvers: Option<Vec<Member>>,
 }
 
-/// `[exec]`: whether `execute` is offered, and how its sandbox runs a command.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExecConfig {
-    pub enabled: bool,
-    /// Used when a call gives no `timeout` (Deep Agents' LocalShellBackend default: 120 s).
-    pub timeout: Duration,
-    /// The largest `timeout` a call may ask for (Deep Agents' `max_execute_timeout`: 3600 s).
-    pub max_timeout: Duration,
-    /// Output beyond this many UTF-8 bytes is cut (LocalShellBackend's `max_output_bytes`).
-    pub max_output_bytes: usize,
-    /// Whether the command shares the host's network (otherwise it gets an empty namespace).
-    pub network: bool,
-    /// The command's working directory, a virtual path.
-    pub cwd: VPath,
-    /// The uid and gid the command runs as, and why (see [`Identity::resolve`]).
-    pub identity: Identity,
-}
-
-impl ExecConfig {
-    /// The defaults; `cwd` is `/workspace` when that route exists, else `/`; the identity is
-    /// the sudo user's, else the first host route's owner's, else nobody's.
-    pub fn defaults(routes: &[RouteConfig]) -> ExecConfig {
-        let workspace = VPath::parse("/workspace").expect("a valid path");
-        let cwd = if routes.iter().any(|r| r.path == workspace) { workspace } else { VPath::root() };
-        ExecConfig {
-            enabled: false,
-            timeout: Duration::from_secs(120),
-            max_timeout: Duration::from_secs(3600),
-            max_output_bytes: 100_000,
-            network: false,
-            cwd,
-            identity: Identity::for_routes(None, None, routes),
-        }
-    }
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -207,7 +174,7 @@ struct RawConfig {
     #[serde(default)]
     rules: Vec<Spanned<RawRule>>,
     interrupts: Option<RawInterrupts>,
-    exec: Option<Spanned<RawExec>>,
+    exec: Option<Spanned<exec_table::RawExec>>,
     run: Option<run_table::RawRun>,
     tools: Option<RawTools>,
     fuse: Option<RawFuse>,
@@ -276,19 +243,6 @@ struct RawTools {
 #[serde(deny_unknown_fields)]
 struct RawInterrupts {
     timeout_seconds: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawExec {
-    enabled: Option<bool>,
-    timeout_seconds: Option<u64>,
-    max_timeout_seconds: Option<u64>,
-    max_output_bytes: Option<usize>,
-    network: Option<bool>,
-    cwd: Option<Spanned<String>>,
-    uid: Option<Spanned<u32>>,
-    gid: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -707,68 +661,6 @@ impl Parser<'_> {
             exec,
             run,
         })
-    }
-
-    /// `[exec]`, with the defaults of [`ExecConfig::defaults`] for missing keys.
-    fn exec(
-        &self,
-        raw: Option<&Spanned<RawExec>>,
-        routes: &[RouteConfig],
-    ) -> Result<ExecConfig, ConfigError> {
-        let mut exec = ExecConfig::defaults(routes);
-        let Some(raw) = raw else { return Ok(exec) };
-        let span = raw.span();
-        let raw = raw.get_ref();
-        exec.enabled = raw.enabled.unwrap_or(exec.enabled);
-        exec.network = raw.network.unwrap_or(exec.network);
-        for (key, value) in [("uid", &raw.uid), ("gid", &raw.gid)] {
-            if let Some(v) = value.as_ref().filter(|v| *v.get_ref() == 0) {
-                return Err(self.err(
-                    Some(v.span()),
-                    format!(
-                        "[exec] {key} = 0 would run commands as root, able to write every file of \
-                         every route; name an unprivileged user, or leave {key} unset for the \
-                         workspace's owner"
-                    ),
-                ));
-            }
-        }
-        if raw.uid.is_some() || raw.gid.is_some() {
-            let (uid, gid) = (raw.uid.as_ref().map(|u| *u.get_ref()), raw.gid.as_ref().map(|g| *g.get_ref()));
-            exec.identity = Identity::for_routes(uid, gid, routes);
-        }
-        exec.max_output_bytes = raw.max_output_bytes.unwrap_or(exec.max_output_bytes);
-        if let Some(t) = raw.timeout_seconds {
-            exec.timeout = Duration::from_secs(t);
-        }
-        if let Some(t) = raw.max_timeout_seconds {
-            exec.max_timeout = Duration::from_secs(t);
-        }
-        if exec.timeout.is_zero() {
-            return Err(self.err(Some(span), "[exec] timeout_seconds must be positive"));
-        }
-        if exec.timeout > exec.max_timeout {
-            return Err(self.err(
-                Some(span),
-                format!(
-                    "[exec] timeout_seconds ({}) exceeds max_timeout_seconds ({})",
-                    exec.timeout.as_secs(),
-                    exec.max_timeout.as_secs()
-                ),
-            ));
-        }
-        if exec.max_output_bytes == 0 {
-            return Err(self.err(Some(span), "[exec] max_output_bytes must be positive"));
-        }
-        if let Some(cwd) = &raw.cwd {
-            exec.cwd = VPath::parse(cwd.get_ref()).map_err(|e| {
-                self.err(
-                    Some(cwd.span()),
-                    format!("[exec] cwd {:?} is not a virtual path: {e}", cwd.get_ref()),
-                )
-            })?;
-        }
-        Ok(exec)
     }
 
     /// `[control]`: every name looked up now, so that a misspelt one is an error with its line.

@@ -2,6 +2,7 @@
 //! and errors that name their line.
 
 use super::*;
+use crate::exec::identity::Identity;
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse_str(text, "t.toml", Path::new("/"))
