@@ -616,19 +616,24 @@ impl Engine {
         Ok(())
     }
 
-    /// Whether the node at `path`, about to be renamed to `other`, is a directory: which rules
-    /// apply. The kind is all that is needed, which a backend may know without a round trip;
-    /// where a directory would be judged differently (a rule for `dir/`, entries a move would
-    /// carry past a rule), a "not a directory" is confirmed with the store, whose cache of it
-    /// may lag behind another daemon's change.
+    /// Whether the node at `path`, about to be renamed to `other`, is to be judged as a
+    /// directory. Only where that changes a decision (a rule for `dir/`, entries a move would
+    /// carry past a rule) is the backend asked, and then a "not a directory" from its cache is
+    /// confirmed with the store, which may lag behind another daemon's change. Otherwise the
+    /// answer is "no" without a lookup: a rename of a missing name then fails in the backend.
     fn is_dir_for_rename(&self, path: &VPath, other: &VPath) -> FsResult<bool> {
+        let kind_matters = self.gate.rename_may_change_verdicts(path, other)
+            || [path, other].into_iter().any(|p| self.gate.kind_changes_verdict(Op::Write, p));
+        if !kind_matters {
+            // Every decision below comes out the same for a file and a directory, and nothing
+            // beneath a directory would be judged differently: no need to ask the store.
+            return Ok(false);
+        }
         let probe = self.gate.probe(path);
         if self.router.kind_and_ino(&probe)?.0 == FileKind::Dir {
             return Ok(true);
         }
-        let kind_matters = self.gate.rename_may_change_verdicts(path, other)
-            || [path, other].into_iter().any(|p| self.gate.kind_changes_verdict(Op::Write, p));
-        Ok(kind_matters && self.router.getattr_stored(&probe)?.kind == FileKind::Dir)
+        Ok(self.router.getattr_stored(&probe)?.kind == FileKind::Dir)
     }
 
     /// Refuses moving the directory at `from` to `to` when any entry beneath it would be

@@ -110,6 +110,22 @@ fn directory_rename_is_judged_on_what_it_carries() {
 }
 
 #[test]
+fn a_rename_learns_its_source_kind_exactly_when_a_rule_needs_it() {
+    // `/w/locked/` names the directory only: a file may take that name, a directory may not.
+    let e = engine(vec![rule(&[Op::Write], &["/w/locked/"], Mode::Deny, false)]);
+    write(&e, "/w/f", b"1");
+    e.mkdir(&ctx(), &p("/w/d"), 0o755).unwrap();
+    assert_eq!(e.rename(&ctx(), &p("/w/d"), &p("/w/locked"), 0).unwrap_err().errno, Errno::EACCES);
+    e.rename(&ctx(), &p("/w/f"), &p("/w/locked"), 0).unwrap();
+    assert_eq!(e.lookup(&ctx(), &p("/w/locked")).unwrap().kind, FileKind::File);
+    // Where no rule depends on the kind nothing is looked up first, and a missing source
+    // still fails as missing, in the backend.
+    assert_eq!(e.rename(&ctx(), &p("/w/gone"), &p("/w/g2"), 0).unwrap_err().errno, Errno::ENOENT);
+    e.rename(&ctx(), &p("/w/d"), &p("/w/d2"), 0).unwrap();
+    assert_eq!(e.lookup(&ctx(), &p("/w/d2")).unwrap().kind, FileKind::Dir);
+}
+
+#[test]
 fn links_need_write_on_the_existing_file() {
     let e = engine(vec![rule(&[Op::Write], &["/w/ro/**"], Mode::Deny, true)]);
     e.mkdir(&ctx(), &p("/w/ro"), 0o755).unwrap_err();
