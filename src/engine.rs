@@ -97,10 +97,6 @@ pub struct OpenHandle {
     pub writable: bool,
 }
 
-/// Past this many entries a directory rename that rules might care about is refused rather
-/// than judged entry by entry.
-const RENAME_WALK_LIMIT: usize = 100_000;
-
 /// Told about every change made through a door other than the FUSE one, so the kernel's
 /// caches of the mount can be invalidated (the kernel already knows about its own requests).
 pub trait ChangeObserver: Send + Sync {
@@ -582,86 +578,6 @@ impl Engine {
         result
     }
 
-    /// Renames (and exchanges) are judged on both paths, and a directory is judged on
-    /// everything it carries: if any entry beneath it would be decided differently at its new
-    /// path than at its old one, the rename is refused, so no protected file can be carried
-    /// out from under its rule (or a rule dodged by moving a tree in and out).
-    pub fn rename(&self, ctx: &Ctx, from: &VPath, to: &VPath, flags: u32) -> FsResult<()> {
-        use crate::backend::{RENAME_EXCHANGE, RENAME_NOREPLACE};
-        // Only the flags every backend implements fully: RENAME_WHITEOUT (for overlay
-        // filesystems) would leave a device node behind on a host route.
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
-            return Err(FsError::new(Errno::EINVAL, format!("unsupported rename flags {flags:#x}")));
-        }
-        let _moving = self.names.write();
-        let from_is_dir = self.is_dir_for_rename(from, to)?;
-        let from_permit = self.check(ctx, "rename", Op::Write, from, from_is_dir)?;
-        let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
-        let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
-        let mut to_is_dir = false;
-        if exchange {
-            to_is_dir = self.is_dir_for_rename(to, from)?;
-            self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
-            self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
-        }
-        if from_is_dir {
-            self.check_carried(ctx, &from_permit, from, to)?;
-        }
-        if exchange && to_is_dir {
-            self.check_carried(ctx, &to_permit, to, from)?;
-        }
-        self.router.rename(&from_permit, &to_permit, flags)?;
-        self.note_change(ctx, from);
-        self.note_change(ctx, to);
-        Ok(())
-    }
-
-    /// Whether the node at `path`, about to be renamed to `other`, is to be judged as a
-    /// directory. Only where that changes a decision (a rule for `dir/`, entries a move would
-    /// carry past a rule) is the backend asked, and then a "not a directory" from its cache is
-    /// confirmed with the store, which may lag behind another daemon's change. Otherwise the
-    /// answer is "no" without a lookup: a rename of a missing name then fails in the backend.
-    fn is_dir_for_rename(&self, path: &VPath, other: &VPath) -> FsResult<bool> {
-        let kind_matters = self.gate.rename_may_change_verdicts(path, other)
-            || [path, other].into_iter().any(|p| self.gate.kind_changes_verdict(Op::Write, p));
-        if !kind_matters {
-            // Every decision below comes out the same for a file and a directory, and nothing
-            // beneath a directory would be judged differently: no need to ask the store.
-            return Ok(false);
-        }
-        let probe = self.gate.probe(path);
-        if self.router.kind_and_ino(&probe)?.0 == FileKind::Dir {
-            return Ok(true);
-        }
-        Ok(self.router.getattr_stored(&probe)?.kind == FileKind::Dir)
-    }
-
-    /// Refuses moving the directory at `from` to `to` when any entry beneath it would be
-    /// judged differently there. Cheap when no deny or interrupt rule reaches either subtree.
-    fn check_carried(&self, ctx: &Ctx, source: &Permit, from: &VPath, to: &VPath) -> FsResult<()> {
-        if !self.gate.rename_may_change_verdicts(from, to) {
-            return Ok(());
-        }
-        let entries = self.router.walk(source, RENAME_WALK_LIMIT)?;
-        for (rel, kind) in entries {
-            let is_dir = kind == FileKind::Dir;
-            let (old, new) = (from.join_rel(&rel), to.join_rel(&rel));
-            for op in [Op::Read, Op::Write] {
-                let before = self.gate.decide(op, &old, is_dir);
-                let after = self.gate.decide(op, &new, is_dir);
-                if (before.mode, before.hide) != (after.mode, after.hide) {
-                    let verdict = if before.mode != Mode::Allow { before } else { after };
-                    let refusal = Refusal { op: Op::Write, path: old.clone(), verdict };
-                    let mut err = self.refuse(ctx, "rename", refusal);
-                    err.errno = Errno::EACCES;
-                    err.context = format!("{err} (the rename would change how rules apply to {old})");
-                    return Err(err);
-                }
-            }
-        }
-        Ok(())
-    }
-
     pub fn setattr(
         &self,
         ctx: &Ctx,
@@ -802,6 +718,7 @@ impl Engine {
     }
 }
 
+mod renames;
 mod whole_writes;
 
 #[cfg(test)]
