@@ -118,8 +118,8 @@ fn a_rename_learns_its_source_kind_exactly_when_a_rule_needs_it() {
     assert_eq!(e.rename(&ctx(), &p("/w/d"), &p("/w/locked"), 0).unwrap_err().errno, Errno::EACCES);
     e.rename(&ctx(), &p("/w/f"), &p("/w/locked"), 0).unwrap();
     assert_eq!(e.lookup(&ctx(), &p("/w/locked")).unwrap().kind, FileKind::File);
-    // Where no rule depends on the kind nothing is looked up first, and a missing source
-    // still fails as missing, in the backend.
+    // Where no rule depends on the kind, a missing source still fails as missing (in the
+    // backend, since nothing is looked up first) and a directory still moves.
     assert_eq!(e.rename(&ctx(), &p("/w/gone"), &p("/w/g2"), 0).unwrap_err().errno, Errno::ENOENT);
     e.rename(&ctx(), &p("/w/d"), &p("/w/d2"), 0).unwrap();
     assert_eq!(e.lookup(&ctx(), &p("/w/d2")).unwrap().kind, FileKind::Dir);

@@ -23,20 +23,25 @@ impl Engine {
             return Err(FsError::new(Errno::EINVAL, format!("unsupported rename flags {flags:#x}")));
         }
         let _moving = self.names.write();
-        let from_is_dir = self.is_dir_for_rename(from, to)?;
+        let from_carries = self.gate.rename_may_change_verdicts(from, to);
+        let from_is_dir = self.is_dir_for_rename(from, to, from_carries)?;
         let from_permit = self.check(ctx, "rename", Op::Write, from, from_is_dir)?;
         let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
         let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
-        let mut to_is_dir = false;
-        if exchange {
-            to_is_dir = self.is_dir_for_rename(to, from)?;
+        // An exchange also moves the node at `to` to `from`, judged the same way.
+        let (to_is_dir, to_carries) = if exchange {
+            let to_carries = self.gate.rename_may_change_verdicts(to, from);
+            let to_is_dir = self.is_dir_for_rename(to, from, to_carries)?;
             self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
             self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
-        }
-        if from_is_dir {
+            (to_is_dir, to_carries)
+        } else {
+            (false, false)
+        };
+        if from_is_dir && from_carries {
             self.check_carried(ctx, &from_permit, from, to)?;
         }
-        if exchange && to_is_dir {
+        if to_is_dir && to_carries {
             self.check_carried(ctx, &to_permit, to, from)?;
         }
         self.router.rename(&from_permit, &to_permit, flags)?;
@@ -46,13 +51,14 @@ impl Engine {
     }
 
     /// Whether the node at `path`, about to be renamed to `other`, is to be judged as a
-    /// directory. Only where that changes a decision (a rule for `dir/`, entries a move would
-    /// carry past a rule) is the backend asked, and then a "not a directory" from its cache is
-    /// confirmed with the store, which may lag behind another daemon's change. Otherwise the
-    /// answer is "no" without a lookup: a rename of a missing name then fails in the backend.
-    fn is_dir_for_rename(&self, path: &VPath, other: &VPath) -> FsResult<bool> {
-        let kind_matters = self.gate.rename_may_change_verdicts(path, other)
-            || [path, other].into_iter().any(|p| self.gate.kind_changes_verdict(Op::Write, p));
+    /// directory. Only where that changes a decision (a rule for `dir/`, or `carries`: entries
+    /// beneath it the move could carry past a rule) is the backend asked, and then a "not a
+    /// directory" from its cache is confirmed with the store, which may lag behind another
+    /// daemon's change. Otherwise the answer is "no" without a lookup: a rename of a missing
+    /// name then fails in the backend.
+    fn is_dir_for_rename(&self, path: &VPath, other: &VPath, carries: bool) -> FsResult<bool> {
+        let kind_matters =
+            carries || [path, other].into_iter().any(|p| self.gate.kind_changes_verdict(Op::Write, p));
         if !kind_matters {
             // Every decision below comes out the same for a file and a directory, and nothing
             // beneath a directory would be judged differently: no need to ask the store.
@@ -66,11 +72,9 @@ impl Engine {
     }
 
     /// Refuses moving the directory at `from` to `to` when any entry beneath it would be
-    /// judged differently there. Cheap when no deny or interrupt rule reaches either subtree.
+    /// judged differently there. Called only where a deny or interrupt rule reaches either
+    /// subtree (`Gate::rename_may_change_verdicts`, asked once per rename).
     fn check_carried(&self, ctx: &Ctx, source: &Permit, from: &VPath, to: &VPath) -> FsResult<()> {
-        if !self.gate.rename_may_change_verdicts(from, to) {
-            return Ok(());
-        }
         let entries = self.router.walk(source, RENAME_WALK_LIMIT)?;
         for (rel, kind) in entries {
             let is_dir = kind == FileKind::Dir;

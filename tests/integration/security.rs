@@ -112,6 +112,35 @@ fn hard_links_and_renames_of_ancestors_do_not_expose_protected_files() {
     assert_eq!(fs::read_to_string(fx.p("/host/SECRETS")).unwrap(), "not covered");
 }
 
+/// A directory that no rule names is judged on what it holds: a move that would carry a
+/// protected tree out from under its rule is refused; everything else moves.
+#[test]
+fn a_directory_carrying_a_protected_tree_stays_put() {
+    let fx = Fixture::new(
+        r#"
+[[rules]]
+operations = ["read", "write"]
+paths = ["/host/proj/vault/**"]
+mode = "deny"
+"#,
+    );
+    fs::create_dir_all(fx.host_root.join("proj/vault")).unwrap();
+    fs::write(fx.host_root.join("proj/vault/key"), "KEY").unwrap();
+    fs::write(fx.host_root.join("proj/notes"), "n").unwrap();
+    let (code, _, err) = sh(&fx.mount.dir, "mv host/proj host/proj2");
+    assert_ne!(code, 0);
+    assert!(err.contains("Permission denied"), "{err}");
+    assert_eq!(fs::read_to_string(fx.host_root.join("proj/vault/key")).unwrap(), "KEY");
+    assert!(!fx.host_root.join("proj2").exists());
+    let (code, _, err) = sh(
+        &fx.mount.dir,
+        "mv host/proj/notes host/proj/notes2 && mkdir host/other && mv host/other host/other2",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fs::read_to_string(fx.host_root.join("proj/notes2")).unwrap(), "n");
+    assert!(fx.host_root.join("other2").is_dir());
+}
+
 /// The daemon's own files (config, control socket, databases and their companions, the
 /// audit log) lying inside a host route are absent from it at both doors: nothing can read
 /// the rules, edit them away and reload, or write under SQLite's feet.
