@@ -144,9 +144,7 @@ impl Gate {
         path: &VPath,
         kind_of: impl FnOnce(&Permit) -> crate::error::FsResult<bool>,
     ) -> Result<Result<Permit, Refusal>, crate::error::FsError> {
-        let rules = self.rules.load();
-        let as_file = rules.decide(op, path, false);
-        let as_dir = rules.decide(op, path, true);
+        let (as_file, as_dir) = self.rules.load().decide_both_kinds(op, path);
         let verdict = if as_file == as_dir {
             as_file
         } else {
@@ -168,8 +166,8 @@ impl Gate {
     /// Whether `op` on `path` is judged differently for a directory than for anything else
     /// (a rule for `dir/`): only then does a decision need the node's kind.
     pub fn kind_changes_verdict(&self, op: Op, path: &VPath) -> bool {
-        let rules = self.rules.load();
-        rules.decide(op, path, false) != rules.decide(op, path, true)
+        let (as_file, as_dir) = self.rules.load().decide_both_kinds(op, path);
+        as_file != as_dir
     }
 
     /// A permit to learn a node's attributes for the gate's own use (judging it as a

@@ -100,7 +100,11 @@ proptest! {
         let set = RuleSet::new(rules.clone()).unwrap();
         let path = format!("/{}", path.join("/"));
         let op = if write { Op::Write } else { Op::Read };
-        let verdict = set.decide(op, &VPath::parse(&path).unwrap(), is_dir);
+        let vpath = VPath::parse(&path).unwrap();
+        let verdict = set.decide(op, &vpath, is_dir);
         prop_assert_eq!(verdict.rule, reference(&rules, op, &path, is_dir), "{} {:?}", path, rules);
+        // Both kinds at once, as a node of unknown kind is judged.
+        let both = (set.decide(op, &vpath, false), set.decide(op, &vpath, true));
+        prop_assert_eq!(set.decide_both_kinds(op, &vpath), both);
     }
 }

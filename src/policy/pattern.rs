@@ -173,6 +173,11 @@ impl Branch {
     /// ancestor that matches counts too (the subtree lies inside what the pattern names,
     /// as in Deep Agents' delete overlap table).
     pub fn reaches_subtree(&self, target: &VPath) -> bool {
+        // A leading `**` stays alive over any components (below, state 0 never dies), so such
+        // a branch reaches every subtree; the common `/**/NAME` rules need no walk.
+        if self.starts_anywhere() {
+            return true;
+        }
         let n = self.segments.len();
         let closure = |states: &mut Vec<bool>| {
             for i in 0..n {
@@ -182,10 +187,11 @@ impl Branch {
             }
         };
         let mut states = vec![false; n + 1];
+        let mut next = vec![false; n + 1];
         states[0] = true;
         closure(&mut states);
         for name in target.components() {
-            let mut next = vec![false; n + 1];
+            next.fill(false);
             for i in (0..n).filter(|&i| states[i]) {
                 match &self.segments[i] {
                     Segment::AnyDepth => next[i] = true,
@@ -201,7 +207,7 @@ impl Branch {
             if !next.contains(&true) {
                 return false;
             }
-            states = next;
+            std::mem::swap(&mut states, &mut next);
         }
         true
     }

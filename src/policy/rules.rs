@@ -168,13 +168,43 @@ impl RuleSet {
         if !self.has_rules_for[op as usize] {
             return Verdict::DEFAULT_ALLOW;
         }
-        let mut first = self.first_match(op, path.as_str(), false);
-        if is_dir && !path.is_root() {
-            let with_slash = format!("{}/", path.as_str());
-            if let Some(other) = self.first_match(op, &with_slash, true) {
-                first = Some(first.map_or(other, |f| f.min(other)));
-            }
+        let as_file = self.first_match(op, path.as_str(), false);
+        self.verdict(if is_dir { self.as_dir(op, path, as_file) } else { as_file })
+    }
+
+    /// The decisions for `path` judged as a file and as a directory (whose kind is not known
+    /// yet), for one set match fewer than two [`RuleSet::decide`]s.
+    pub fn decide_both_kinds(&self, op: Op, path: &VPath) -> (Verdict, Verdict) {
+        if !self.has_rules_for[op as usize] {
+            return (Verdict::DEFAULT_ALLOW, Verdict::DEFAULT_ALLOW);
         }
+        let as_file = self.first_match(op, path.as_str(), false);
+        (self.verdict(as_file), self.verdict(self.as_dir(op, path, as_file)))
+    }
+
+    /// The first rule for the directory `path`, given `as_file`, the first for its plain
+    /// spelling: the earlier of that and the first for the `path/` spelling.
+    fn as_dir(&self, op: Op, path: &VPath, as_file: Option<usize>) -> Option<usize> {
+        thread_local! {
+            static SLASHED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        if path.is_root() {
+            return as_file;
+        }
+        let with_slash = SLASHED.with(|text| {
+            let mut text = text.borrow_mut();
+            text.clear();
+            text.push_str(path.as_str());
+            text.push('/');
+            self.first_match(op, &text, true)
+        });
+        match (as_file, with_slash) {
+            (Some(file), Some(dir)) => Some(file.min(dir)),
+            (file, dir) => file.or(dir),
+        }
+    }
+
+    fn verdict(&self, first: Option<usize>) -> Verdict {
         match first {
             None => Verdict::DEFAULT_ALLOW,
             Some(index) => {
@@ -209,22 +239,49 @@ impl RuleSet {
     /// cheap under the usual "deny every .env" rules.
     pub fn rename_may_change_verdicts(&self, from: &VPath, to: &VPath) -> bool {
         let reaches = |b: &Branch| b.reaches_subtree(from) || b.reaches_subtree(to);
+        // The branches that match either end itself (`dir` or `dir/`), found with the set's
+        // four matches once, when first needed, rather than four matches per branch.
+        let mut touching: Option<Vec<bool>> = None;
         let mut earliest_reaching_rule = usize::MAX;
+        // `set_index` numbers the branches as they were added to the set.
+        let mut set_index = 0;
         for (rule_index, pattern) in &self.patterns {
             let rule = &self.rules[*rule_index];
-            for branch in pattern.branches().iter().filter(|b| reaches(b)) {
+            for branch in pattern.branches() {
+                set_index += 1;
+                if !reaches(branch) {
+                    continue;
+                }
                 if rule.mode == Mode::Allow {
                     earliest_reaching_rule = earliest_reaching_rule.min(*rule_index);
                     continue;
                 }
-                let touches_ends = branch.touches(from) || branch.touches(to);
-                if branch.is_position_free() && !touches_ends && earliest_reaching_rule > *rule_index {
-                    continue;
+                if branch.is_position_free() && earliest_reaching_rule > *rule_index {
+                    let touching = touching.get_or_insert_with(|| self.branches_touching(&[from, to]));
+                    if !touching[set_index - 1] {
+                        continue;
+                    }
                 }
                 return true;
             }
         }
         false
+    }
+
+    /// For each branch in `set`, whether it matches one of `dirs` itself, spelled `dir` or
+    /// `dir/` ([`Branch::touches`] for every branch at once).
+    fn branches_touching(&self, dirs: &[&VPath]) -> Vec<bool> {
+        let mut touching = vec![false; self.branch_pattern.len()];
+        let mut hits = Vec::new();
+        for dir in dirs {
+            for candidate in [dir.as_str(), &format!("{dir}/")] {
+                self.set.matches_into(candidate, &mut hits);
+                for &hit in &hits {
+                    touching[hit] = true;
+                }
+            }
+        }
+        touching
     }
 
     /// Patterns of rules with one of `modes` (for any of `ops`) that could match something in
@@ -380,5 +437,25 @@ mod tests {
         for dead in ["/ws/./x/**", "/ws//x/**", "/ws/x/**/", "/a/[x/y]", "/a\\/b", "/a/\\.."] {
             assert!(check_pattern(dead).is_err(), "{dead} can never match and must be refused");
         }
+    }
+
+    #[test]
+    fn the_set_finds_the_branches_touching_a_directory_as_each_branch_does() {
+        let sources = ["/**/.env", "/**/secrets/**", "/w/*", "/w/", "/a/{b,c}/**", "/x/[0-9]?/", "/**", "/"];
+        let set = RuleSet::new(vec![rule(&[Op::Read, Op::Write], &sources, Mode::Deny)]).unwrap();
+        let branches: Vec<&Branch> = set.patterns.iter().flat_map(|(_, p)| p.branches()).collect();
+        assert_eq!(branches.len(), set.branch_pattern.len());
+        let dirs = ["/", "/w", "/w/a", "/.env", "/q/.env", "/q/secrets", "/a/b", "/a/c/d", "/x/12", "/x/1"];
+        for dir in dirs {
+            let dir = p(dir);
+            let touching = set.branches_touching(&[&dir]);
+            let each: Vec<bool> = branches.iter().map(|b| b.touches(&dir)).collect();
+            assert_eq!(touching, each, "{dir}");
+        }
+        let (one, other) = (p("/q/.env"), p("/w"));
+        let both = set.branches_touching(&[&one, &other]);
+        let either: Vec<bool> = branches.iter().map(|b| b.touches(&one) || b.touches(&other)).collect();
+        assert_eq!(both, either);
+        assert!(both.iter().any(|&t| t) && both.iter().any(|&t| !t), "the cases tell branches apart");
     }
 }
