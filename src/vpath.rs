@@ -59,21 +59,26 @@ impl VPath {
     /// The path of the entry `name` inside this directory.
     pub fn join(&self, name: &str) -> VPath {
         debug_assert!(Self::check_name(name.as_bytes()).is_ok());
-        if self.is_root() {
-            VPath(Arc::from(format!("/{name}")))
-        } else {
-            VPath(Arc::from(format!("{}/{name}", self.0)))
-        }
+        self.appended(name)
+    }
+
+    /// `self` + `/` + `rest` (no second slash after the root), built without `format!`:
+    /// every request that names a child joins once, so it stays a plain copy.
+    fn appended(&self, rest: &str) -> VPath {
+        let base = if self.is_root() { "" } else { &*self.0 };
+        let mut path = String::with_capacity(base.len() + 1 + rest.len());
+        path.push_str(base);
+        path.push('/');
+        path.push_str(rest);
+        VPath(Arc::from(path))
     }
 
     /// Appends a relative path that is already normalised (no `.`/`..`/empty components).
     pub fn join_rel(&self, rel: &str) -> VPath {
         if rel.is_empty() {
             self.clone()
-        } else if self.is_root() {
-            VPath(Arc::from(format!("/{rel}")))
         } else {
-            VPath(Arc::from(format!("{}/{rel}", self.0)))
+            self.appended(rel)
         }
     }
 
