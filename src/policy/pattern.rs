@@ -178,6 +178,16 @@ impl Branch {
         if self.starts_anywhere() {
             return true;
         }
+        // The walk's first step, without its buffers: a leading literal that the target's
+        // first component is not leaves no state alive (rules anchored elsewhere, by the
+        // thousand, are rejected here).
+        if let (Some(Segment::Literal(literal)), Some(first)) =
+            (self.segments.first(), target.components().next())
+        {
+            if literal != first {
+                return false;
+            }
+        }
         let n = self.segments.len();
         let closure = |states: &mut Vec<bool>| {
             for i in 0..n {
