@@ -9,6 +9,21 @@ use super::pattern::{Branch, Pattern};
 
 use crate::vpath::VPath;
 
+/// Calls `f` with `path/`, the spelling that judges a directory as one, built in a buffer
+/// of the thread's own (decisions are made on every request).
+fn slashed<T>(path: &VPath, f: impl FnOnce(&str) -> T) -> T {
+    thread_local! {
+        static SLASHED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    SLASHED.with(|text| {
+        let mut text = text.borrow_mut();
+        text.clear();
+        text.push_str(path.as_str());
+        text.push('/');
+        f(&text)
+    })
+}
+
 /// The two operation classes every syscall and tool call falls into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
@@ -185,19 +200,10 @@ impl RuleSet {
     /// The first rule for the directory `path`, given `as_file`, the first for its plain
     /// spelling: the earlier of that and the first for the `path/` spelling.
     fn as_dir(&self, op: Op, path: &VPath, as_file: Option<usize>) -> Option<usize> {
-        thread_local! {
-            static SLASHED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-        }
         if path.is_root() {
             return as_file;
         }
-        let with_slash = SLASHED.with(|text| {
-            let mut text = text.borrow_mut();
-            text.clear();
-            text.push_str(path.as_str());
-            text.push('/');
-            self.first_match(op, &text, true)
-        });
+        let with_slash = slashed(path, |text| self.first_match(op, text, true));
         match (as_file, with_slash) {
             (Some(file), Some(dir)) => Some(file.min(dir)),
             (file, dir) => file.or(dir),
@@ -269,17 +275,15 @@ impl RuleSet {
     }
 
     /// For each branch in `set`, whether it matches one of `dirs` itself, spelled `dir` or
-    /// `dir/` ([`Branch::touches`] for every branch at once).
+    /// `dir/` (what `Branch::touches` answers for one branch, for every branch at once).
     fn branches_touching(&self, dirs: &[&VPath]) -> Vec<bool> {
         let mut touching = vec![false; self.branch_pattern.len()];
         let mut hits = Vec::new();
         for dir in dirs {
-            for candidate in [dir.as_str(), &format!("{dir}/")] {
-                self.set.matches_into(candidate, &mut hits);
-                for &hit in &hits {
-                    touching[hit] = true;
-                }
-            }
+            self.set.matches_into(dir.as_str(), &mut hits);
+            hits.iter().for_each(|&hit| touching[hit] = true);
+            slashed(dir, |text| self.set.matches_into(text, &mut hits));
+            hits.iter().for_each(|&hit| touching[hit] = true);
         }
         touching
     }
