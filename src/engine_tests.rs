@@ -110,6 +110,26 @@ fn directory_rename_is_judged_on_what_it_carries() {
 }
 
 #[test]
+fn a_tree_moved_out_of_an_allow_rule_into_the_default_allow_is_not_refused() {
+    let e = engine(vec![
+        rule(&[Op::Read], &["/w/pub/**"], Mode::Allow, true),
+        rule(&[Op::Read, Op::Write], &["/**/.env"], Mode::Deny, true),
+    ]);
+    e.mkdir(&ctx(), &p("/w/pub"), 0o755).unwrap();
+    e.mkdir(&ctx(), &p("/w/pub/d"), 0o755).unwrap();
+    write(&e, "/w/pub/d/f", b"x");
+    // Allowed by a rule before, allowed by default after: no decision changes.
+    e.rename(&ctx(), &p("/w/pub/d"), &p("/w/d"), 0).unwrap();
+    e.rename(&ctx(), &p("/w/d"), &p("/w/pub/d"), 0).unwrap();
+    assert_eq!(names(&e, "/w/pub/d"), ["f"]);
+    // The allow rule does decide `.env` beneath it: carrying one out is refused.
+    e.router_for_tests()
+        .create(&e.gate.probe(&p("/w/pub/d/.env")), 0o644, libc::O_WRONLY, &ctx().caller)
+        .unwrap();
+    assert_eq!(e.rename(&ctx(), &p("/w/pub/d"), &p("/w/d"), 0).unwrap_err().errno, Errno::EACCES);
+}
+
+#[test]
 fn a_rename_learns_its_source_kind_exactly_when_a_rule_needs_it() {
     // `/w/locked/` names the directory only: a file may take that name, a directory may not.
     let e = engine(vec![rule(&[Op::Write], &["/w/locked/"], Mode::Deny, false)]);

@@ -82,7 +82,7 @@ impl Engine {
             for op in [Op::Read, Op::Write] {
                 let before = self.gate.decide(op, &old, is_dir);
                 let after = self.gate.decide(op, &new, is_dir);
-                if (before.mode, before.hide) != (after.mode, after.hide) {
+                if before.effect(op) != after.effect(op) {
                     let verdict = if before.mode != Mode::Allow { before } else { after };
                     let refusal = Refusal { op: Op::Write, path: old.clone(), verdict };
                     let mut err = self.refuse(ctx, "rename", refusal);

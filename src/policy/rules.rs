@@ -131,6 +131,12 @@ pub struct Verdict {
 
 impl Verdict {
     pub const DEFAULT_ALLOW: Verdict = Verdict { mode: Mode::Allow, rule: None, hide: false };
+
+    /// What the verdict does to `op`: its mode, and whether it hides (only a read denial
+    /// can). Two verdicts with the same effect are the same decision, whichever rule gave them.
+    pub fn effect(&self, op: Op) -> (Mode, bool) {
+        (self.mode, self.mode == Mode::Deny && op == Op::Read && self.hide)
+    }
 }
 
 impl RuleSet {

@@ -141,6 +141,36 @@ mode = "deny"
     assert!(fx.host_root.join("other2").is_dir());
 }
 
+/// Moving a tree out of an allow rule's reach into the default allow changes no decision:
+/// `mv` works, through the mount. Carrying a `.env` out from under that allow does change
+/// one (allowed there, denied elsewhere) and is refused.
+#[test]
+fn a_tree_leaving_an_allow_rule_for_the_default_allow_moves() {
+    let fx = Fixture::new(
+        r#"
+[[rules]]
+operations = ["read"]
+paths = ["/host/pub/**"]
+mode = "allow"
+
+[[rules]]
+operations = ["read", "write"]
+paths = ["/**/.env"]
+mode = "deny"
+"#,
+    );
+    fs::create_dir_all(fx.host_root.join("pub/d")).unwrap();
+    fs::write(fx.host_root.join("pub/d/f"), "f").unwrap();
+    let (code, _, err) = sh(&fx.mount.dir, "mv host/pub/d host/d && mv host/d host/pub/d");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fs::read_to_string(fx.host_root.join("pub/d/f")).unwrap(), "f");
+    fs::write(fx.host_root.join("pub/d/.env"), "SECRET").unwrap();
+    let (code, _, err) = sh(&fx.mount.dir, "mv host/pub/d host/d");
+    assert_ne!(code, 0);
+    assert!(err.contains("Permission denied"), "{err}");
+    assert_eq!(fs::read_to_string(fx.host_root.join("pub/d/.env")).unwrap(), "SECRET");
+}
+
 /// The daemon's own files (config, control socket, databases and their companions, the
 /// audit log) lying inside a host route are absent from it at both doors: nothing can read
 /// the rules, edit them away and reload, or write under SQLite's feet.
