@@ -2,6 +2,7 @@
 //! touched. A [`Permit`] can only be built by this module, and the router only acts on one.
 
 pub mod approvals;
+mod branch_index;
 pub mod overlap;
 pub mod pattern;
 pub mod rules;

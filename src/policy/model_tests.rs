@@ -108,3 +108,82 @@ proptest! {
         prop_assert_eq!(set.decide_both_kinds(op, &vpath), both);
     }
 }
+
+/// The rename question answered the plain way, branch by branch in rule order, without the
+/// index or the set: the reference the rule set's answer must equal.
+fn rename_may_change_by_every_branch(rules: &[Rule], from: &VPath, to: &VPath) -> bool {
+    use super::pattern::Pattern;
+    let mut earliest_reaching_allow = usize::MAX;
+    for (rule_index, rule) in rules.iter().enumerate() {
+        for source in &rule.paths {
+            for branch in Pattern::parse(source).unwrap().branches() {
+                if !(branch.reaches_subtree(from) || branch.reaches_subtree(to)) {
+                    continue;
+                }
+                if rule.mode == Mode::Allow {
+                    earliest_reaching_allow = earliest_reaching_allow.min(rule_index);
+                    continue;
+                }
+                let touches = branch.touches(from) || branch.touches(to);
+                if branch.is_position_free() && earliest_reaching_allow > rule_index && !touches {
+                    continue;
+                }
+                return true;
+            }
+        }
+    }
+    false
+}
+
+fn path_of(components: &[String]) -> VPath {
+    VPath::parse(&format!("/{}", components.join("/"))).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+    #[test]
+    fn a_rename_said_not_to_change_verdicts_changes_none(
+        rules in prop::collection::vec(rule(), 0..6),
+        from in prop::collection::vec(component(), 1..3),
+        to in prop::collection::vec(component(), 1..3),
+    ) {
+        let set = RuleSet::new(rules.clone()).unwrap();
+        let (from, to) = (path_of(&from), path_of(&to));
+        let may_change = set.rename_may_change_verdicts(&from, &to);
+        prop_assert_eq!(may_change, rename_may_change_by_every_branch(&rules, &from, &to));
+        if may_change {
+            return Ok(());
+        }
+        // Nothing beneath the moved directory is judged differently at its new place.
+        let names = ["a", "b", ".env", "ab", "c"];
+        let mut beneath: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        beneath.extend(names.iter().flat_map(|a| names.iter().map(move |b| format!("{a}/{b}"))));
+        for rel in &beneath {
+            for op in [Op::Read, Op::Write] {
+                for is_dir in [false, true] {
+                    let old = set.decide(op, &from.join_rel(rel), is_dir);
+                    let new = set.decide(op, &to.join_rel(rel), is_dir);
+                    prop_assert_eq!(old.effect(op), new.effect(op), "{} -> {}: {}", from, to, rel);
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn a_hiding_rule_is_found_beneath_every_directory_it_reaches(
+        rules in prop::collection::vec(rule(), 0..6),
+        dir in prop::collection::vec(component(), 0..3),
+    ) {
+        use super::pattern::Pattern;
+        let set = RuleSet::new(rules.clone()).unwrap();
+        let dir = path_of(&dir);
+        let hiding = |rule: &Rule| rule.mode == Mode::Deny && rule.hide && rule.applies_to(Op::Read);
+        let reference = rules.iter().filter(|rule| hiding(rule)).any(|rule| {
+            rule.paths.iter().any(|source| Pattern::parse(source).unwrap().reaches_subtree(&dir))
+        });
+        prop_assert_eq!(set.may_hide_beneath(&dir), reference, "{} {:?}", dir, rules);
+    }
+}

@@ -163,6 +163,15 @@ impl Branch {
         matches!(self.segments.first(), Some(Segment::AnyDepth))
     }
 
+    /// The branch's leading literal components: a target must begin with them (as far as it
+    /// goes) for the branch to reach its subtree (see [`Branch::reaches_subtree`]).
+    pub fn literal_prefix(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().map_while(|segment| match segment {
+            Segment::Literal(name) => Some(name.as_str()),
+            Segment::Wildcard(_) | Segment::AnyDepth => None,
+        })
+    }
+
     /// Whether the branch matches `dir` itself, spelled `dir` or `dir/`: the reference that
     /// `RuleSet`'s answer for every branch at once is tested against.
     #[cfg(test)]
@@ -183,9 +192,7 @@ impl Branch {
         // The walk's first step, without its buffers: a leading literal that the target's
         // first component is not leaves no state alive (rules anchored elsewhere, by the
         // thousand, are rejected here).
-        if let (Some(Segment::Literal(literal)), Some(first)) =
-            (self.segments.first(), target.components().next())
-        {
+        if let (Some(literal), Some(first)) = (self.literal_prefix().next(), target.components().next()) {
             if literal != first {
                 return false;
             }

@@ -5,6 +5,7 @@
 
 use globset::{GlobSet, GlobSetBuilder};
 
+use super::branch_index::BranchIndex;
 use super::pattern::{Branch, Pattern};
 
 use crate::vpath::VPath;
@@ -110,14 +111,31 @@ pub struct RuleSet {
     set: GlobSet,
     /// Each rule's patterns, parsed once, with the rule they belong to.
     patterns: Vec<(usize, Pattern)>,
-    /// For each branch in `set`: its pattern's index in `patterns`, and whether the branch
-    /// names a directory itself when it matches `dir/` ([`Branch::covers_dir`]).
-    branch_pattern: Vec<(usize, bool)>,
+    /// What is known of each branch in `set`, by its index there.
+    branches: Vec<SetBranch>,
     has_rules_for: [bool; 2],
-    /// The patterns (indexes in `patterns`) of hiding rules (deny read, `hide = true`), and
-    /// whether one of them starts with `**` and so may hide something anywhere.
-    hiding: Vec<usize>,
+    /// Every branch but the position-free denials, filed by where it is anchored: the ones
+    /// whose own walk answers whether a rename or a hiding rule reaches a subtree.
+    walked: BranchIndex,
+    /// The last rule with a position-free denial (see [`RuleSet::rename_may_change_verdicts`]).
+    last_free_denial_rule: Option<usize>,
+    /// Whether a hiding rule (deny read, `hide = true`) starts with `**` and so may hide
+    /// something anywhere.
     hides_anywhere: bool,
+}
+
+/// What the rule set knows about one branch of its `GlobSet`.
+struct SetBranch {
+    /// The branch's pattern (an index in `patterns`) and its place among that pattern's branches.
+    pattern: usize,
+    branch: usize,
+    /// Whether it names a directory itself when it matches `dir/` ([`Branch::covers_dir`]).
+    covers_dir: bool,
+    /// A deny or interrupt branch of the form `/**/NAME` or `/**/NAME/**`
+    /// ([`Branch::is_position_free`]).
+    free_denial: bool,
+    /// A branch of a hiding rule.
+    hiding: bool,
 }
 
 /// The outcome of matching one (operation, path).
@@ -145,27 +163,57 @@ impl RuleSet {
     pub fn new(rules: Vec<Rule>) -> Result<RuleSet, String> {
         let mut builder = GlobSetBuilder::new();
         let mut patterns = Vec::new();
-        let mut branch_pattern = Vec::new();
+        let mut branches = Vec::new();
         let mut has_rules_for = [false; 2];
+        let (mut last_free_denial_rule, mut hides_anywhere) = (None, false);
         for (index, rule) in rules.iter().enumerate() {
             for op in &rule.operations {
                 has_rules_for[*op as usize] = true;
             }
+            let hiding = rule.mode == Mode::Deny && rule.hide && rule.applies_to(Op::Read);
             for source in &rule.paths {
                 let pattern = Pattern::parse(source)?;
-                for branch in pattern.branches() {
+                for (place, branch) in pattern.branches().iter().enumerate() {
                     builder.add(branch.glob().clone());
-                    branch_pattern.push((patterns.len(), branch.covers_dir()));
+                    let free_denial = rule.mode != Mode::Allow && branch.is_position_free();
+                    if free_denial {
+                        last_free_denial_rule = Some(index);
+                    }
+                    hides_anywhere |= hiding && branch.starts_anywhere();
+                    let covers_dir = branch.covers_dir();
+                    branches.push(SetBranch {
+                        pattern: patterns.len(),
+                        branch: place,
+                        covers_dir,
+                        free_denial,
+                        hiding,
+                    });
                 }
                 patterns.push((index, pattern));
             }
         }
         let set = builder.build().map_err(|e| e.to_string())?;
-        let hides = |rule: &Rule| rule.mode == Mode::Deny && rule.hide && rule.applies_to(Op::Read);
-        let hiding: Vec<usize> = (0..patterns.len()).filter(|&p| hides(&rules[patterns[p].0])).collect();
-        let hides_anywhere =
-            hiding.iter().any(|&p| patterns[p].1.branches().iter().any(Branch::starts_anywhere));
-        Ok(RuleSet { rules, set, patterns, branch_pattern, has_rules_for, hiding, hides_anywhere })
+        let walked =
+            BranchIndex::new(branches.iter().enumerate().filter(|(_, b)| !b.free_denial).map(
+                |(set_index, b)| (set_index, patterns[b.pattern].1.branches()[b.branch].literal_prefix()),
+            ));
+        Ok(RuleSet {
+            rules,
+            set,
+            patterns,
+            branches,
+            has_rules_for,
+            walked,
+            last_free_denial_rule,
+            hides_anywhere,
+        })
+    }
+
+    /// The branch at `set_index` in `set`, and the index of its rule.
+    fn branch(&self, set_index: usize) -> (&Branch, usize) {
+        let SetBranch { pattern, branch, .. } = self.branches[set_index];
+        let (rule, pattern) = &self.patterns[pattern];
+        (&pattern.branches()[branch], *rule)
     }
 
     pub fn empty() -> RuleSet {
@@ -234,9 +282,9 @@ impl RuleSet {
             let mut hits = hits.borrow_mut();
             self.set.matches_into(candidate, &mut hits);
             hits.iter()
-                .map(|&b| self.branch_pattern[b])
-                .filter(|&(_, covers_dir)| !as_dir || covers_dir)
-                .map(|(p, _)| self.patterns[p].0)
+                .map(|&b| &self.branches[b])
+                .filter(|b| !as_dir || b.covers_dir)
+                .map(|b| self.patterns[b.pattern].0)
                 .filter(|&r| self.rules[r].applies_to(op))
                 .min()
         })
@@ -245,53 +293,56 @@ impl RuleSet {
     /// Whether moving the directory `from` to `to` could change how any rule judges an entry
     /// beneath it (so the engine must compare entry by entry). A deny or interrupt pattern
     /// that reaches neither subtree cannot. Nor can a pattern of the form `/**/NAME` or
-    /// `/**/NAME/**` (NAME one component) that matches neither directory itself: whether it
-    /// matches an entry depends only on the part of the path that moves along, provided no
-    /// earlier rule reaches either subtree (first match wins). This keeps `mv` of big trees
-    /// cheap under the usual "deny every .env" rules.
+    /// `/**/NAME/**` (NAME one component, a "position-free denial") that matches neither
+    /// directory itself: whether it matches an entry depends only on the part of the path
+    /// that moves along, provided no earlier allow rule reaches either subtree (first match
+    /// wins). This keeps `mv` of big trees cheap under the usual "deny every .env" rules.
+    ///
+    /// Asked at every rename, so it reads only the branches filed on the paths of `from` and
+    /// `to` or beneath them (see [`BranchIndex`]); the position-free denials, which reach everywhere, are
+    /// answered by the set's matches of the two ends and the last rule holding one.
     pub fn rename_may_change_verdicts(&self, from: &VPath, to: &VPath) -> bool {
-        let reaches = |b: &Branch| b.reaches_subtree(from) || b.reaches_subtree(to);
-        // The branches that match either end itself (`dir` or `dir/`), found with the set's
-        // four matches once, when first needed, rather than four matches per branch.
-        let mut touching: Option<Vec<bool>> = None;
-        let mut earliest_reaching_rule = usize::MAX;
-        // `set_index` numbers the branches as they were added to the set.
-        let mut set_index = 0;
-        for (rule_index, pattern) in &self.patterns {
-            let rule = &self.rules[*rule_index];
-            for branch in pattern.branches() {
-                set_index += 1;
-                if !reaches(branch) {
-                    continue;
+        let mut earliest_allow = usize::MAX;
+        for end in [from, to] {
+            // A branch on both ends' paths is read twice, to the same effect.
+            let denial_reaches = self.walked.any_reaching(end, |set_index| {
+                let (branch, rule) = self.branch(set_index);
+                if !branch.reaches_subtree(end) {
+                    return false;
                 }
-                if rule.mode == Mode::Allow {
-                    earliest_reaching_rule = earliest_reaching_rule.min(*rule_index);
-                    continue;
+                if self.rules[rule].mode != Mode::Allow {
+                    return true;
                 }
-                if branch.is_position_free() && earliest_reaching_rule > *rule_index {
-                    let touching = touching.get_or_insert_with(|| self.branches_touching(&[from, to]));
-                    if !touching[set_index - 1] {
-                        continue;
-                    }
-                }
+                earliest_allow = earliest_allow.min(rule);
+                false
+            });
+            if denial_reaches {
                 return true;
             }
         }
-        false
+        // A position-free denial reaches both subtrees (it starts with `**`). It may change a
+        // verdict if it matches an end itself, or if an allow rule before it reaches one.
+        match self.last_free_denial_rule {
+            None => false,
+            Some(last) if last > earliest_allow => true,
+            Some(_) => {
+                self.any_branch_touching(&[from, to], |set_index| self.branches[set_index].free_denial)
+            }
+        }
     }
 
-    /// For each branch in `set`, whether it matches one of `dirs` itself, spelled `dir` or
-    /// `dir/` (what `Branch::touches` answers for one branch, for every branch at once).
-    fn branches_touching(&self, dirs: &[&VPath]) -> Vec<bool> {
-        let mut touching = vec![false; self.branch_pattern.len()];
+    /// Whether a branch in `set` for which `wanted(set index)` holds matches one of `dirs`
+    /// itself, spelled `dir` or `dir/` (what `Branch::touches` answers for one branch).
+    fn any_branch_touching(&self, dirs: &[&VPath], wanted: impl Fn(usize) -> bool) -> bool {
         let mut hits = Vec::new();
-        for dir in dirs {
+        dirs.iter().any(|dir| {
             self.set.matches_into(dir.as_str(), &mut hits);
-            hits.iter().for_each(|&hit| touching[hit] = true);
+            if hits.iter().any(|&hit| wanted(hit)) {
+                return true;
+            }
             slashed(dir, |text| self.set.matches_into(text, &mut hits));
-            hits.iter().for_each(|&hit| touching[hit] = true);
-        }
-        touching
+            hits.iter().any(|&hit| wanted(hit))
+        })
     }
 
     /// Patterns of rules with one of `modes` (for any of `ops`) that could match something in
@@ -314,7 +365,10 @@ impl RuleSet {
     /// Asked at every directory's `stat`, so the usual case (a `/**/NAME` rule, which may
     /// hide something anywhere) costs nothing.
     pub fn may_hide_beneath(&self, dir: &VPath) -> bool {
-        self.hides_anywhere || self.hiding.iter().any(|&p| self.patterns[p].1.reaches_subtree(dir))
+        self.hides_anywhere
+            || self.walked.any_reaching(dir, |set_index| {
+                self.branches[set_index].hiding && self.branch(set_index).0.reaches_subtree(dir)
+            })
     }
 
     /// The patterns of rule `index` that match `path` itself (as a file).
@@ -454,16 +508,18 @@ mod tests {
         let sources = ["/**/.env", "/**/secrets/**", "/w/*", "/w/", "/a/{b,c}/**", "/x/[0-9]?/", "/**", "/"];
         let set = RuleSet::new(vec![rule(&[Op::Read, Op::Write], &sources, Mode::Deny)]).unwrap();
         let branches: Vec<&Branch> = set.patterns.iter().flat_map(|(_, p)| p.branches()).collect();
-        assert_eq!(branches.len(), set.branch_pattern.len());
+        assert_eq!(branches.len(), set.branches.len());
+        let touching = |dirs: &[&VPath]| -> Vec<bool> {
+            (0..branches.len()).map(|i| set.any_branch_touching(dirs, |hit| hit == i)).collect()
+        };
         let dirs = ["/", "/w", "/w/a", "/.env", "/q/.env", "/q/secrets", "/a/b", "/a/c/d", "/x/12", "/x/1"];
         for dir in dirs {
             let dir = p(dir);
-            let touching = set.branches_touching(&[&dir]);
             let each: Vec<bool> = branches.iter().map(|b| b.touches(&dir)).collect();
-            assert_eq!(touching, each, "{dir}");
+            assert_eq!(touching(&[&dir]), each, "{dir}");
         }
         let (one, other) = (p("/q/.env"), p("/w"));
-        let both = set.branches_touching(&[&one, &other]);
+        let both = touching(&[&one, &other]);
         let either: Vec<bool> = branches.iter().map(|b| b.touches(&one) || b.touches(&other)).collect();
         assert_eq!(both, either);
         assert!(both.iter().any(|&t| t) && both.iter().any(|&t| !t), "the cases tell branches apart");
