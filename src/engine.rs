@@ -414,23 +414,14 @@ impl Engine {
     /// Whether a listing may ask a human (a rule interrupts reads of what it names): such a
     /// listing is taken at `opendir`, so that each one is approved as it is opened.
     pub fn listing_may_ask(&self) -> bool {
-        self.gate
-            .rules()
-            .rules()
-            .iter()
-            .any(|r| r.mode == Mode::Interrupt && r.operations.contains(&Op::Read))
+        self.gate.rules().may_ask(Op::Read)
     }
 
     /// Whether a listing must be judged when its directory is opened: a rule may ask a human
     /// about it, or refuse it without hiding the directory (EACCES belongs to `opendir`).
     pub fn listings_judged_at_open(&self) -> bool {
-        self.listing_may_ask()
-            || self
-                .gate
-                .rules()
-                .rules()
-                .iter()
-                .any(|r| r.mode == Mode::Deny && !r.hide && r.applies_to(Op::Read))
+        let rules = self.gate.rules();
+        rules.may_ask(Op::Read) || rules.may_refuse_visibly(Op::Read)
     }
 
     pub fn readdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<DirEntry>> {

@@ -114,6 +114,10 @@ pub struct RuleSet {
     /// What is known of each branch in `set`, by its index there.
     branches: Vec<SetBranch>,
     has_rules_for: [bool; 2],
+    /// For each operation: whether a rule interrupts it, and whether a rule denies it without
+    /// hiding (asked per listing, so not by reading every rule).
+    asks_for: [bool; 2],
+    refuses_visibly: [bool; 2],
     /// Every branch but the position-free denials, filed by where it is anchored: the ones
     /// whose own walk answers whether a rename or a hiding rule reaches a subtree.
     walked: BranchIndex,
@@ -164,11 +168,13 @@ impl RuleSet {
         let mut builder = GlobSetBuilder::new();
         let mut patterns = Vec::new();
         let mut branches = Vec::new();
-        let mut has_rules_for = [false; 2];
+        let (mut has_rules_for, mut asks_for, mut refuses_visibly) = ([false; 2], [false; 2], [false; 2]);
         let (mut last_free_denial_rule, mut hides_anywhere) = (None, false);
         for (index, rule) in rules.iter().enumerate() {
             for op in &rule.operations {
                 has_rules_for[*op as usize] = true;
+                asks_for[*op as usize] |= rule.mode == Mode::Interrupt;
+                refuses_visibly[*op as usize] |= rule.mode == Mode::Deny && !rule.hide;
             }
             let hiding = rule.mode == Mode::Deny && rule.hide && rule.applies_to(Op::Read);
             for source in &rule.paths {
@@ -203,6 +209,8 @@ impl RuleSet {
             patterns,
             branches,
             has_rules_for,
+            asks_for,
+            refuses_visibly,
             walked,
             last_free_denial_rule,
             hides_anywhere,
@@ -230,6 +238,16 @@ impl RuleSet {
 
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// Whether a rule interrupts `op` (may ask a human about it somewhere).
+    pub fn may_ask(&self, op: Op) -> bool {
+        self.asks_for[op as usize]
+    }
+
+    /// Whether a rule denies `op` without hiding what it names (`hide = false`).
+    pub fn may_refuse_visibly(&self, op: Op) -> bool {
+        self.refuses_visibly[op as usize]
     }
 
     /// First matching rule for `op` on `path`; a directory is also judged as `path/`.
@@ -489,6 +507,21 @@ mod tests {
             !RuleSet::new(vec![visible]).unwrap().may_hide_beneath(&p("/any")),
             "hide = false hides nothing"
         );
+    }
+
+    #[test]
+    fn a_set_knows_which_operations_its_rules_ask_about_or_refuse_visibly() {
+        let visible = Rule { hide: false, ..rule(&[Op::Write], &["/w/**"], Mode::Deny) };
+        let set = RuleSet::new(vec![
+            rule(&[Op::Read], &["/a/**"], Mode::Interrupt),
+            rule(&[Op::Read, Op::Write], &["/**/.env"], Mode::Deny),
+            visible,
+        ])
+        .unwrap();
+        assert!(set.may_ask(Op::Read) && !set.may_ask(Op::Write));
+        assert!(!set.may_refuse_visibly(Op::Read), "the read denial hides");
+        assert!(set.may_refuse_visibly(Op::Write));
+        assert!(!RuleSet::empty().may_ask(Op::Read) && !RuleSet::empty().may_refuse_visibly(Op::Read));
     }
 
     #[test]
