@@ -34,8 +34,10 @@ pub struct Branch {
     segments: Vec<Segment>,
     /// A trailing `/`: the branch names a directory (it matches only the `dir/` spelling).
     dir_only: bool,
-    /// The whole branch as one glob, rendered from `segments`.
-    matcher: GlobMatcher,
+    /// The whole branch as one glob, rendered from `segments`, for the rule set's `GlobSet`.
+    /// Not compiled here: a compiled matcher costs about 15 KiB, which thousands of rules
+    /// would pay for a matcher asked only by `explain`.
+    glob: Glob,
 }
 
 /// A validated, parsed rule pattern.
@@ -79,8 +81,15 @@ impl Pattern {
     }
 
     /// Whether the pattern matches `path` itself (as a file, or as `path/` when `is_dir`).
+    /// Compiles the pattern for this one question; [`Pattern::matcher`] keeps it compiled.
     pub fn is_match(&self, path: &VPath, is_dir: bool) -> bool {
-        self.branches.iter().any(|b| b.is_match(path, is_dir))
+        self.matcher().is_match(path, is_dir)
+    }
+
+    /// The pattern compiled for matching paths one at a time (decisions use the rule set's
+    /// `GlobSet` instead; this serves `explain` and the tests).
+    pub fn matcher(&self) -> PatternMatcher<'_> {
+        PatternMatcher { branches: self.branches.iter().map(|b| (b, b.glob.compile_matcher())).collect() }
     }
 
     /// Whether the pattern could match `target`, anything beneath it, or an ancestor of it.
@@ -93,6 +102,21 @@ impl Pattern {
     /// The literal leading directories of each branch (`/a/b` for `/a/b/*.x`).
     pub fn anchors(&self) -> impl Iterator<Item = VPath> + '_ {
         self.branches.iter().map(Branch::anchor)
+    }
+}
+
+/// A [`Pattern`] with each branch's glob compiled.
+pub struct PatternMatcher<'a> {
+    branches: Vec<(&'a Branch, GlobMatcher)>,
+}
+
+impl PatternMatcher<'_> {
+    /// Whether the pattern matches `path` itself (as a file, or as `path/` when `is_dir`).
+    pub fn is_match(&self, path: &VPath, is_dir: bool) -> bool {
+        self.branches.iter().any(|(branch, matcher)| {
+            matcher.is_match(path.as_str())
+                || (is_dir && !path.is_root() && branch.covers_dir() && matcher.is_match(format!("{path}/")))
+        })
     }
 }
 
@@ -138,24 +162,19 @@ impl Branch {
             }
             segments.push(segment);
         }
-        let matcher = builder(&render(&segments, dir_only))?.compile_matcher();
-        Ok(Branch { segments, dir_only, matcher })
+        let glob = builder(&render(&segments, dir_only))?;
+        Ok(Branch { segments, dir_only, glob })
     }
 
     /// The whole branch as one glob, for the rule set's `GlobSet`.
     pub fn glob(&self) -> &Glob {
-        self.matcher.glob()
+        &self.glob
     }
 
     /// Whether matching `dir/` names the directory itself: only branches ending in `/**` or
     /// `/` do (`/a/*` matching `/a/` through an empty `*` does not).
     pub fn covers_dir(&self) -> bool {
         self.dir_only || matches!(self.segments.last(), Some(Segment::AnyDepth))
-    }
-
-    pub fn is_match(&self, path: &VPath, is_dir: bool) -> bool {
-        self.matcher.is_match(path.as_str())
-            || (is_dir && !path.is_root() && self.covers_dir() && self.matcher.is_match(format!("{path}/")))
     }
 
     /// Whether the branch begins with `**`, so that it may match beneath any directory.
@@ -176,7 +195,8 @@ impl Branch {
     /// `RuleSet`'s answer for every branch at once is tested against.
     #[cfg(test)]
     pub fn touches(&self, dir: &VPath) -> bool {
-        self.matcher.is_match(dir.as_str()) || self.matcher.is_match(format!("{dir}/"))
+        let matcher = self.glob.compile_matcher();
+        matcher.is_match(dir.as_str()) || matcher.is_match(format!("{dir}/"))
     }
 
     /// Runs the branch's components over the target's as an automaton: if any state is
