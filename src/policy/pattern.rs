@@ -290,10 +290,24 @@ fn unescaped_literal(part: &str) -> Option<String> {
 }
 
 /// The glob text of a branch: literals escaped, wildcard components as written.
+///
+/// A leading `**` followed by a component that cannot be empty is written without the root's
+/// `/` (`**/NAME`, `**/*.pem`): globset answers that shape with a lookup by name or by
+/// extension instead of a regex, which costs about 15 KiB per pattern in the set. It matches
+/// the same paths, since every path asked about is absolute: `**/` may also match nothing
+/// before the path's own leading `/`, which only a component matching the empty name could use.
 fn render(segments: &[Segment], dir_only: bool) -> String {
+    let never_empty = |segment: &Segment| match segment {
+        Segment::Literal(_) => true,
+        Segment::Wildcard(m) => !m.glob().glob().chars().all(|c| c == '*'),
+        Segment::AnyDepth => false,
+    };
+    let unrooted = matches!(segments, [Segment::AnyDepth, next, ..] if never_empty(next));
     let mut text = String::new();
-    for segment in segments {
-        text.push('/');
+    for (i, segment) in segments.iter().enumerate() {
+        if i > 0 || !unrooted {
+            text.push('/');
+        }
         match segment {
             Segment::Literal(name) => {
                 for c in name.chars() {

@@ -23,6 +23,22 @@ fn escapes_are_read_once() {
     assert!(!star.is_match(&p("/ws/a/k"), false));
 }
 
+/// A leading `**` before a name or an extension is given to the set in the shape globset
+/// answers without a regex; before a component that may be empty it keeps the root's `/`.
+#[test]
+fn a_leading_any_depth_is_rendered_for_the_sets_lookups() {
+    let rendered = |text: &str| Pattern::parse(text).unwrap().branches()[0].glob().glob().to_string();
+    assert_eq!(rendered("/**/.env"), "**/.env");
+    assert_eq!(rendered("/**/*.pem"), "**/*.pem");
+    assert_eq!(rendered("/**/.ssh/**"), "**/.ssh/**");
+    assert_eq!(rendered("/**/*/x"), "/**/*/x");
+    assert_eq!(rendered("/**"), "/**");
+    assert_eq!(rendered("/w/**/.env"), "/w/**/.env");
+    let env = Pattern::parse("/**/.env").unwrap();
+    assert!(env.is_match(&p("/.env"), false) && env.is_match(&p("/a/b/.env"), false));
+    assert!(!env.is_match(&p("/a/x.env"), false));
+}
+
 #[test]
 fn alternatives_expand_like_a_shell() {
     let pattern = Pattern::parse("/**/.env{,.local}").unwrap();
