@@ -187,3 +187,30 @@ proptest! {
         prop_assert_eq!(set.may_hide_beneath(&dir), reference, "{} {:?}", dir, rules);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn the_patterns_overlapping_a_subtree_are_each_pattern_that_reaches_it(
+        rules in prop::collection::vec(rule(), 0..6),
+        dir in prop::collection::vec(component(), 0..3),
+        write in any::<bool>(),
+        deny_only in any::<bool>(),
+    ) {
+        use super::pattern::Pattern;
+        let set = RuleSet::new(rules.clone()).unwrap();
+        let dir = path_of(&dir);
+        let op = if write { Op::Write } else { Op::Read };
+        let modes: &[Mode] = if deny_only { &[Mode::Deny] } else { &[Mode::Deny, Mode::Interrupt, Mode::Allow] };
+        let mut reference: Vec<&str> = Vec::new();
+        for rule in rules.iter().filter(|r| modes.contains(&r.mode) && r.applies_to(op)) {
+            for source in &rule.paths {
+                let reaches = Pattern::parse(source).unwrap().reaches_subtree(&dir);
+                if reaches && !reference.contains(&source.as_str()) {
+                    reference.push(source);
+                }
+            }
+        }
+        prop_assert_eq!(set.overlapping_patterns(&dir, &[op], modes), reference, "{} {:?}", dir, rules);
+    }
+}

@@ -121,7 +121,9 @@ pub struct RuleSet {
     /// Every branch but the position-free denials, filed by where it is anchored: the ones
     /// whose own walk answers whether a rename or a hiding rule reaches a subtree.
     walked: BranchIndex,
-    /// The last rule with a position-free denial (see [`RuleSet::rename_may_change_verdicts`]).
+    /// The position-free denials (set indexes), which reach every subtree, and the last rule
+    /// holding one (see [`RuleSet::rename_may_change_verdicts`]).
+    free_denials: Vec<usize>,
     last_free_denial_rule: Option<usize>,
     /// Whether a hiding rule (deny read, `hide = true`) starts with `**` and so may hide
     /// something anywhere.
@@ -199,6 +201,7 @@ impl RuleSet {
             }
         }
         let set = builder.build().map_err(|e| e.to_string())?;
+        let free_denials = (0..branches.len()).filter(|&b| branches[b].free_denial).collect();
         let walked =
             BranchIndex::new(branches.iter().enumerate().filter(|(_, b)| !b.free_denial).map(
                 |(set_index, b)| (set_index, patterns[b.pattern].1.branches()[b.branch].literal_prefix()),
@@ -212,6 +215,7 @@ impl RuleSet {
             asks_for,
             refuses_visibly,
             walked,
+            free_denials,
             last_free_denial_rule,
             hides_anywhere,
         })
@@ -364,19 +368,26 @@ impl RuleSet {
     }
 
     /// Patterns of rules with one of `modes` (for any of `ops`) that could match something in
-    /// the subtree at `dir` (see [`Pattern::reaches_subtree`]).
+    /// the subtree at `dir` (see [`Pattern::reaches_subtree`]), in rule order, each text once.
     pub fn overlapping_patterns(&self, dir: &VPath, ops: &[Op], modes: &[Mode]) -> Vec<&str> {
+        let wanted = |set_index: usize| {
+            let rule = &self.rules[self.branch(set_index).1];
+            modes.contains(&rule.mode) && ops.iter().any(|op| rule.applies_to(*op))
+        };
         let mut found = Vec::new();
-        for (rule_index, pattern) in &self.patterns {
-            let rule = &self.rules[*rule_index];
-            if !modes.contains(&rule.mode) || !ops.iter().any(|op| rule.applies_to(*op)) {
-                continue;
+        self.walked.any_reaching(dir, |set_index| {
+            if wanted(set_index) && self.branch(set_index).0.reaches_subtree(dir) {
+                found.push(self.branches[set_index].pattern);
             }
-            if pattern.reaches_subtree(dir) && !found.contains(&pattern.as_str()) {
-                found.push(pattern.as_str());
-            }
-        }
-        found
+            false
+        });
+        // Position-free denials reach every subtree.
+        found.extend(self.free_denials.iter().filter(|&&b| wanted(b)).map(|&b| self.branches[b].pattern));
+        found.sort_unstable();
+        found.dedup();
+        // Two rules may hold the same text; a set keeps this linear when thousands match.
+        let mut seen = std::collections::HashSet::with_capacity(found.len());
+        found.into_iter().map(|p| self.patterns[p].1.as_str()).filter(|text| seen.insert(*text)).collect()
     }
 
     /// Whether a hiding rule (deny read, `hide = true`) could match something beneath `dir`.
