@@ -105,7 +105,7 @@ fn check(env: &ToolEnv, loc: &Located) -> Result<(), ToolOutput> {
             format!(
                 "Error: permission denied for write on {} (matches deny rule(s): {})",
                 loc.path,
-                denying.join(", ")
+                listed(&denying)
             ),
         ));
     }
@@ -114,6 +114,18 @@ fn check(env: &ToolEnv, loc: &Located) -> Result<(), ToolOutput> {
         return Err(common::permission_denied_resolved(Op::Write, &loc.path, &loc.real));
     }
     Ok(())
+}
+
+/// At most this many patterns are named in a refusal: thousands of rules may reach a
+/// directory, and the agent reads the whole text.
+const PATTERNS_NAMED: usize = 20;
+
+/// The patterns, comma-separated, the first [`PATTERNS_NAMED`] of them and how many more.
+fn listed(patterns: &[String]) -> String {
+    match patterns.len().checked_sub(PATTERNS_NAMED) {
+        Some(more) if more > 0 => format!("{}, and {more} more", patterns[..PATTERNS_NAMED].join(", ")),
+        _ => patterns.join(", "),
+    }
 }
 
 /// Records the refused delete (as a write on `path`, with the rule that decides it there).

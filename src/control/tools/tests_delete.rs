@@ -72,6 +72,15 @@ fn delete_leaf_and_subtree_rules() {
         fx.err(&delete::SPEC, del("/work")),
         denied("/work", "/work/secrets/**, /**/secrets, /work/*.log")
     );
+    // Thousands of patterns reaching a directory are named up to 20, then counted.
+    let many: Vec<String> = (0..1000).map(|i| format!("/**/x{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let fx = work(vec![rule(&[Write], &many, Deny), rule(&[Write], &["/**/x0"], Deny)]);
+    let named: Vec<String> = (0..20).map(|i| format!("/**/x{i}")).collect();
+    assert_eq!(
+        fx.err(&delete::SPEC, del("/work")),
+        denied("/work", &format!("{}, and 980 more", named.join(", ")))
+    );
     // A missing path may have had descendants: the subtree rule applies before "not found".
     let fx = work(vec![rule(&[Write], &["/work/nope/x"], Deny)]);
     assert_eq!(fx.err(&delete::SPEC, del("/work/nope")), denied("/work/nope", "/work/nope/x"));
