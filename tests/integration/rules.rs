@@ -320,33 +320,35 @@ fn thousands_of_rules_in_one_route_each_guard_their_own_subtree() {
     use std::os::unix::fs::MetadataExt;
     let mut rules = String::new();
     for i in 0..3000 {
-        let path = match i % 3 {
-            0 => format!("/host/p{i}/secret/**"),
-            1 => format!("/host/p{i}/*.key"),
-            _ => format!("/**/x{i}.secret"),
+        // Mostly literal anchors; a wildcard pattern is a regex, which a debug build is slow
+        // to compile, so only a few.
+        let path = match (i % 3, i % 100) {
+            (2, _) => format!("/**/x{i}.secret"),
+            (_, 1) => format!("/host/p{i}/*.key"),
+            _ => format!("/host/p{i}/secret/**"),
         };
         let ops = if i % 3 == 2 { r#"["write"]"# } else { r#"["read", "write"]"# };
         writeln!(rules, "[[rules]]\noperations = {ops}\npaths = [\"{path}\"]\nmode = \"deny\"\n").unwrap();
     }
     let fx = crate::harness::Fixture::new(&rules);
-    for dir in ["p2997/secret", "p2998", "p1500/public", "free/sub"] {
+    for dir in ["p2997/secret", "p2901", "p1500/public", "free/sub"] {
         fs::create_dir_all(fx.host_root.join(dir)).unwrap();
     }
-    for (file, body) in [("p2997/secret/k", "K1"), ("p2998/a.key", "K2"), ("free/sub/f", "f")] {
+    for (file, body) in [("p2997/secret/k", "K1"), ("p2901/a.key", "K2"), ("free/sub/f", "f")] {
         fs::write(fx.host_root.join(file), body).unwrap();
     }
     let (code, out, err) = sh(
         &fx.p("/host"),
-        "mv p2997 q 2>&1; mv p2998 q 2>&1; mv free p2999 && mv p2999 free && mv p1500 p1502 && echo moved",
+        "mv p2997 q 2>&1; mv p2901 q 2>&1; mv free p2999 && mv p2999 free && mv p1500 p1502 && echo moved",
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
         "mv: cannot move 'p2997' to 'q': Permission denied\n\
-         mv: cannot move 'p2998' to 'q': Permission denied\nmoved\n"
+         mv: cannot move 'p2901' to 'q': Permission denied\nmoved\n"
     );
     assert_eq!(fs::read_to_string(fx.host_root.join("p2997/secret/k")).unwrap(), "K1");
-    assert_eq!(fs::read_to_string(fx.host_root.join("p2998/a.key")).unwrap(), "K2");
+    assert_eq!(fs::read_to_string(fx.host_root.join("p2901/a.key")).unwrap(), "K2");
     assert_eq!(fs::read_to_string(fx.host_root.join("free/sub/f")).unwrap(), "f");
     // A directory a hiding rule reaches does not count its subdirectories; one none reaches does.
     assert_eq!(fs::metadata(fx.p("/host/p2997")).unwrap().nlink(), 1);
