@@ -10,7 +10,7 @@
 //! sequence of components. Spellings that could never match a normalised path (`//`, a `.`
 //! component, `/` inside a class or escaped, a `/` after `**`) are refused, not left dead.
 
-use globset::{Glob, GlobBuilder, GlobMatcher};
+use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 
 use crate::vpath::VPath;
 
@@ -22,8 +22,10 @@ const MAX_BRANCHES: usize = 256;
 enum Segment {
     /// A name matched exactly (escapes removed).
     Literal(String),
-    /// One component with wildcards (`*`, `?`, `[...]`), matched against one name.
-    Wildcard(GlobMatcher),
+    /// One component with wildcards (`*`, `?`, `[...]`), matched against one name: its text,
+    /// and a set of that one glob, which answers `*.ext`, `name*` and `*name` by lookup where
+    /// a compiled matcher would be a regex of about 15 KiB per rule.
+    Wildcard(String, GlobSet),
     /// `**`: any number of components.
     AnyDepth,
 }
@@ -152,7 +154,7 @@ impl Branch {
                         return Err(format!("component {part:?} never matches"))
                     }
                     Some(name) => Segment::Literal(name),
-                    None => Segment::Wildcard(builder(part)?.compile_matcher()),
+                    None => Segment::Wildcard(part.clone(), component_set(part)?),
                 },
             };
             if dir_only && i + 1 == parts.len() && matches!(segment, Segment::AnyDepth) {
@@ -187,7 +189,7 @@ impl Branch {
     pub fn literal_prefix(&self) -> impl Iterator<Item = &str> {
         self.segments.iter().map_while(|segment| match segment {
             Segment::Literal(name) => Some(name.as_str()),
-            Segment::Wildcard(_) | Segment::AnyDepth => None,
+            Segment::Wildcard(..) | Segment::AnyDepth => None,
         })
     }
 
@@ -235,8 +237,8 @@ impl Branch {
                 match &self.segments[i] {
                     Segment::AnyDepth => next[i] = true,
                     Segment::Literal(literal) if literal == name => next[i + 1] = true,
-                    Segment::Wildcard(m) if m.is_match(name) => next[i + 1] = true,
-                    Segment::Literal(_) | Segment::Wildcard(_) => {}
+                    Segment::Wildcard(_, set) if set.is_match(name) => next[i + 1] = true,
+                    Segment::Literal(_) | Segment::Wildcard(..) => {}
                 }
             }
             closure(&mut next);
@@ -256,7 +258,7 @@ impl Branch {
         for segment in &self.segments {
             match segment {
                 Segment::Literal(name) => anchor = anchor.join(name),
-                Segment::Wildcard(_) | Segment::AnyDepth => break,
+                Segment::Wildcard(..) | Segment::AnyDepth => break,
             }
         }
         anchor
@@ -273,6 +275,13 @@ impl Branch {
             _ => false,
         }
     }
+}
+
+/// The matcher of one wildcard component. A name holds no `/`, so the glob is read without
+/// `literal_separator`, which is what lets globset answer `*.ext` by extension.
+fn component_set(part: &str) -> Result<GlobSet, String> {
+    let glob = GlobBuilder::new(part).backslash_escape(true).build().map_err(|e| e.kind().to_string())?;
+    GlobSetBuilder::new().add(glob).build().map_err(|e| e.to_string())
 }
 
 /// The name a component spells when it has no wildcard, with escapes removed.
@@ -299,7 +308,7 @@ fn unescaped_literal(part: &str) -> Option<String> {
 fn render(segments: &[Segment], dir_only: bool) -> String {
     let never_empty = |segment: &Segment| match segment {
         Segment::Literal(_) => true,
-        Segment::Wildcard(m) => !m.glob().glob().chars().all(|c| c == '*'),
+        Segment::Wildcard(text, _) => !text.chars().all(|c| c == '*'),
         Segment::AnyDepth => false,
     };
     let unrooted = matches!(segments, [Segment::AnyDepth, next, ..] if never_empty(next));
@@ -317,7 +326,7 @@ fn render(segments: &[Segment], dir_only: bool) -> String {
                     text.push(c);
                 }
             }
-            Segment::Wildcard(m) => text.push_str(m.glob().glob()),
+            Segment::Wildcard(glob, _) => text.push_str(glob),
             Segment::AnyDepth => text.push_str("**"),
         }
     }
