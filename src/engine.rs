@@ -420,8 +420,7 @@ impl Engine {
     /// Whether a listing must be judged when its directory is opened: a rule may ask a human
     /// about it, or refuse it without hiding the directory (EACCES belongs to `opendir`).
     pub fn listings_judged_at_open(&self) -> bool {
-        let rules = self.gate.rules();
-        rules.may_ask(Op::Read) || rules.may_refuse_visibly(Op::Read)
+        self.gate.rules().may_refuse_in_sight(Op::Read)
     }
 
     pub fn readdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<Vec<DirEntry>> {

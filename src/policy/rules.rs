@@ -114,17 +114,16 @@ pub struct RuleSet {
     /// What is known of each branch in `set`, by its index there.
     branches: Vec<SetBranch>,
     has_rules_for: [bool; 2],
-    /// For each operation: whether a rule interrupts it, and whether a rule denies it without
-    /// hiding (asked per listing, so not by reading every rule).
+    /// For each operation: whether a rule interrupts it, and whether a rule may refuse it on
+    /// something that stays in sight (asked per listing, so not by reading every rule).
     asks_for: [bool; 2],
-    refuses_visibly: [bool; 2],
+    refuses_in_sight: [bool; 2],
     /// Every branch but the position-free denials, filed by where it is anchored: the ones
     /// whose own walk answers whether a rename or a hiding rule reaches a subtree.
     walked: BranchIndex,
-    /// The position-free denials (set indexes), which reach every subtree, and the last rule
-    /// holding one (see [`RuleSet::rename_may_change_verdicts`]).
+    /// The position-free denials (set indexes, so in rule order), which reach every subtree
+    /// (see [`RuleSet::rename_may_change_verdicts`]).
     free_denials: Vec<usize>,
-    last_free_denial_rule: Option<usize>,
     /// Whether a hiding rule (deny read, `hide = true`) starts with `**` and so may hide
     /// something anywhere.
     hides_anywhere: bool,
@@ -170,13 +169,14 @@ impl RuleSet {
         let mut builder = GlobSetBuilder::new();
         let mut patterns = Vec::new();
         let mut branches = Vec::new();
-        let (mut has_rules_for, mut asks_for, mut refuses_visibly) = ([false; 2], [false; 2], [false; 2]);
-        let (mut last_free_denial_rule, mut hides_anywhere) = (None, false);
+        let (mut has_rules_for, mut asks_for, mut refuses_in_sight) = ([false; 2], [false; 2], [false; 2]);
+        let mut hides_anywhere = false;
         for (index, rule) in rules.iter().enumerate() {
             for op in &rule.operations {
                 has_rules_for[*op as usize] = true;
                 asks_for[*op as usize] |= rule.mode == Mode::Interrupt;
-                refuses_visibly[*op as usize] |= rule.mode == Mode::Deny && !rule.hide;
+                refuses_in_sight[*op as usize] |=
+                    rule.mode == Mode::Interrupt || (rule.mode == Mode::Deny && !rule.hide);
             }
             let hiding = rule.mode == Mode::Deny && rule.hide && rule.applies_to(Op::Read);
             for source in &rule.paths {
@@ -184,9 +184,6 @@ impl RuleSet {
                 for (place, branch) in pattern.branches().iter().enumerate() {
                     builder.add(branch.glob().clone());
                     let free_denial = rule.mode != Mode::Allow && branch.is_position_free();
-                    if free_denial {
-                        last_free_denial_rule = Some(index);
-                    }
                     hides_anywhere |= hiding && branch.starts_anywhere();
                     let covers_dir = branch.covers_dir();
                     branches.push(SetBranch {
@@ -213,10 +210,9 @@ impl RuleSet {
             branches,
             has_rules_for,
             asks_for,
-            refuses_visibly,
+            refuses_in_sight,
             walked,
             free_denials,
-            last_free_denial_rule,
             hides_anywhere,
         })
     }
@@ -249,9 +245,10 @@ impl RuleSet {
         self.asks_for[op as usize]
     }
 
-    /// Whether a rule denies `op` without hiding what it names (`hide = false`).
-    pub fn may_refuse_visibly(&self, op: Op) -> bool {
-        self.refuses_visibly[op as usize]
+    /// Whether a rule may refuse `op` on something that stays in sight: it asks a human, or
+    /// denies without hiding (`hide = false`). Otherwise every entry a listing shows is allowed.
+    pub fn may_refuse_in_sight(&self, op: Op) -> bool {
+        self.refuses_in_sight[op as usize]
     }
 
     /// First matching rule for `op` on `path`; a directory is also judged as `path/`.
@@ -344,9 +341,9 @@ impl RuleSet {
         }
         // A position-free denial reaches both subtrees (it starts with `**`). It may change a
         // verdict if it matches an end itself, or if an allow rule before it reaches one.
-        match self.last_free_denial_rule {
+        match self.free_denials.last().map(|&last| self.branch(last).1) {
             None => false,
-            Some(last) if last > earliest_allow => true,
+            Some(last_rule) if last_rule > earliest_allow => true,
             Some(_) => {
                 self.any_branch_touching(&[from, to], |set_index| self.branches[set_index].free_denial)
             }
@@ -521,7 +518,7 @@ mod tests {
     }
 
     #[test]
-    fn a_set_knows_which_operations_its_rules_ask_about_or_refuse_visibly() {
+    fn a_set_knows_which_operations_its_rules_ask_about_or_refuse_in_sight() {
         let visible = Rule { hide: false, ..rule(&[Op::Write], &["/w/**"], Mode::Deny) };
         let set = RuleSet::new(vec![
             rule(&[Op::Read], &["/a/**"], Mode::Interrupt),
@@ -530,9 +527,11 @@ mod tests {
         ])
         .unwrap();
         assert!(set.may_ask(Op::Read) && !set.may_ask(Op::Write));
-        assert!(!set.may_refuse_visibly(Op::Read), "the read denial hides");
-        assert!(set.may_refuse_visibly(Op::Write));
-        assert!(!RuleSet::empty().may_ask(Op::Read) && !RuleSet::empty().may_refuse_visibly(Op::Read));
+        assert!(set.may_refuse_in_sight(Op::Read), "the interrupt asks about what it shows");
+        assert!(set.may_refuse_in_sight(Op::Write), "the write denial does not hide");
+        let hiding = RuleSet::new(vec![rule(&[Op::Read, Op::Write], &["/**/.env"], Mode::Deny)]).unwrap();
+        assert!(!hiding.may_refuse_in_sight(Op::Read), "the read denial hides");
+        assert!(!RuleSet::empty().may_ask(Op::Read) && !RuleSet::empty().may_refuse_in_sight(Op::Read));
     }
 
     #[test]

@@ -360,4 +360,20 @@ fn thousands_of_rules_in_one_route_each_guard_their_own_subtree() {
         1,
         "/host/p1501/*.key may hide a name in it"
     );
+    // The delete tool, through the socket: the 1,000 write denials that reach everywhere
+    // block a directory's delete; the refusal names 20 of them in rule order.
+    let mut client =
+        agentvfs::control::client::Client::connect(&fx.scratch.path().join("agentvfs.sock")).unwrap();
+    let (ok, text) =
+        crate::harness::call_tool(&mut client, "delete", serde_json::json!({"file_path": "/host/free"}));
+    let named: Vec<String> = (0..20).map(|k| format!("/**/x{}.secret", 3 * k + 2)).collect();
+    assert!(!ok);
+    assert_eq!(
+        text,
+        format!(
+            "Error: permission denied for write on /host/free (matches deny rule(s): {}, and 980 more)",
+            named.join(", ")
+        )
+    );
+    assert_eq!(fs::read_to_string(fx.host_root.join("free/sub/f")).unwrap(), "f");
 }

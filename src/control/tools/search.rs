@@ -102,8 +102,7 @@ pub fn walk(fs: &ToolFs, root: &VPath, glob: Option<&IncludeGlob>, stop_at: Inst
     let results: Mutex<Vec<Found>> = Mutex::new(Vec::new());
     // Entries hidden by a rule never reach the walk, so unless some read rule denies without
     // hiding or asks for approval, every entry it sees is allowed and need not be judged again.
-    let rules = fs.engine.gate.rules();
-    let judge = rules.may_ask(Op::Read) || rules.may_refuse_visibly(Op::Read);
+    let judge = fs.engine.gate.rules().may_refuse_in_sight(Op::Read);
     std::thread::scope(|scope| {
         for _ in 0..worker_count() {
             scope.spawn(|| {
