@@ -37,7 +37,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -99,6 +99,10 @@ struct Inner {
     dir_synced: AtomicBool,
     /// Free space on the database's filesystem, checked before a write is buffered.
     space: space::Space,
+    /// Commits of the write connection, each counted after it with the connection still held:
+    /// when the count has not moved since before a node was read, the node is still what the
+    /// store holds (see [`Inner::open_handle`]).
+    commits: AtomicU64,
 }
 
 impl SqliteBackend {
@@ -143,14 +147,17 @@ impl SqliteBackend {
                 dirty_total: AtomicUsize::new(0),
                 dir_synced: AtomicBool::new(false),
                 space: space::Space::new(path),
+                commits: AtomicU64::new(0),
             }),
         }
     }
 }
 
 impl Inner {
-    /// Counts a commit for the checkpoint thread.
+    /// Counts a commit, for the checkpoint thread and [`Inner::commits`]. Called after every
+    /// commit, with the write connection still held.
     fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::AcqRel);
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.committed();
         }
@@ -199,8 +206,13 @@ impl Inner {
 
     /// Runs `f` on a reading connection; `in_tx` wraps it in one read transaction, so that a
     /// path walk sees a single snapshot.
+    ///
+    /// On the write connection of a store this backend writes, the transaction is left out:
+    /// every change to the namespace is made through that connection (another process cannot
+    /// claim the namespace), so while it is held nothing can change what `f` reads. A
+    /// `BEGIN` and a `COMMIT` were a third of a sqlite-route `open`.
     fn read_with<T>(&self, in_tx: bool, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
-        let run = |conn: &mut Connection, dentries: Option<&RefCell<Dentries>>| {
+        let run = |conn: &mut Connection, dentries: Option<&RefCell<Dentries>>, in_tx: bool| {
             if !in_tx {
                 return f(&Ctx { conn, dentries });
             }
@@ -214,14 +226,14 @@ impl Inner {
         // has the dentry cache. `try_lock` never waits, so this cannot upset the lock order.
         if let Some(mut db) = self.conn.try_lock() {
             let Db { conn, dentries } = &mut *db;
-            return run(conn, Some(dentries));
+            return run(conn, Some(dentries), in_tx && self.checkpointer.is_none());
         }
         let pooled = self.readers.lock().pop();
         let mut conn = match pooled {
             Some(c) => c,
             None => schema::open_reader(&self.path)?,
         };
-        let result = run(&mut conn, None);
+        let result = run(&mut conn, None, in_tx);
         let mut pool = self.readers.lock();
         if pool.len() < MAX_IDLE_READERS {
             pool.push(conn);
@@ -232,6 +244,12 @@ impl Inner {
     /// Runs `f` on a reading connection without a transaction (one statement, one snapshot).
     fn with_reader<T>(&self, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
         self.read_with(false, f)
+    }
+
+    /// The count of commits so far: read it before a node, and compare after (see
+    /// [`Inner::commits`]).
+    fn commits_seen(&self) -> u64 {
+        self.commits.load(Ordering::Acquire)
     }
 
     /// Runs `f` in one read transaction.
@@ -332,14 +350,14 @@ impl Inner {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        if !self.dir_synced.load(std::sync::atomic::Ordering::Acquire) {
+        if !self.dir_synced.load(Ordering::Acquire) {
             File::open(&self.path)?.sync_all()?;
             let dir = match self.path.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d,
                 _ => Path::new("."),
             };
             File::open(dir)?.sync_all()?;
-            self.dir_synced.store(true, std::sync::atomic::Ordering::Release);
+            self.dir_synced.store(true, Ordering::Release);
         }
         Ok(())
     }

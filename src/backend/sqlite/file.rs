@@ -408,13 +408,29 @@ impl Inner {
         Ok(())
     }
 
-    /// Opens a handle on `ino`. The node is re-read with the write connection after the state
-    /// is registered: an unlink that deleted the rows without seeing the registration has
-    /// committed by then, so a vanished node is reported instead of handed out.
-    pub(super) fn open_handle(self: &Arc<Self>, ino: u64) -> FsResult<SqliteFile> {
+    /// Opens a handle on `ino`. After the state is registered, the write connection is taken:
+    /// an unlink that deleted the rows without seeing the registration has committed by then.
+    /// So the node is read again there, and a vanished node is reported instead of handed out.
+    ///
+    /// `known` is the node as read by the caller, with the commits counted before that read
+    /// ([`Inner::commits_seen`]). If no commit came since, the node is still what the store
+    /// holds, and reading it again is skipped: a removal or a change of size in between would
+    /// have counted a commit (counted with the connection held, so one still under way is
+    /// waited for here), and one that begins later sees the registration.
+    pub(super) fn open_handle(
+        self: &Arc<Self>,
+        ino: u64,
+        known: Option<(Node, u64)>,
+    ) -> FsResult<SqliteFile> {
         let guard = self.state_get_or_create(ino);
         let mut st = guard.lock();
-        let node = store::node(&self.conn.lock().conn, ino)?.ok_or_else(|| FsError::errno(Errno::ENOENT))?;
+        let node = {
+            let db = self.conn.lock();
+            match known {
+                Some((node, seen)) if node.ino == ino && self.commits_seen() == seen => node,
+                _ => store::node(&db.conn, ino)?.ok_or_else(|| FsError::errno(Errno::ENOENT))?,
+            }
+        };
         st.handles += 1;
         if st.size.is_none() {
             st.size = Some(node.size);
@@ -490,6 +506,10 @@ impl OpenFile for SqliteFile {
         self.inner.attr_locked(self.ino, &self.state().lock())
     }
 
+    fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
+        Ok((self.kind, self.ino))
+    }
+
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
         let st = &mut self.state().lock();
         match self.kind {
@@ -500,7 +520,7 @@ impl OpenFile for SqliteFile {
 
     fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
         // This handle keeps an unlinked node's rows until it closes.
-        Ok(Box::new(self.inner.open_handle(self.ino)?))
+        Ok(Box::new(self.inner.open_handle(self.ino, None)?))
     }
 }
 

@@ -30,18 +30,21 @@ impl SqliteBackend {
     /// outside it. When the node went in between (`then` says ENOENT for it: a rename replaced
     /// the name, which never stopped existing, or an unlink removed it), the name is looked up
     /// again, instead of answering ENOENT for a name that may lead to another node now.
+    ///
+    /// `then` also gets the commits counted before the read ([`Inner::commits_seen`]).
     fn resolved_again<N, T>(
         &self,
         path: &str,
         resolve: impl Fn(&Ctx<'_>) -> FsResult<N>,
         ino_of: impl Fn(&N) -> u64,
-        mut then: impl FnMut(N) -> FsResult<T>,
+        mut then: impl FnMut(N, u64) -> FsResult<T>,
     ) -> FsResult<T> {
         let mut vanished = None;
         for _ in 0..100 {
+            let seen = self.inner.commits_seen();
             let found = self.inner.read_tx(&resolve).map_err(at(path))?;
             let ino = ino_of(&found);
-            match then(found) {
+            match then(found, seen) {
                 Err(e) if e.is(Errno::ENOENT) && vanished != Some(ino) => vanished = Some(ino),
                 result => return result.map_err(at(path)),
             }
@@ -92,8 +95,16 @@ impl Backend for SqliteBackend {
             path,
             |c| tree::resolve_node(c, inner.root, path),
             |n| n.ino,
-            |n| inner.attr_of(n),
+            |n, _| inner.attr_of(n),
         )
+    }
+
+    fn kind_and_ino(&self, path: &str) -> FsResult<(FileKind, u64)> {
+        // Buffered writes change neither: the stored node answers, without `attr_of`'s
+        // second read of an open one.
+        let inner = &self.inner;
+        let node = inner.read_tx(|c| tree::resolve_node(c, inner.root, path)).map_err(at(path))?;
+        Ok((node.kind, node.ino))
     }
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
@@ -110,9 +121,9 @@ impl Backend for SqliteBackend {
         let inner = &self.inner;
         let file = self.resolved_again(
             path,
-            |c| tree::resolve(c, inner.root, path),
-            |&ino| ino,
-            |ino| inner.open_handle(ino),
+            |c| tree::resolve_node(c, inner.root, path),
+            |n| n.ino,
+            |n, seen| inner.open_handle(n.ino, Some((n, seen))),
         )?;
         Ok(Box::new(file))
     }

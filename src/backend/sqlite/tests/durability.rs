@@ -448,3 +448,53 @@ fn mixed_concurrent_operations_keep_invariants() {
     drop(SqliteBackend::open(&db, "main").unwrap());
     check_consistency(&db);
 }
+
+/// An `open` racing the unlink (or replacing rename) of its name either fails or holds a file
+/// that stays readable and writable until it closes: the open skips reading the node again
+/// when no commit came since it resolved the name, so this pins that a removal in between is
+/// always noticed.
+#[test]
+fn opens_racing_removals_hold_a_live_file_or_fail() {
+    let (_d, db, b) = setup();
+    let b = std::sync::Arc::new(b);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let remover = {
+        let (b, stop) = (b.clone(), stop.clone());
+        thread::spawn(move || {
+            for i in 0..600u32 {
+                put(&*b, "f", format!("version {i}").as_bytes());
+                match i % 2 {
+                    0 => b.unlink("f").unwrap(),
+                    _ => {
+                        put(&*b, "g", b"replacement");
+                        b.rename("g", "f", 0).unwrap();
+                        b.unlink("f").unwrap();
+                    }
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
+    let openers: Vec<_> = (0..3u8)
+        .map(|t| {
+            let (b, stop) = (b.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut opened = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(f) = b.open("f", 0) else { continue };
+                    opened += 1;
+                    // Other openers may hold the same file and write it too.
+                    f.write(0, &[b'0' + t; 3]).unwrap();
+                    f.flush().unwrap();
+                    assert!(f.getattr().unwrap().size >= 3);
+                    assert!(f.read(0, 64).unwrap().len() >= 3);
+                }
+                opened
+            })
+        })
+        .collect();
+    remover.join().unwrap();
+    let opened: u32 = openers.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(opened > 0, "no open ever won the race");
+    check_consistency(&db);
+}
