@@ -43,7 +43,7 @@ use inodes::Inodes;
 use listing::DirHandle;
 use names::went_stale;
 use open_files::OpenFiles;
-use passthrough::{Passthrough, Way};
+use passthrough::Passthrough;
 
 /// Cheap to clone (shared state only): a paused operation keeps a clone to finish with.
 #[derive(Clone)]
@@ -520,23 +520,7 @@ impl Filesystem for FuseDoor {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let handle = self.files.remove(fh.0);
-        if handle.is_some() {
-            self.engine.fuse_open_files.fetch_sub(1, Ordering::Relaxed);
-        }
-        if let Some((f, way)) = handle.as_ref().and_then(|f| Some((f, f.served?))) {
-            self.passthrough.release(f.ino, way);
-            // A read through a backing file, or one the daemon served into the page cache,
-            // made the kernel distrust the file's atime.
-            let read = way == Way::Backing || f.atime_stale.load(Ordering::Relaxed);
-            if read && !f.handle.writable {
-                if let Some(dir) = self.inodes.ino_of(&f.handle.path.parent()) {
-                    if self.reads_since_listed.read(dir) {
-                        self.relister.relist(dir);
-                    }
-                }
-            }
-        }
+        let handle = self.release_handle(fh);
         // Dropping the last reference closes the backend file; flush first so a backend that
         // buffers reports its error here rather than losing the data silently.
         let result = match handle {

@@ -126,6 +126,28 @@ impl FuseDoor {
         }
     }
 
+    /// Takes handle `fh` out of the door's tables at its release, returns what the kernel was
+    /// told of it, and drops the kernel's listing of its directory when reads made most of
+    /// that listing's attributes stale. The caller closes the file.
+    pub(super) fn release_handle(&self, fh: FileHandle) -> Option<Arc<DoorFile>> {
+        let f = self.files.remove(fh.0)?;
+        self.engine.fuse_open_files.fetch_sub(1, Ordering::Relaxed);
+        if let Some(way) = f.served {
+            self.passthrough.release(f.ino, way);
+        }
+        // A read through a backing file, or one the daemon served (into the page cache, or
+        // from a backend without backing files), made the kernel distrust the file's atime.
+        let read = f.served == Some(Way::Backing) || f.atime_stale.load(Ordering::Relaxed);
+        if read && !f.handle.writable {
+            if let Some(dir) = self.inodes.ino_of(&f.handle.path.parent()) {
+                if self.reads_since_listed.read(dir) {
+                    self.relister.relist(dir);
+                }
+            }
+        }
+        Some(f)
+    }
+
     /// Does `fill` to the kernel's pages of `ino` before its open is answered (see
     /// [`super::page_cache`]).
     fn fill_page_cache(&self, ino: u64, handle: &OpenHandle, fill: Fill) {

@@ -117,6 +117,47 @@ fn small_files_are_read_from_a_page_cache_filled_at_open() {
     assert_eq!(counter(&fx, "fuse_reads") - reads, 1);
 }
 
+/// A read the daemon serves (the sqlite route keeps its data, so the kernel reads it through
+/// the daemon the first time) makes the kernel distrust the file's atime, as a read through a
+/// backing file does: a directory most of whose files were read that way is listed afresh
+/// once, one request for every entry where each `stat` would have cost one, and that listing
+/// is kept.
+#[test]
+fn a_sqlite_directory_read_through_the_daemon_is_listed_afresh_once() {
+    let fx = Fixture::new("");
+    let mut client = Client::connect(&fx.scratch.path().join("agentvfs.sock")).unwrap();
+    for i in 0..6 {
+        // Through the tool door: the kernel holds no page of them.
+        let args = serde_json::json!({"file_path": format!("/db/read/f{i}"), "content": format!("row {i}")});
+        assert!(call_tool(&mut client, "write_file", args).0);
+    }
+    let dir = fx.p("/db/read");
+    let listed = || fs::read_dir(&dir).unwrap().count();
+    assert_eq!(listed(), 6);
+    let listings = counter(&fx, "fuse_listings");
+    assert_eq!(listed(), 6);
+    assert_eq!(counter(&fx, "fuse_listings") - listings, 0, "a listing the kernel keeps");
+    let reads = counter(&fx, "fuse_reads");
+    for i in 0..6 {
+        assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("row {i}"));
+    }
+    assert_eq!(counter(&fx, "fuse_reads") - reads, 6, "each file read through the daemon");
+    soon("the files read are released", || open_files(&fx) == 0);
+    assert_eq!(listed(), 6);
+    assert_eq!(counter(&fx, "fuse_listings") - listings, 1, "listed afresh after its files were read");
+    assert_eq!(fs::metadata(dir.join("f4")).unwrap().len(), 5);
+    assert_eq!(listed(), 6);
+    assert_eq!(counter(&fx, "fuse_listings") - listings, 1, "the fresh listing was kept");
+    // Read again from the kernel's pages: nothing reaches the daemon, nothing is listed.
+    for i in 0..6 {
+        assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("row {i}"));
+    }
+    soon("the files read are released", || open_files(&fx) == 0);
+    assert_eq!(counter(&fx, "fuse_reads") - reads, 6, "the second reads come from the page cache");
+    assert_eq!(listed(), 6);
+    assert_eq!(counter(&fx, "fuse_listings") - listings, 1, "and list nothing afresh");
+}
+
 /// The page cache of a small file is checked against the host file at every `open`: a change
 /// made on the host (here one that keeps the size and puts the mtime back, so only the ctime
 /// tells) is read by the very next open, before the host watcher could have said anything;
