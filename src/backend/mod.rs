@@ -238,6 +238,15 @@ pub trait OpenFile: Send + Sync {
     fn backing(&self) -> Option<BackingFile<'_>> {
         None
     }
+    /// For a file without a backing file whose content changes only through this daemon
+    /// (every other change reaches the kernel as an invalidation): its attributes as the
+    /// store held them when it was opened, which tell its versions apart by size, mtime and
+    /// ctime. The door then keeps the file's pages in the kernel across opens, and stores a
+    /// small one there at its first open instead of answering a read per page (see
+    /// `fuse::page_cache`). `None`: the kernel keeps the pages as its own checks allow.
+    fn opened_version(&self) -> Option<&Attr> {
+        None
+    }
 }
 
 /// The host file behind an [`OpenFile`], as it was opened: what the door needs to pass it to

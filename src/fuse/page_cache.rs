@@ -1,4 +1,5 @@
 //! Small host files served from the kernel's page cache instead of through a backing file,
+//! small files a backend stores itself (the sqlite route) filled into it at their first open,
 //! and what the door knows of the pages the kernel holds of each.
 //!
 //! A read through a backing file makes the kernel distrust the file's atime whether or not
@@ -23,6 +24,11 @@
 //! door stores only for an inode's first open handle (no read of it can be under way), makes
 //! later opens wait until that store is done, and otherwise lets the kernel drop and reread
 //! pages itself ([`Fill::Reload`]).
+//!
+//! A file the backend stores itself ([`OpenFile::opened_version`]) has no backing file, so
+//! its writers' reads reach the daemon too (a partial page is read before it is written):
+//! every handle of such a file is counted here, writers included, and only the first handle,
+//! opened for reading, stores. Its version is the store's size, mtime and ctime at the open.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -30,32 +36,46 @@ use std::os::fd::AsRawFd;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::stat::FileStat;
 
-use crate::backend::OpenFile;
+use crate::backend::{Attr, OpenFile};
 
 /// Whether an open with no handle of its inode open yet is served from the page cache: files
 /// up to `max` bytes (`[fuse] cached_reads_max_kb`; the door reads them whole) opened only for
 /// reading. Larger ones keep passthrough, whose reads are the host file's own (large folios,
 /// no copy through the daemon); so do writes (a new file may grow to any size) and `execve`
 /// (a program's backing is read-only, see `passthrough`).
-pub fn suits(st: &FileStat, wants_write: bool, exec: bool, max: u64) -> bool {
-    !wants_write && !exec && max > 0 && (st.st_size as u64) <= max
+pub fn suits(size: u64, wants_write: bool, exec: bool, max: u64) -> bool {
+    !wants_write && !exec && max > 0 && size <= max
 }
 
-/// The state of a host file when the kernel's pages of it were filled.
+/// The version of a file when the kernel's pages of it were filled: its size, mtime and ctime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
-    size: i64,
+pub struct Stamp {
+    size: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
 }
 
 impl Stamp {
-    fn of(st: &FileStat) -> Stamp {
+    /// A host file's version.
+    pub fn of(st: &FileStat) -> Stamp {
         Stamp {
-            size: st.st_size,
+            size: st.st_size as u64,
             mtime: (st.st_mtime, st.st_mtime_nsec),
             ctime: (st.st_ctime, st.st_ctime_nsec),
         }
+    }
+
+    /// The version of a file a backend stores itself ([`OpenFile::opened_version`]).
+    pub fn of_attr(attr: &Attr) -> Stamp {
+        let at = |t: std::time::SystemTime| match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+            Err(e) => (-(e.duration().as_secs() as i64), -(e.duration().subsec_nanos() as i64)),
+        };
+        Stamp { size: attr.size, mtime: at(attr.mtime), ctime: at(attr.ctime) }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
     }
 }
 
@@ -97,22 +117,28 @@ impl PageCache {
         self.0.get(&ino).is_some_and(|c| c.handles > 0)
     }
 
-    /// One more handle of `ino`, whose host file is `st` now, served from the page cache;
+    /// One more handle of `ino`, whose file is at version `now`, served from the page cache;
     /// paired with one [`PageCache::release`]. `None` while the door stores the file for
     /// another open: the caller waits for [`PageCache::filled`] and asks again.
-    pub fn open(&mut self, ino: u64, st: &FileStat) -> Option<Fill> {
+    ///
+    /// `may_store`: the handle may fill the pages (a small file opened only for reading, see
+    /// [`suits`]). A handle that may not (a writer of a stored file, or a large one) still
+    /// counts, so that no store begins while it is open; it drops pages of another version,
+    /// and leaves pages of a version the door does not know as the kernel holds them.
+    pub fn open(&mut self, ino: u64, now: Stamp, may_store: bool) -> Option<Fill> {
         let cached = self.0.entry(ino).or_default();
         if cached.filling {
             return None;
         }
-        let (now, size) = (Stamp::of(st), st.st_size as u64);
         let first = cached.handles == 0;
         cached.handles += 1;
-        let fill = match cached.stored.replace(now) {
+        let fill = match cached.stored {
             Some(stored) if stored == now => Fill::Nothing,
-            stored if first => Fill::Store { size, replace: stored.is_some() },
+            stored if first && may_store => Fill::Store { size: now.size, replace: stored.is_some() },
+            None if !may_store => return Some(Fill::Nothing),
             _ => Fill::Reload,
         };
+        cached.stored = Some(now);
         cached.filling = matches!(fill, Fill::Store { .. });
         Some(fill)
     }
@@ -159,7 +185,9 @@ impl PageCache {
 /// moved by the read that filled the cache would be the one place where the mount and the host
 /// disagree; this way neither moves, as on a `noatime` mount.
 pub fn without_atime(file: &dyn OpenFile) -> std::io::Result<()> {
-    let fd = file.backing().ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?.fd;
+    // A file the backend stores itself has no host atime to keep.
+    let Some(backing) = file.backing() else { return Ok(()) };
+    let fd = backing.fd;
     let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
     if !flags.contains(OFlag::O_NOATIME) {
         fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NOATIME))?;
@@ -181,52 +209,77 @@ mod tests {
 
     #[test]
     fn small_reads_suit_the_page_cache_and_writes_and_programs_do_not() {
-        assert!(suits(&stat(100, 1, 1), false, false, 1024));
-        assert!(suits(&stat(1024, 1, 1), false, false, 1024));
-        assert!(!suits(&stat(1025, 1, 1), false, false, 1024));
-        assert!(!suits(&stat(0, 1, 1), false, false, 0), "0: none");
-        assert!(!suits(&stat(100, 1, 1), true, false, 1024));
-        assert!(!suits(&stat(100, 1, 1), false, true, 1024));
+        assert!(suits(100, false, false, 1024));
+        assert!(suits(1024, false, false, 1024));
+        assert!(!suits(1025, false, false, 1024));
+        assert!(!suits(0, false, false, 0), "0: none");
+        assert!(!suits(100, true, false, 1024));
+        assert!(!suits(100, false, true, 1024));
     }
 
     #[test]
     fn the_first_handle_stores_the_file_and_later_ones_wait_for_it() {
         let mut pc = PageCache::default();
         let st = stat(10, 1, 1);
-        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
-        assert_eq!(pc.open(5, &st), None, "a second open waits while the file is stored");
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Store { size: 10, replace: false }));
+        assert_eq!(pc.open(5, Stamp::of(&st), true), None, "a second open waits while the file is stored");
         pc.filled(5, true);
-        assert_eq!(pc.open(5, &st), Some(Fill::Nothing), "then finds it stored");
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Nothing), "then finds it stored");
         pc.release(5);
         pc.release(5);
         assert!(!pc.in_use(5));
-        assert_eq!(pc.open(5, &st), Some(Fill::Nothing), "the pages outlive the handles");
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Nothing), "the pages outlive the handles");
         pc.release(5);
         // Rewritten in place with the same size and mtime restored: only the ctime tells.
-        assert_eq!(pc.open(5, &stat(10, 1, 2)), Some(Fill::Store { size: 10, replace: true }));
+        assert_eq!(
+            pc.open(5, Stamp::of(&stat(10, 1, 2)), true),
+            Some(Fill::Store { size: 10, replace: true })
+        );
         pc.filled(5, true);
         // Changed again while that handle is open: the next open drops and rereads.
-        assert_eq!(pc.open(5, &stat(12, 3, 3)), Some(Fill::Reload));
-        assert_eq!(pc.open(5, &stat(12, 3, 3)), Some(Fill::Nothing));
+        assert_eq!(pc.open(5, Stamp::of(&stat(12, 3, 3)), true), Some(Fill::Reload));
+        assert_eq!(pc.open(5, Stamp::of(&stat(12, 3, 3)), true), Some(Fill::Nothing));
     }
 
     #[test]
     fn unstored_dropped_or_forgotten_pages_are_stored_again() {
         let mut pc = PageCache::default();
         let st = stat(10, 1, 1);
-        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Store { size: 10, replace: false }));
         pc.filled(5, false);
-        assert_eq!(pc.open(5, &st), Some(Fill::Reload), "not stored, and a handle is open");
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Reload), "not stored, and a handle is open");
         pc.release(5);
         pc.release(5);
-        assert_eq!(pc.open(5, &st), Some(Fill::Nothing));
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Nothing));
         pc.release(5);
         pc.dropped(5);
-        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Store { size: 10, replace: false }));
         pc.filled(5, true);
         pc.release(5);
         pc.forget(5);
         assert!(pc.0.is_empty());
-        assert_eq!(pc.open(5, &st), Some(Fill::Store { size: 10, replace: false }));
+        assert_eq!(pc.open(5, Stamp::of(&st), true), Some(Fill::Store { size: 10, replace: false }));
+    }
+
+    #[test]
+    fn handles_that_may_not_store_count_and_drop_only_another_version() {
+        let mut pc = PageCache::default();
+        let (v1, v2) = (Stamp::of(&stat(10, 1, 1)), Stamp::of(&stat(12, 2, 2)));
+        // A writer first, on a version the door does not know: the kernel's pages stay.
+        assert_eq!(pc.open(5, v1, false), Some(Fill::Nothing));
+        // A reader beside it stores nothing (a read of the writer's may hold a page): the
+        // kernel drops what it holds and reads the version it finds.
+        assert_eq!(pc.open(5, v1, true), Some(Fill::Reload));
+        pc.release(5);
+        pc.release(5);
+        assert_eq!(pc.open(5, v1, true), Some(Fill::Nothing), "read since, so known");
+        pc.release(5);
+        assert_eq!(pc.open(5, v2, false), Some(Fill::Reload), "another version is dropped");
+        assert_eq!(pc.open(5, v2, true), Some(Fill::Nothing), "and then known");
+        // The first reader alone stores; a writer then waits for the store like any open.
+        assert_eq!(pc.open(6, v1, true), Some(Fill::Store { size: 10, replace: false }));
+        assert_eq!(pc.open(6, v1, false), None);
+        pc.filled(6, true);
+        assert_eq!(pc.open(6, v1, false), Some(Fill::Nothing));
     }
 }

@@ -17,7 +17,9 @@
 //!
 //! Small files opened only for reading are not passed through but served from the kernel's
 //! page cache ([`page_cache`]). The kernel refuses to mix the two ways on one inode, so while
-//! handles of one way are open, every other open of the inode is served the same way.
+//! handles of one way are open, every other open of the inode is served the same way. Files
+//! a backend stores itself, with no backing file, are served from the page cache too
+//! ([`Passthrough::acquire`] counts their every handle there).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -27,9 +29,9 @@ use std::sync::Arc;
 use fuser::BackingId;
 use parking_lot::{Condvar, Mutex};
 
-use super::page_cache::{self, Fill, PageCache};
+use super::page_cache::{self, Fill, PageCache, Stamp};
 use crate::backend::host::reopen;
-use crate::backend::{BackingFile, OpenFile};
+use crate::backend::{Attr, BackingFile, FileKind, OpenFile};
 
 /// The kernel's flag on opens made by `execve` (`__FMODE_EXEC`).
 const FMODE_EXEC: i32 = 0x20;
@@ -140,7 +142,9 @@ impl<Id> Passthrough<Id> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
-        let BackingFile { fd, flags: own, opened: st } = file.backing()?;
+        let Some(BackingFile { fd, flags: own, opened: st }) = file.backing() else {
+            return self.acquire_stored(ino, file.opened_version()?, flags);
+        };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
@@ -154,10 +158,12 @@ impl<Id> Passthrough<Id> {
         // The kernel refuses to mix the two ways on one inode: while handles of either are
         // open, the next one is served the same way.
         if !in_use
-            && (inodes.cached.in_use(ino) || page_cache::suits(st, wants_write, exec, cached_reads_max))
+            && (inodes.cached.in_use(ino)
+                || page_cache::suits(st.st_size as u64, wants_write, exec, cached_reads_max))
         {
+            let now = Stamp::of(st);
             loop {
-                match inodes.cached.open(ino, st) {
+                match inodes.cached.open(ino, now, true) {
                     Some(fill) => return Some(Served::PageCache(fill)),
                     None => self.filled.wait(&mut inodes),
                 }
@@ -210,6 +216,30 @@ impl<Id> Passthrough<Id> {
                     tracing::warn!("FUSE passthrough unavailable ({e}); file data goes through the daemon");
                 }
                 None
+            }
+        }
+    }
+
+    /// [`Passthrough::acquire`] for a file the backend stores itself (no backing file), at
+    /// version `opened`: every handle of it is served from the page cache and counted there,
+    /// writers too, so that the first reader's store never meets a read the kernel sent
+    /// through another handle (see [`page_cache`]).
+    fn acquire_stored(&self, ino: u64, opened: &Attr, flags: i32) -> Option<Served<Id>> {
+        if !self.enabled.load(Ordering::Relaxed) || opened.kind != FileKind::File {
+            return None;
+        }
+        let now = Stamp::of_attr(opened);
+        let may_store = page_cache::suits(
+            now.size(),
+            flags & libc::O_ACCMODE != libc::O_RDONLY,
+            flags & FMODE_EXEC != 0,
+            self.cached_reads_max.load(Ordering::Relaxed),
+        );
+        let mut inodes = self.inodes.lock();
+        loop {
+            match inodes.cached.open(ino, now, may_store) {
+                Some(fill) => return Some(Served::PageCache(fill)),
+                None => self.filled.wait(&mut inodes),
             }
         }
     }

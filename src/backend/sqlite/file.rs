@@ -435,8 +435,9 @@ impl Inner {
         if st.size.is_none() {
             st.size = Some(node.size);
         }
+        let opened = st.overlay(node);
         drop(st);
-        Ok(SqliteFile::new(self.clone(), ino, node.kind, guard.arc()))
+        Ok(SqliteFile::new(self.clone(), opened, guard.arc()))
     }
 }
 
@@ -446,13 +447,16 @@ pub(super) struct SqliteFile {
     inner: Arc<Inner>,
     ino: u64,
     kind: FileKind,
+    /// The node's attributes (buffered writes included) when this handle was opened.
+    opened: Attr,
     /// `None` only while dropping.
     state: Option<StateRef>,
 }
 
 impl SqliteFile {
-    pub(super) fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, state: StateRef) -> SqliteFile {
-        SqliteFile { inner, ino, kind, state: Some(state) }
+    /// A handle on the node whose attributes are `opened` now.
+    pub(super) fn new(inner: Arc<Inner>, opened: Attr, state: StateRef) -> SqliteFile {
+        SqliteFile { inner, ino: opened.ino, kind: opened.kind, opened, state: Some(state) }
     }
 
     fn state(&self) -> &Mutex<InodeState> {
@@ -508,6 +512,14 @@ impl OpenFile for SqliteFile {
 
     fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
         Ok((self.kind, self.ino))
+    }
+
+    fn opened_version(&self) -> Option<&Attr> {
+        // Read from the store at this open, so the door compares each open with the store
+        // as it is; while a descriptor stays open, the daemon's own changes reach the kernel
+        // through it or as invalidations (tool door), and no other process writes a
+        // namespace this backend has claimed.
+        Some(&self.opened)
     }
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {

@@ -138,7 +138,7 @@ impl Backend for SqliteBackend {
         let state: StateRef = Arc::new(Mutex::new(InodeState::new_open()));
         let node =
             self.make_node(path, Spec::new(FileKind::File, mode), caller, Some(&state)).map_err(at(path))?;
-        let file = SqliteFile::new(self.inner.clone(), node.ino, FileKind::File, state);
+        let file = SqliteFile::new(self.inner.clone(), node.attr(), state);
         Ok((node.attr(), Box::new(file)))
     }
 
