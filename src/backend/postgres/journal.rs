@@ -419,8 +419,10 @@ impl Inner {
                 // A move replaces nothing.
                 Call::One(_) | Call::Moved { .. } => Vec::new(),
             };
-            for orphan in orphans {
-                self.keep_orphan(Some(orphan), &deletion);
+            // Not `keep_orphan`: its deletion settles first, and this may run with the drafts'
+            // gate held (see `delete_orphan_now`).
+            for orphan in orphans.into_iter().filter(|&ino| !deletion.kept(ino)) {
+                self.delete_orphan_now(orphan);
             }
         }
         let then_row = rows.get(calls.len()).and_then(|row| row.get(0));

@@ -271,8 +271,18 @@ impl Inner {
     /// Deletes the rows of the nameless `ino`, kept for a handle of this daemon that closed
     /// before it could be marked an orphan; a failure leaves them to the next daemon.
     fn delete_orphan(&self, ino: u64) {
-        let done = self.call(|sql| sql.drop_nameless(ino));
-        if let Err(e) = done {
+        Self::orphan_left(ino, self.call(|sql| sql.drop_nameless(ino)));
+    }
+
+    /// [`Inner::delete_orphan`] without settling first, for the journal's sender: it may hold
+    /// the drafts' gate itself (a journal sent while the drafts are stored), which settling
+    /// would wait for forever, and it has just sent the journal that settling would send.
+    pub(super) fn delete_orphan_now(&self, ino: u64) {
+        Self::orphan_left(ino, self.call_now(|sql| sql.drop_nameless(ino)));
+    }
+
+    fn orphan_left(ino: u64, deleted: FsResult<()>) {
+        if let Err(e) = deleted {
             tracing::warn!(ino, "postgres: deleting unlinked file failed (the next start does): {e}");
         }
     }
