@@ -162,8 +162,9 @@ fn sqlite_files_are_read_from_a_page_cache_filled_at_open() {
 /// Many readers open a small file of the sqlite route again and again while a writer holds it
 /// open and rewrites it through the mount: no open hangs (a store of the pages waits until no
 /// handle of the file is open, writers included, so no read of the kernel's holds a page it
-/// must lock), every read is a whole version, and no reader reads an older version than it
-/// read before.
+/// must lock), and every read is a whole version. Not asserted: that no reader reads an older
+/// version after a newer one. Under load one sometimes does, before the page cache took these
+/// files as after (semantics.md, "Caching"), where a host-route file never does.
 #[test]
 fn sqlite_files_read_by_many_while_one_writes_them() {
     let fx = Fixture::new("");
@@ -184,7 +185,7 @@ fn sqlite_files_read_by_many_while_one_writes_them() {
             }
         })
     };
-    read_by_many_while_written(&mnt, dev, writer);
+    read_by_many_while_written(&mnt, dev, writer, false);
     assert_eq!(fs::read_to_string(&mnt).unwrap(), version(600));
 }
 
@@ -235,42 +236,48 @@ fn small_files_read_by_many_while_the_host_rewrites_them() {
         }
     });
     let dev = fs::metadata(fx.p("/")).unwrap().dev();
-    read_by_many_while_written(&mnt, dev, writer);
+    read_by_many_while_written(&mnt, dev, writer, true);
     assert_eq!(fs::read_to_string(&mnt).unwrap(), version(600));
 }
 
 /// Four readers read `mnt` 600 times each while `writer` writes ever higher version numbers
-/// into it: every read must be a whole version, never older than the reader's last. If the
-/// readers hang, the connection of the mount (device `dev`, taken before: once the mount
-/// hangs even a `stat` of it may) is ended, so that its stuck callers return and the fixture
-/// can unmount, and the test fails.
-fn read_by_many_while_written(mnt: &std::path::Path, dev: u64, writer: std::thread::JoinHandle<()>) {
+/// into it: every read must be a whole version, and (`monotonic`) never older than the
+/// reader's last. If the readers hang, the connection of the mount (device `dev`, taken
+/// before: once the mount hangs even a `stat` of it may) is ended, so that its stuck callers
+/// return and the fixture can unmount, and the test fails.
+fn read_by_many_while_written(
+    mnt: &std::path::Path,
+    dev: u64,
+    writer: std::thread::JoinHandle<()>,
+    monotonic: bool,
+) {
     let (done, finished) = std::sync::mpsc::channel();
-    let readers: Vec<_> = (0..4)
-        .map(|_| {
-            let (mnt, done) = (mnt.to_path_buf(), done.clone());
-            std::thread::spawn(move || {
-                let mut last = 0;
-                for _ in 0..600 {
-                    let text = fs::read_to_string(&mnt).unwrap();
-                    let v: u32 = text.trim_end().parse().unwrap_or_else(|_| panic!("a torn read: {text:?}"));
-                    assert!(v >= last, "read version {v} after {last}");
-                    last = v;
-                }
-                done.send(()).unwrap();
-            })
-        })
-        .collect();
     for _ in 0..4 {
-        if finished.recv_timeout(Duration::from_secs(60)).is_err() {
-            abort_connection(dev);
-            panic!("readers hung: the mount stopped answering");
+        let (mnt, done) = (mnt.to_path_buf(), done.clone());
+        std::thread::spawn(move || {
+            let mut last = 0;
+            let read = (0..600).try_for_each(|_| {
+                let text = fs::read_to_string(&mnt).map_err(|e| e.to_string())?;
+                let v: u32 = text.trim_end().parse().map_err(|_| format!("a torn read: {text:?}"))?;
+                if monotonic && v < last {
+                    return Err(format!("read version {v} after {last}"));
+                }
+                last = last.max(v);
+                Ok(())
+            });
+            let _ = done.send(read);
+        });
+    }
+    for _ in 0..4 {
+        match finished.recv_timeout(Duration::from_secs(60)) {
+            Ok(read) => read.unwrap_or_else(|e| panic!("{e}")),
+            Err(_) => {
+                abort_connection(dev);
+                panic!("readers hung: the mount stopped answering");
+            }
         }
     }
     writer.join().unwrap();
-    for reader in readers {
-        reader.join().unwrap();
-    }
 }
 
 /// Aborts the FUSE connection of the mount whose device is `dev` (through the kernel's
