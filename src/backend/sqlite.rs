@@ -154,6 +154,12 @@ impl SqliteBackend {
 }
 
 impl Inner {
+    /// Whether this backend writes its store (a read-only one has no checkpointer), and so has
+    /// claimed its namespace: no other process changes it.
+    fn writes(&self) -> bool {
+        self.checkpointer.is_some()
+    }
+
     /// Counts a commit, for the checkpoint thread and [`Inner::commits`]. Called after every
     /// commit, with the write connection still held.
     fn committed(&self) {
@@ -226,7 +232,7 @@ impl Inner {
         // has the dentry cache. `try_lock` never waits, so this cannot upset the lock order.
         if let Some(mut db) = self.conn.try_lock() {
             let Db { conn, dentries } = &mut *db;
-            return run(conn, Some(dentries), in_tx && self.checkpointer.is_none());
+            return run(conn, Some(dentries), in_tx && !self.writes());
         }
         let pooled = self.readers.lock().pop();
         let mut conn = match pooled {

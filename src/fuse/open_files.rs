@@ -133,16 +133,16 @@ impl FuseDoor {
         let f = self.files.remove(fh.0)?;
         self.engine.fuse_open_files.fetch_sub(1, Ordering::Relaxed);
         let Some(way) = f.served else {
-            // A backend without backing files (sqlite, postgres): its reads also make the
-            // kernel distrust the atime, but the directory is not listed afresh for them. A
-            // listing refreshes the attributes only for programs that list before they
-            // `stat` (`grep -r`); `git` stats by the names in its index, so for it the
-            // relisting was pure cost (performance.md, "Measured and not landed").
+            // Served by the daemon with nothing counted (postgres, a daemon-kept memory
+            // route): its reads also make the kernel distrust the atime, but the directory is
+            // not listed afresh for them, since a listing refreshes the attributes only for
+            // programs that list before they `stat` (performance.md, "Measured and not landed").
             return Some(f);
         };
         self.passthrough.release(f.ino, way);
-        // A read through a backing file, or one the daemon served into the page cache, made
-        // the kernel distrust the file's atime.
+        // A read through a backing file, or one the daemon served into the page cache (a
+        // reload, or a store that failed; sqlite-route files included), made the kernel
+        // distrust the file's atime.
         let read = way == Way::Backing || f.atime_stale.load(Ordering::Relaxed);
         if read && !f.handle.writable {
             if let Some(dir) = self.inodes.ino_of(&f.handle.path.parent()) {

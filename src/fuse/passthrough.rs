@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fuser::BackingId;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::page_cache::{self, Fill, PageCache, Stamp};
 use crate::backend::host::reopen;
@@ -142,32 +142,24 @@ impl<Id> Passthrough<Id> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
+        let wants_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let exec = flags & FMODE_EXEC != 0;
+        let cached_reads_max = self.cached_reads_max.load(Ordering::Relaxed);
+        let small_read = |size: u64| page_cache::suits(size, wants_write, exec, cached_reads_max);
         let Some(BackingFile { fd, flags: own, opened: st }) = file.backing() else {
-            return self.acquire_stored(ino, file.opened_version()?, flags);
+            return self.acquire_stored(ino, file.opened_version()?, small_read);
         };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
         let identity = (st.st_dev, st.st_ino);
-        let wants_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let exec = flags & FMODE_EXEC != 0;
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
-        let cached_reads_max = self.cached_reads_max.load(Ordering::Relaxed);
         let mut inodes = self.inodes.lock();
         let in_use = inodes.backings.get(&ino).is_some_and(|b| b.handles > 0);
         // The kernel refuses to mix the two ways on one inode: while handles of either are
         // open, the next one is served the same way.
-        if !in_use
-            && (inodes.cached.in_use(ino)
-                || page_cache::suits(st.st_size as u64, wants_write, exec, cached_reads_max))
-        {
-            let now = Stamp::of(st);
-            loop {
-                match inodes.cached.open(ino, now, true) {
-                    Some(fill) => return Some(Served::PageCache(fill)),
-                    None => self.filled.wait(&mut inodes),
-                }
-            }
+        if !in_use && (inodes.cached.in_use(ino) || small_read(st.st_size as u64)) {
+            return Some(self.open_cached(&mut inodes, ino, Stamp::of(st), true));
         }
         let Inodes { backings, cached } = &mut *inodes;
         // A backing file's open drops the kernel's pages of the inode.
@@ -223,23 +215,34 @@ impl<Id> Passthrough<Id> {
     /// [`Passthrough::acquire`] for a file the backend stores itself (no backing file), at
     /// version `opened`: every handle of it is served from the page cache and counted there,
     /// writers too, so that the first reader's store never meets a read the kernel sent
-    /// through another handle (see [`page_cache`]).
-    fn acquire_stored(&self, ino: u64, opened: &Attr, flags: i32) -> Option<Served<Id>> {
-        if !self.enabled.load(Ordering::Relaxed) || opened.kind != FileKind::File {
+    /// through another handle (see [`page_cache`]). `small_read`: whether a file of that size
+    /// may be stored by this open.
+    fn acquire_stored(
+        &self,
+        ino: u64,
+        opened: &Attr,
+        small_read: impl Fn(u64) -> bool,
+    ) -> Option<Served<Id>> {
+        if opened.kind != FileKind::File {
             return None;
         }
         let now = Stamp::of_attr(opened);
-        let may_store = page_cache::suits(
-            now.size(),
-            flags & libc::O_ACCMODE != libc::O_RDONLY,
-            flags & FMODE_EXEC != 0,
-            self.cached_reads_max.load(Ordering::Relaxed),
-        );
-        let mut inodes = self.inodes.lock();
+        Some(self.open_cached(&mut self.inodes.lock(), ino, now, small_read(now.size())))
+    }
+
+    /// One more handle of `ino` at version `now` served from the page cache (see
+    /// [`PageCache::open`]), once no store of the file is under way.
+    fn open_cached(
+        &self,
+        inodes: &mut MutexGuard<'_, Inodes<Id>>,
+        ino: u64,
+        now: Stamp,
+        may_store: bool,
+    ) -> Served<Id> {
         loop {
             match inodes.cached.open(ino, now, may_store) {
-                Some(fill) => return Some(Served::PageCache(fill)),
-                None => self.filled.wait(&mut inodes),
+                Some(fill) => return Served::PageCache(fill),
+                None => self.filled.wait(inodes),
             }
         }
     }

@@ -445,9 +445,8 @@ impl Inner {
 /// deleted when the last handle of a nameless inode is dropped.
 pub(super) struct SqliteFile {
     inner: Arc<Inner>,
-    ino: u64,
-    kind: FileKind,
-    /// The node's attributes (buffered writes included) when this handle was opened.
+    /// The node's attributes (buffered writes included) when this handle was opened: its
+    /// inode number and kind, which never change, and the version the door compares.
     opened: Attr,
     /// `None` only while dropping.
     state: Option<StateRef>,
@@ -456,7 +455,7 @@ pub(super) struct SqliteFile {
 impl SqliteFile {
     /// A handle on the node whose attributes are `opened` now.
     pub(super) fn new(inner: Arc<Inner>, opened: Attr, state: StateRef) -> SqliteFile {
-        SqliteFile { inner, ino: opened.ino, kind: opened.kind, opened, state: Some(state) }
+        SqliteFile { inner, opened, state: Some(state) }
     }
 
     fn state(&self) -> &Mutex<InodeState> {
@@ -464,7 +463,7 @@ impl SqliteFile {
     }
 
     fn check_data(&self) -> FsResult<()> {
-        match self.kind {
+        match self.opened.kind {
             FileKind::File => Ok(()),
             FileKind::Dir => Err(FsError::errno(Errno::EISDIR)),
             _ => Err(FsError::errno(Errno::EINVAL)),
@@ -475,43 +474,43 @@ impl SqliteFile {
 impl OpenFile for SqliteFile {
     fn read(&self, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         self.check_data()?;
-        self.inner.read_locked(self.ino, &mut self.state().lock(), offset, size)
+        self.inner.read_locked(self.opened.ino, &mut self.state().lock(), offset, size)
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.check_data()?;
-        self.inner.write_locked(self.ino, &mut self.state().lock(), offset, data)
+        self.inner.write_locked(self.opened.ino, &mut self.state().lock(), offset, data)
     }
 
     fn flush(&self) -> FsResult<()> {
-        self.inner.flush_locked(self.ino, &mut self.state().lock())
+        self.inner.flush_locked(self.opened.ino, &mut self.state().lock())
     }
 
     fn fsync(&self, _datasync: bool) -> FsResult<()> {
-        self.inner.flush_locked(self.ino, &mut self.state().lock())?;
+        self.inner.flush_locked(self.opened.ino, &mut self.state().lock())?;
         self.inner.sync_durable()
     }
 
     fn release(&self) -> FsResult<()> {
         let st = &mut self.state().lock();
-        self.inner.flush_or_drop(self.ino, st)
+        self.inner.flush_or_drop(self.opened.ino, st)
     }
 
     fn fallocate(&self, offset: u64, length: u64, mode: i32) -> FsResult<()> {
-        match self.kind {
+        match self.opened.kind {
             FileKind::File => {}
             FileKind::Dir => return Err(FsError::errno(Errno::EISDIR)),
             _ => return Err(FsError::errno(Errno::ENODEV)),
         }
-        self.inner.fallocate_locked(self.ino, &mut self.state().lock(), offset, length, mode)
+        self.inner.fallocate_locked(self.opened.ino, &mut self.state().lock(), offset, length, mode)
     }
 
     fn getattr(&self) -> FsResult<Attr> {
-        self.inner.attr_locked(self.ino, &self.state().lock())
+        self.inner.attr_locked(self.opened.ino, &self.state().lock())
     }
 
     fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {
-        Ok((self.kind, self.ino))
+        Ok((self.opened.kind, self.opened.ino))
     }
 
     fn opened_version(&self) -> Option<&Attr> {
@@ -524,15 +523,15 @@ impl OpenFile for SqliteFile {
 
     fn setattr(&self, changes: &SetAttr) -> FsResult<Attr> {
         let st = &mut self.state().lock();
-        match self.kind {
-            FileKind::File => self.inner.setattr_buffered(self.ino, st, changes),
-            _ => self.inner.setattr_locked(self.ino, st, changes),
+        match self.opened.kind {
+            FileKind::File => self.inner.setattr_buffered(self.opened.ino, st, changes),
+            _ => self.inner.setattr_locked(self.opened.ino, st, changes),
         }
     }
 
     fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
         // This handle keeps an unlinked node's rows until it closes.
-        Ok(Box::new(self.inner.open_handle(self.ino, None)?))
+        Ok(Box::new(self.inner.open_handle(self.opened.ino, None)?))
     }
 }
 
@@ -543,21 +542,21 @@ impl Drop for SqliteFile {
         };
         {
             let mut st = state.lock();
-            if let Err(e) = self.inner.flush_or_drop(self.ino, &mut st) {
+            if let Err(e) = self.inner.flush_or_drop(self.opened.ino, &mut st) {
                 static DROPPED: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
                 if let Some(held) = DROPPED.admit() {
-                    tracing::error!(ino = self.ino, "sqlite: {e}{held}");
+                    tracing::error!(ino = self.opened.ino, "sqlite: {e}{held}");
                 }
             }
             st.handles -= 1;
             // An unlink marks the inode before it commits and reaps it after, waiting for this
             // lock: whichever of the two sees no handle left deletes the rows.
-            if st.handles == 0 && self.inner.is_nameless(self.ino) {
-                if let Err(e) = self.inner.reap_locked(self.ino, &mut st) {
-                    tracing::warn!(ino = self.ino, "sqlite: deleting unlinked file failed: {e}");
+            if st.handles == 0 && self.inner.is_nameless(self.opened.ino) {
+                if let Err(e) = self.inner.reap_locked(self.opened.ino, &mut st) {
+                    tracing::warn!(ino = self.opened.ino, "sqlite: deleting unlinked file failed: {e}");
                 }
             }
         }
-        self.inner.state_release(self.ino, state);
+        self.inner.state_release(self.opened.ino, state);
     }
 }
