@@ -649,6 +649,20 @@ impl Engine {
         handle.file.write(offset, data)
     }
 
+    /// Before a write by a process that may not keep a file's set-ID bits (it lacks
+    /// `CAP_FSETID`), when the kernel leaves clearing them to the daemon (a write it does not
+    /// do through its page cache or a backing file): clears the set-user-ID bit, and the
+    /// set-group-ID bit of a group-executable file, as a local filesystem's write does. Says
+    /// whether the mode changed.
+    pub fn clear_setid_for_write(&self, handle: &OpenHandle) -> FsResult<bool> {
+        let perm = u32::from(handle.file.getattr()?.perm);
+        let kept = perm & !setid_bits_a_write_clears(perm);
+        if kept != perm {
+            handle.file.setattr(&SetAttr { mode: Some(kept), ..SetAttr::default() })?;
+        }
+        Ok(kept != perm)
+    }
+
     pub fn flush(&self, handle: &OpenHandle) -> FsResult<()> {
         handle.file.flush()
     }
@@ -706,6 +720,14 @@ impl Engine {
     pub fn ttl(&self, path: &VPath) -> std::time::Duration {
         self.router.route_of(path).ttl
     }
+}
+
+/// The set-ID bits of permission bits `perm` that a write by a process without `CAP_FSETID`
+/// clears: set-user-ID, and set-group-ID when the group may execute (without group execute,
+/// set-group-ID means mandatory locking and stays).
+fn setid_bits_a_write_clears(perm: u32) -> u32 {
+    let group_exec = perm & libc::S_IXGRP != 0;
+    libc::S_ISUID | if group_exec { libc::S_ISGID } else { 0 }
 }
 
 mod renames;

@@ -160,6 +160,9 @@ impl Filesystem for FuseDoor {
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_ASYNC_DIO,
+            // A writer with no backing file is served FOPEN_DIRECT_IO (see `admit_file`);
+            // without this, a shared `mmap` of it would fail with ENODEV.
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
         ] {
             let _ = config.add_capabilities(flag);
         }
@@ -481,16 +484,23 @@ impl Filesystem for FuseDoor {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.file(fh).and_then(|f| self.engine.write(&f.handle, offset, data)) {
+        let kill_setid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let written = self.file(fh).and_then(|f| {
+            if kill_setid && self.engine.clear_setid_for_write(&f.handle)? {
+                self.mode_changed(ino.0);
+            }
+            self.engine.write(&f.handle, offset, data)
+        });
+        match written {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }

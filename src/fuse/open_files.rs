@@ -87,6 +87,16 @@ impl FuseDoor {
         self.files.get(fh.0).ok_or_else(|| FsError::errno(Errno::EBADF))
     }
 
+    /// The daemon changed the mode of `ino` while serving one of its handles (a write that
+    /// cleared set-ID bits): the kernel keeps the mode cached, and would go on showing and
+    /// executing the file with those bits until its attributes expire. Attributes only, no
+    /// pages: the writer holds none locked, but a reader's READ might.
+    pub(super) fn mode_changed(&self, ino: u64) {
+        if let Some(notifier) = self.notifier.get() {
+            let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+        }
+    }
+
     /// Registers a handle the engine opened (or created) and decides how the kernel serves
     /// it: the file handle, the open flags, and the backing file to name when the kernel does
     /// the I/O itself (passthrough). Otherwise the page cache is kept across opens; the kernel
@@ -111,19 +121,25 @@ impl FuseDoor {
         self.files.insert(fh, door_file);
         self.engine.fuse_open_files.fetch_add(1, Ordering::Relaxed);
         let noflush = if noflush { FopenFlags::FOPEN_NOFLUSH } else { FopenFlags::empty() };
-        match served {
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let kept = match served {
             // The kernel takes only these flags with a backing file (the page cache is the
             // host file's own).
             Some(Served::Backing(shared)) if shared.direct_io => {
-                (FileHandle(fh), noflush | FopenFlags::FOPEN_DIRECT_IO, Some(shared.backing))
+                return (FileHandle(fh), noflush | FopenFlags::FOPEN_DIRECT_IO, Some(shared.backing));
             }
-            Some(Served::Backing(shared)) => (FileHandle(fh), noflush, Some(shared.backing)),
+            Some(Served::Backing(shared)) => return (FileHandle(fh), noflush, Some(shared.backing)),
             // Without KEEP_CACHE the kernel drops the inode's pages as the open completes.
-            Some(Served::PageCache(Fill::Reload)) => (FileHandle(fh), noflush, None),
-            Some(Served::PageCache(_)) | None => {
-                (FileHandle(fh), noflush | FopenFlags::FOPEN_KEEP_CACHE, None)
-            }
-        }
+            Some(Served::PageCache(Fill::Reload)) => noflush,
+            Some(Served::PageCache(_)) | None => noflush | FopenFlags::FOPEN_KEEP_CACHE,
+        };
+        // A writer with no backing file writes through the daemon, never into the pages
+        // first: the kernel would show readers bytes the daemon has not got yet, and a drop of
+        // the pages before the write is answered (a changed mtime seen by a `stat`, a reload)
+        // would then have them read an older version after the newer one. The write drops the
+        // kernel's attributes, so the next read through any handle asks for them, sees the new
+        // mtime and drops the pages (FUSE_AUTO_INVAL_DATA).
+        (FileHandle(fh), if writes { kept | FopenFlags::FOPEN_DIRECT_IO } else { kept }, None)
     }
 
     /// Takes handle `fh` out of the door's tables at its release, returns what the kernel was

@@ -26,9 +26,10 @@
 //! pages itself ([`Fill::Reload`]).
 //!
 //! A file the backend stores itself ([`OpenFile::opened_version`]) has no backing file, so
-//! its writers' reads reach the daemon too (a partial page is read before it is written):
-//! every handle of such a file is counted here, writers included, and only the first handle,
-//! opened for reading, stores. Its version is the store's size, mtime and ctime at the open.
+//! its writers' reads reach the daemon too (straight, and through these pages when a writer
+//! maps the file): every handle of such a file is counted here, writers included, and only
+//! the first handle, opened for reading, stores. Its version is the store's size, mtime and
+//! ctime at the open.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
