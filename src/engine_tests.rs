@@ -189,3 +189,21 @@ fn a_reopen_is_judged_under_the_name_the_file_was_opened_by() {
     }
     assert_eq!(e.reopen(&ctx(), &as_f, libc::O_ACCMODE).err().map(|e| e.errno), Some(Errno::EINVAL));
 }
+
+/// A write by a process without `CAP_FSETID` that the kernel left to the daemon clears
+/// set-user-ID always, and set-group-ID only from a group-executable file (without group
+/// execute it marks mandatory locking); a file with neither bit is left alone.
+#[test]
+fn a_write_without_fsetid_clears_set_id_bits_as_a_local_filesystem_does() {
+    let e = engine(vec![]);
+    for (mode, kept, changed) in
+        [(0o6755, 0o755, true), (0o6745, 0o2745, true), (0o2745, 0o2745, false), (0o755, 0o755, false)]
+    {
+        let (_, h) = e.create(&ctx(), &p("/w/prog"), 0o644, libc::O_RDWR).unwrap();
+        let chmod = SetAttr { mode: Some(mode), ..SetAttr::default() };
+        e.setattr(&ctx(), &p("/w/prog"), &chmod, Some(&h)).unwrap();
+        assert_eq!(e.clear_setid_for_write(&h).unwrap(), changed, "{mode:o}");
+        assert_eq!(u32::from(e.getattr(&ctx(), &p("/w/prog")).unwrap().perm), kept, "{mode:o}");
+        e.unlink(&ctx(), &p("/w/prog")).unwrap();
+    }
+}
