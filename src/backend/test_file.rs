@@ -11,13 +11,30 @@ pub struct TestFile {
     file: File,
     flags: i32,
     opened: libc::stat,
+    /// Run when the file is closed (its last holder dropped it).
+    on_close: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl TestFile {
     pub fn new(file: File) -> TestFile {
         let opened = nix::sys::stat::fstat(file.as_raw_fd()).unwrap();
         let flags = nix::fcntl::fcntl(file.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
-        TestFile { file, flags, opened }
+        TestFile { file, flags, opened, on_close: None }
+    }
+
+    /// A file whose close runs `close` (as a backend's close may call back into the daemon).
+    pub fn closing_with(file: File, close: impl FnOnce() + Send + Sync + 'static) -> TestFile {
+        let mut test_file = TestFile::new(file);
+        test_file.on_close = Some(Box::new(close));
+        test_file
+    }
+}
+
+impl Drop for TestFile {
+    fn drop(&mut self) {
+        if let Some(close) = self.on_close.take() {
+            close();
+        }
     }
 }
 

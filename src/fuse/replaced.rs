@@ -60,19 +60,25 @@ impl ReplacedFiles {
         if held.len() >= MOST && !held.contains_key(&ino) {
             return None;
         }
-        held.insert(ino, file);
+        let before = held.insert(ino, file);
+        drop(held);
+        drop(before);
         Some(ino)
     }
 
     fn wait_for_claim(&self, identity: Identity, file: Arc<OpenHandle>) {
         let mut unclaimed = self.unclaimed.lock();
         let now = Instant::now();
-        unclaimed.retain(|(id, at, _)| *id != identity && now.duration_since(*at) < CLAIM_WITHIN);
+        // An older replacement of the same file goes: this one is the file as it is now.
+        let (older, mut gone) = take_unclaimed(&mut unclaimed, identity, now);
+        gone.extend(older);
         if unclaimed.len() >= UNCLAIMED {
-            unclaimed.pop_front();
+            gone.extend(unclaimed.pop_front().map(|(_, _, file)| file));
         }
         unclaimed.push_back((identity, now, file));
         self.any_unclaimed.store(true, Ordering::Release);
+        drop(unclaimed);
+        drop(gone);
     }
 
     /// A lookup gave the kernel inode `ino` for the backend node `identity`: a replaced file
@@ -82,18 +88,13 @@ impl ReplacedFiles {
             return;
         }
         let mut unclaimed = self.unclaimed.lock();
-        let now = Instant::now();
-        let mut claimed = None;
-        unclaimed.retain(|(id, at, file)| {
-            if *id == identity {
-                claimed = Some(file.clone());
-            }
-            *id != identity && now.duration_since(*at) < CLAIM_WITHIN
-        });
+        let (claimed, gone) = take_unclaimed(&mut unclaimed, identity, Instant::now());
         self.any_unclaimed.store(!unclaimed.is_empty(), Ordering::Release);
         drop(unclaimed);
+        drop(gone);
         if let Some(file) = claimed {
-            self.held.lock().insert(ino, file);
+            let before = self.held.lock().insert(ino, file);
+            drop(before);
         }
     }
 
@@ -104,9 +105,32 @@ impl ReplacedFiles {
     pub fn forget(&self, ino: u64) {
         let mut held = self.held.lock();
         if !held.is_empty() {
-            held.remove(&ino);
+            let gone = held.remove(&ino);
+            drop(held);
+            drop(gone);
         }
     }
+}
+
+/// Takes out of `unclaimed` the file of `identity` (returned first) and the files whose wait
+/// is over at `now`. The caller drops them after unlocking: the last drop of a file closes it,
+/// which on some backends is a round trip to a server, and lookups wait for this lock.
+fn take_unclaimed(
+    unclaimed: &mut VecDeque<(Identity, Instant, Arc<OpenHandle>)>,
+    identity: Identity,
+    now: Instant,
+) -> (Option<Arc<OpenHandle>>, Vec<Arc<OpenHandle>>) {
+    let (mut claimed, mut gone) = (None, Vec::new());
+    for (id, at, file) in std::mem::take(unclaimed) {
+        if id == identity {
+            claimed = Some(file);
+        } else if now.duration_since(at) >= CLAIM_WITHIN {
+            gone.push(file);
+        } else {
+            unclaimed.push_back((id, at, file));
+        }
+    }
+    (claimed, gone)
 }
 
 impl FuseDoor {
@@ -145,5 +169,50 @@ impl FuseDoor {
         }
         let open = self.any_file_of(ino).filter(|_| open_handles)?;
         Some(use_it(&open.handle))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::test_file::TestFile;
+    use std::sync::Weak;
+
+    /// A held file whose close asks the table again (as closing a file may take a while, or
+    /// reach the daemon): every way a file leaves the table closes it after the table's locks
+    /// are released, so the close neither deadlocks nor holds up lookups.
+    #[test]
+    fn held_files_are_closed_outside_the_tables_locks() {
+        let files = Arc::new(ReplacedFiles::default());
+        let (closed, closes) = std::sync::mpsc::channel();
+        let file = |name: &'static str| {
+            let (files, closed) = (Arc::downgrade(&files), closed.clone());
+            let close = move || {
+                let files: Arc<ReplacedFiles> = Weak::upgrade(&files).unwrap();
+                let _ = (files.get(1), files.claim(2, (9, 9)));
+                closed.send(name).unwrap();
+            };
+            Arc::new(OpenHandle {
+                path: VPath::parse("/f").unwrap(),
+                file: Box::new(TestFile::closing_with(tempfile::tempfile().unwrap(), close)),
+                writable: false,
+            })
+        };
+        let (a, b, c) = (file("a"), file("b"), file("c"));
+        let steps = {
+            let files = files.clone();
+            std::thread::spawn(move || {
+                files.wait_for_claim((1, 1), a);
+                files.wait_for_claim((1, 1), b); // replaces a
+                files.claim(7, (1, 1)); // b is held for inode 7
+                files.held.lock().insert(8, c);
+                files.forget(7); // b
+                files.forget(8); // c
+            })
+        };
+        let order: Vec<_> =
+            (0..3).map(|_| closes.recv_timeout(Duration::from_secs(5)).expect("a close hung")).collect();
+        steps.join().unwrap();
+        assert_eq!(order, ["a", "b", "c"]);
     }
 }
