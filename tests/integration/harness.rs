@@ -302,3 +302,48 @@ pub fn call_tool(
     let text = result["content"][0]["text"].as_str().unwrap_or_default().to_string();
     (result["isError"] != serde_json::json!(true), text)
 }
+
+/// Tests that load every CPU on purpose ([`BusyCpus`]) and tests that need a CPU to
+/// themselves take turns through this.
+static CPU_TURNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// This test's turn with the CPUs (see [`CPU_TURNS`]), until the guard is dropped.
+pub fn cpu_turn() -> std::sync::MutexGuard<'static, ()> {
+    CPU_TURNS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Threads that keep every CPU busy until dropped (each test doing so waits for its turn,
+/// see [`cpu_turn`]).
+pub struct BusyCpus {
+    _turn: std::sync::MutexGuard<'static, ()>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyCpus {
+    pub fn start() -> BusyCpus {
+        let turn = cpu_turn();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..cpus)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        BusyCpus { _turn: turn, stop, threads }
+    }
+}
+
+impl Drop for BusyCpus {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}

@@ -397,6 +397,7 @@ fn ring_threads_look_for_the_next_request_before_they_sleep() {
     // in a row sleep 300-1,500 times), so it tries up to ten times, a moment apart, for a quiet
     // stretch. Without the look every try sleeps at least once per create.
     let fx = Fixture::new("");
+    let _turn = crate::harness::cpu_turn();
     let pid = crate::harness::status(&fx)["pid"].as_u64().unwrap();
     let mut tries = Vec::new();
     for attempt in 0..10 {
