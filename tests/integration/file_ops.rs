@@ -234,6 +234,27 @@ fn writes_truncations_and_chown_clear_set_id_bits() {
     }
 }
 
+/// A write the daemon does for the kernel (here: a writer of a large file that a reader holds
+/// through a read-only backing file writes through the daemon) clears the set-ID bits when the
+/// writer may not keep them, as one through the kernel does: the daemon itself may keep them,
+/// so it clears them (`FUSE_WRITE_KILL_SUIDGID`), and `stat` shows it at once.
+#[test]
+fn writes_through_the_daemon_clear_set_id_bits() {
+    let fx = Fixture::new("");
+    for route in ["/host", "/mem"] {
+        let big = fx.p(route).join("big-setid");
+        fs::write(&big, vec![b'a'; 2 << 20]).unwrap();
+        fs::set_permissions(&big, fs::Permissions::from_mode(0o6777)).unwrap();
+        let reader = fs::File::open(&big).unwrap();
+        let script = format!(
+            "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo x >> {0}' && stat -c %a {0}",
+            big.display()
+        );
+        assert_eq!(sh_ok(&fx.mount.dir, &script), "777\n", "{route}");
+        drop(reader);
+    }
+}
+
 #[test]
 fn mmap_and_fsync() {
     let fx = Fixture::new("");
