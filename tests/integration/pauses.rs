@@ -28,7 +28,24 @@ fn listed(f: &Fixture) -> Vec<Value> {
 }
 
 fn shell(cwd: &Path, script: &str) -> Child {
-    Command::new("sh").arg("-c").arg(script).current_dir(cwd).stdin(Stdio::null()).spawn().unwrap()
+    with_default_sigint(Command::new("sh").arg("-c").arg(script).current_dir(cwd).stdin(Stdio::null()))
+        .spawn()
+        .unwrap()
+}
+
+/// `command` with SIGINT at its default action, whatever this process has: a test run in the
+/// background of a shell without job control (`cargo test &` in a script) inherits SIGINT
+/// ignored, and a shell that starts with it ignored may not take it back, so Ctrl-C would
+/// never reach the paused program.
+fn with_default_sigint(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: `signal` is async-signal-safe, as `pre_exec` requires.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        })
+    }
 }
 
 fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> bool) -> Duration {
@@ -74,12 +91,11 @@ fn a_signal_ends_a_paused_operation_and_its_ticket() {
     // with a code of its own), where the kernel alone would keep it waiting for the human.
     let script =
         "import signal, sys\nsignal.signal(signal.SIGINT, lambda *a: sys.exit(7))\nopen('secrets/p', 'w')";
-    let mut child = Command::new("/usr/bin/python3")
-        .args(["-c", script])
-        .current_dir(f.p("/host"))
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        with_default_sigint(Command::new("/usr/bin/python3").args(["-c", script]).current_dir(f.p("/host")))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
     wait_until("the ticket", Duration::from_secs(10), || listed(&f).len() == 1);
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     wait_until("the program handles the signal", Duration::from_secs(3), || {
