@@ -496,7 +496,9 @@ impl Filesystem for FuseDoor {
         let kill_setid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let written = self.file(fh).and_then(|f| {
             if kill_setid && self.engine.clear_setid_for_write(&f.handle)? {
-                self.mode_changed(ino.0);
+                // The kernel keeps the mode cached, and would go on showing and executing the
+                // file with those bits until its attributes expire.
+                self.invalidate_attributes(ino.0);
             }
             self.engine.write(&f.handle, offset, data)
         });

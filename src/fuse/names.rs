@@ -102,7 +102,9 @@ impl FuseDoor {
         self.invalidate_attributes(ino);
     }
 
-    fn invalidate_attributes(&self, ino: u64) {
+    /// Makes the kernel ask again for the attributes of `ino` (and only them: no page locks
+    /// are taken, so this is safe inside a request).
+    pub(super) fn invalidate_attributes(&self, ino: u64) {
         if let Some(notifier) = self.notifier.get() {
             let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
         }

@@ -87,16 +87,6 @@ impl FuseDoor {
         self.files.get(fh.0).ok_or_else(|| FsError::errno(Errno::EBADF))
     }
 
-    /// The daemon changed the mode of `ino` while serving one of its handles (a write that
-    /// cleared set-ID bits): the kernel keeps the mode cached, and would go on showing and
-    /// executing the file with those bits until its attributes expire. Attributes only, no
-    /// pages: the writer holds none locked, but a reader's READ might.
-    pub(super) fn mode_changed(&self, ino: u64) {
-        if let Some(notifier) = self.notifier.get() {
-            let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
-        }
-    }
-
     /// Registers a handle the engine opened (or created) and decides how the kernel serves
     /// it: the file handle, the open flags, and the backing file to name when the kernel does
     /// the I/O itself (passthrough). Otherwise the page cache is kept across opens; the kernel

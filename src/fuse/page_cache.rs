@@ -268,8 +268,8 @@ mod tests {
         let (v1, v2) = (Stamp::of(&stat(10, 1, 1)), Stamp::of(&stat(12, 2, 2)));
         // A writer first, on a version the door does not know: the kernel's pages stay.
         assert_eq!(pc.open(5, v1, false), Some(Fill::Nothing));
-        // A reader beside it stores nothing (a read of the writer's may hold a page): the
-        // kernel drops what it holds and reads the version it finds.
+        // A reader beside it stores nothing (a page the writer mapped may be under a read):
+        // the kernel drops what it holds and reads the version it finds.
         assert_eq!(pc.open(5, v1, true), Some(Fill::Reload));
         pc.release(5);
         pc.release(5);

@@ -71,8 +71,8 @@ fn host_file_data_comes_straight_from_the_host_file() {
 
 /// A small file opened for reading is served from the kernel's page cache, which the daemon
 /// fills at `open`: it is read again and again without a read request, its directory is not
-/// listed afresh for the reads (they leave every atime alone, on the host too). The same
-/// holds for a file the sqlite route stores.
+/// listed afresh for the reads (they leave every atime alone, on the host too). (A file the
+/// sqlite route stores: the next test.)
 #[test]
 fn small_files_are_read_from_a_page_cache_filled_at_open() {
     let fx = Fixture::new("");
@@ -97,27 +97,30 @@ fn small_files_are_read_from_a_page_cache_filled_at_open() {
         (md.atime(), md.atime_nsec())
     };
     let on_host_before = atime(&host.join("f3"));
-    let (reads, listings) = (counter(&fx, "fuse_reads"), counter(&fx, "fuse_listings"));
-    for _ in 0..3 {
-        for i in 0..20 {
-            assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("file {i}\n"));
-        }
-    }
-    soon("the files read are released", || open_files(&fx) == 0);
-    assert_eq!(counter(&fx, "fuse_reads") - reads, 0, "sixty reads, none asked of the daemon");
-    assert_eq!(listed(), 20);
-    assert_eq!(counter(&fx, "fuse_listings") - listings, 0, "the kernel's listing still serves");
+    read_thrice_from_the_page_cache(&fx, &dir, 20, |i| format!("file {i}\n"));
     assert_eq!(atime(&host.join("f3")), on_host_before, "the host's atime stays");
     assert_eq!(atime(&dir.join("f3")), on_host_before, "and the mount shows the host's");
+}
 
-    // A file of the sqlite route that the kernel has no pages of (written by a tool) is
-    // stored at its first open too.
-    let mut client = Client::connect(&fx.scratch.path().join("agentvfs.sock")).unwrap();
-    let args = serde_json::json!({"file_path": "/db/stored.txt", "content": "in the database"});
-    assert!(call_tool(&mut client, "write_file", args).0);
-    let reads = counter(&fx, "fuse_reads");
-    assert_eq!(fs::read_to_string(fx.p("/db/stored.txt")).unwrap(), "in the database");
-    assert_eq!(counter(&fx, "fuse_reads") - reads, 0);
+/// Reads the files `f0`..`f{count - 1}` of `dir` (each holding `content(i)`) three times, and
+/// asserts that none of those reads reached the daemon and that the kernel's listing of `dir`
+/// still serves afterwards.
+fn read_thrice_from_the_page_cache(
+    fx: &Fixture,
+    dir: &std::path::Path,
+    count: usize,
+    content: impl Fn(usize) -> String,
+) {
+    let (reads, listings) = (counter(fx, "fuse_reads"), counter(fx, "fuse_listings"));
+    for _ in 0..3 {
+        for i in 0..count {
+            assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), content(i));
+        }
+    }
+    soon("the files read are released", || open_files(fx) == 0);
+    assert_eq!(counter(fx, "fuse_reads") - reads, 0, "{} reads, none asked of the daemon", 3 * count);
+    assert_eq!(fs::read_dir(dir).unwrap().count(), count);
+    assert_eq!(counter(fx, "fuse_listings") - listings, 0, "the kernel's listing still serves");
 }
 
 /// Small files of the sqlite route are stored in the kernel's page cache at their first open,
@@ -134,18 +137,8 @@ fn sqlite_files_are_read_from_a_page_cache_filled_at_open() {
         assert!(call_tool(&mut client, "write_file", args).0);
     }
     let dir = fx.p("/db/read");
-    let listed = || fs::read_dir(&dir).unwrap().count();
-    assert_eq!(listed(), 6);
-    let (reads, listings) = (counter(&fx, "fuse_reads"), counter(&fx, "fuse_listings"));
-    for _ in 0..3 {
-        for i in 0..6 {
-            assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("row {i}"));
-        }
-    }
-    soon("the files read are released", || open_files(&fx) == 0);
-    assert_eq!(counter(&fx, "fuse_reads") - reads, 0, "eighteen reads, none asked of the daemon");
-    assert_eq!(listed(), 6);
-    assert_eq!(counter(&fx, "fuse_listings") - listings, 0, "the kernel's listing still serves");
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 6);
+    read_thrice_from_the_page_cache(&fx, &dir, 6, |i| format!("row {i}"));
     assert_eq!(fs::metadata(dir.join("f4")).unwrap().len(), 5);
 
     // Changed through the tool door, then through the mount: the next open reads each.
