@@ -97,7 +97,12 @@ pub fn splice(buf: &mut Vec<u8>, within: usize, src: &[u8]) -> usize {
 
 /// Copies the part of chunk `idx` (holding `data`) that falls in `[offset, offset+out.len())`.
 pub fn copy_chunk(idx: u64, data: &[u8], offset: u64, out: &mut [u8]) {
-    let start = idx * CHUNK_SIZE;
+    copy_at(idx * CHUNK_SIZE, data, offset, out);
+}
+
+/// Copies the part of `data`, which lies at file offset `start`, that falls in
+/// `[offset, offset+out.len())`.
+pub fn copy_at(start: u64, data: &[u8], offset: u64, out: &mut [u8]) {
     let from = start.max(offset);
     let to = (start + data.len() as u64).min(offset + out.len() as u64);
     if from < to {

@@ -5,13 +5,17 @@
 //! data)`. A chunk may be shorter than `CHUNK_SIZE` or missing altogether: bytes below the file
 //! size that no chunk holds read as zeros (sparse files). Invariant: no chunk holds bytes at or
 //! past the file size, so growing a file never exposes old data.
+//!
+//! A small write below the file size is kept as a patch and written into the stored chunk in
+//! place at commit (SQLite's incremental blob I/O), so an overwrite of a few bytes of a large
+//! file neither reads nor rewrites the rest of its chunk; other writes buffer the chunk whole.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, DatabaseName, OptionalExtension};
 
 use super::schema::{CHUNK_BITS, PAGE_SIZE};
 use super::store::{self, chunk_key, Ctx, Node};
@@ -25,6 +29,9 @@ pub(super) use crate::backend::chunks::CHUNK_SIZE;
 const INODE_FLUSH_BYTES: usize = 8 << 20;
 /// Buffered bytes of all inodes past which a write commits its own inode's buffer first.
 const TOTAL_FLUSH_BYTES: usize = 256 << 20;
+/// Patched bytes of one chunk past which the chunk is buffered whole instead: then reading it
+/// once costs less than writing that many bytes into it piece by piece.
+const PATCH_LIMIT: usize = CHUNK_SIZE as usize / 2;
 
 use crate::backend::chunks::MAX_FILE_SIZE;
 
@@ -37,8 +44,8 @@ pub(super) struct InodeState {
     /// The logical size, once loaded. While the state exists it is authoritative: every size
     /// change goes through the state.
     size: Option<u64>,
-    /// Chunks written since the last commit, each holding its whole current content.
-    dirty: BTreeMap<u64, Vec<u8>>,
+    /// Chunks written since the last commit.
+    dirty: BTreeMap<u64, DirtyChunk>,
     dirty_bytes: usize,
     /// Size and data times (and any `dirty` chunk) wait to be committed.
     pending: bool,
@@ -100,6 +107,28 @@ impl InodeState {
             a.apply(&mut n);
         }
         n.attr()
+    }
+}
+
+/// A chunk written since the last commit.
+enum DirtyChunk {
+    /// Its whole current content.
+    Whole(Vec<u8>),
+    /// Writes below the file size into bytes the stored chunk holds (or that read as zeros), in
+    /// the order they came, with `bytes` their total length: read over the stored chunk, and
+    /// written into it at commit.
+    Patches { writes: Vec<(usize, Vec<u8>)>, bytes: usize },
+}
+
+impl DirtyChunk {
+    /// Applies the patches in order onto the file range `out` starts at `offset` of; the chunk
+    /// is `idx`.
+    fn apply_patches(&self, idx: u64, offset: u64, out: &mut [u8]) {
+        if let DirtyChunk::Patches { writes, .. } = self {
+            for (within, bytes) in writes {
+                chunks::copy_at(idx * CHUNK_SIZE + *within as u64, bytes, offset, out);
+            }
+        }
     }
 }
 
@@ -179,6 +208,22 @@ impl Inner {
         Ok(data)
     }
 
+    /// The whole current content of chunk `idx`: the stored chunk with `patches` applied.
+    fn patched_chunk(
+        &self,
+        ino: u64,
+        idx: u64,
+        size: u64,
+        st: &InodeState,
+        patches: &[(usize, Vec<u8>)],
+    ) -> FsResult<Vec<u8>> {
+        let mut data = self.stored_chunk(ino, idx, chunks::valid_bytes(idx, size), st)?;
+        for (within, bytes) in patches {
+            chunks::splice(&mut data, *within, bytes);
+        }
+        Ok(data)
+    }
+
     pub(super) fn attr_locked(&self, ino: u64, st: &InodeState) -> FsResult<Attr> {
         let n = self.with_reader(|c| store::must_node(c, ino))?;
         Ok(st.overlay(n))
@@ -204,7 +249,9 @@ impl Inner {
         let mut needed = Vec::new();
         for idx in first..=last {
             match (st.dirty.get(&idx), &st.cache) {
-                (Some(d), _) => chunks::copy_chunk(idx, d, offset, &mut out),
+                (Some(DirtyChunk::Whole(d)), _) => chunks::copy_chunk(idx, d, offset, &mut out),
+                // The stored chunk, then its patches (below).
+                (Some(DirtyChunk::Patches { .. }), _) => needed.push(idx),
                 (None, Some((i, d))) if *i == idx => chunks::copy_chunk(idx, d, offset, &mut out),
                 _ => needed.push(idx),
             }
@@ -216,11 +263,17 @@ impl Inner {
             self.visit_chunks(ino, a, b, |idx, data| {
                 if needed.contains(&idx) {
                     chunks::copy_chunk(idx, data, offset, &mut out);
-                    if keep_last && idx == last {
+                    // Not a patched chunk: its stored content is about to change at commit.
+                    if keep_last && idx == last && !st.dirty.contains_key(&idx) {
                         kept = Some((idx, data.to_vec()));
                     }
                 }
             })?;
+            for idx in needed {
+                if let Some(chunk) = st.dirty.get(&idx) {
+                    chunk.apply_patches(idx, offset, &mut out);
+                }
+            }
             if kept.is_some() {
                 st.cache = kept;
             }
@@ -255,18 +308,46 @@ impl Inner {
         self.space.admit(buffered, at_most, reusable, || self.make_room())?;
         let mut grown = 0usize;
         for span in chunks::spans(offset, data.len() as u64) {
+            let src = &data[span.from..][..span.len];
+            let end_within = span.within + span.len;
             if !st.dirty.contains_key(&span.idx) {
                 // Bytes of this chunk below the current size must be kept unless all of them
-                // are overwritten; only then is the stored chunk read.
-                let base = match chunks::needs_base(&span, size) {
-                    true => self.stored_chunk(ino, span.idx, chunks::valid_bytes(span.idx, size), st)?,
-                    false => Vec::new(),
+                // are overwritten. A small write below the size becomes a patch; any other
+                // write that keeps some of them reads the stored chunk.
+                let valid = chunks::valid_bytes(span.idx, size);
+                let first = match chunks::needs_base(&span, size) {
+                    false => DirtyChunk::Whole(Vec::new()),
+                    true if end_within <= valid && span.len <= PATCH_LIMIT => {
+                        DirtyChunk::Patches { writes: Vec::new(), bytes: 0 }
+                    }
+                    true => {
+                        let base = self.patched_chunk(ino, span.idx, size, st, &[])?;
+                        grown += base.len();
+                        DirtyChunk::Whole(base)
+                    }
                 };
-                grown += base.len();
-                st.dirty.insert(span.idx, base);
+                st.dirty.insert(span.idx, first);
             }
-            let buf = st.dirty.get_mut(&span.idx).expect("inserted above");
-            grown += chunks::splice(buf, span.within, &data[span.from..][..span.len]);
+            let chunk = st.dirty.get_mut(&span.idx).expect("inserted above");
+            if let DirtyChunk::Patches { writes, bytes } = chunk {
+                if end_within <= chunks::valid_bytes(span.idx, size) && *bytes + span.len <= PATCH_LIMIT {
+                    writes.push((span.within, src.to_vec()));
+                    *bytes += span.len;
+                    grown += span.len;
+                    continue;
+                }
+                // Too many patches, or a write past the size: buffer the chunk whole.
+                let (patches, patched) = (std::mem::take(writes), *bytes);
+                let whole = self.patched_chunk(ino, span.idx, size, st, &patches)?;
+                st.dirty_bytes -= patched;
+                self.dirty_total.fetch_sub(patched, Ordering::Relaxed);
+                grown += whole.len();
+                st.dirty.insert(span.idx, DirtyChunk::Whole(whole));
+            }
+            let Some(DirtyChunk::Whole(buf)) = st.dirty.get_mut(&span.idx) else {
+                unreachable!("a chunk is patched or whole, and patches were made whole above")
+            };
+            grown += chunks::splice(buf, span.within, src);
         }
         if st.cache.as_ref().is_some_and(|c| (offset / CHUNK_SIZE..=(end - 1) / CHUNK_SIZE).contains(&c.0)) {
             st.cache = None;
@@ -303,8 +384,28 @@ impl Inner {
             "INSERT INTO chunks (id, data) VALUES (?1, ?2)
              ON CONFLICT (id) DO UPDATE SET data = excluded.data",
         )?;
-        for (idx, data) in &st.dirty {
-            put.execute(params![chunk_key(ino, *idx), data])?;
+        let mut blob: Option<rusqlite::blob::Blob<'_>> = None;
+        for (idx, chunk) in &st.dirty {
+            let key = chunk_key(ino, *idx);
+            let patches = match chunk {
+                DirtyChunk::Whole(data) => {
+                    put.execute(params![key, data])?;
+                    continue;
+                }
+                DirtyChunk::Patches { writes, .. } => writes,
+            };
+            if !patch_in_place(tx, &mut blob, key, patches)? {
+                // A chunk shorter than its patches (a hole, or a file grown since its last
+                // commit) is written whole.
+                let mut data: Vec<u8> = tx
+                    .query_row("SELECT data FROM chunks WHERE id = ?1", [key], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or_default();
+                for (within, bytes) in patches {
+                    chunks::splice(&mut data, *within, bytes);
+                }
+                put.execute(params![key, data])?;
+            }
         }
         let size = st.size.unwrap_or(0);
         tx.prepare_cached("UPDATE inodes SET size = ?2, mtime = ?3, ctime = max(ctime, ?3) WHERE ino = ?1")?
@@ -439,6 +540,38 @@ impl Inner {
         drop(st);
         Ok(SqliteFile::new(self.clone(), opened, guard.arc()))
     }
+}
+
+/// Writes `patches` into the stored chunk `key` in place, through `blob` (opened on the first
+/// chunk, moved to the next one for each after it). False, with nothing written, when the
+/// chunk is missing or shorter than the patches.
+fn patch_in_place<'c>(
+    tx: &'c Connection,
+    blob: &mut Option<rusqlite::blob::Blob<'c>>,
+    key: i64,
+    patches: &[(usize, Vec<u8>)],
+) -> FsResult<bool> {
+    let moved = match blob.as_mut() {
+        Some(open) => open.reopen(key),
+        None => tx.blob_open(DatabaseName::Main, "chunks", "data", key, false).map(|b| *blob = Some(b)),
+    };
+    if moved.is_err() {
+        // A handle that failed to move is spent; a missing row is answered below, and any
+        // other failure shows again on the caller's own read of the row.
+        *blob = None;
+        return Ok(false);
+    }
+    let open = blob.as_mut().expect("opened above");
+    let end = patches.iter().map(|(within, bytes)| within + bytes.len()).max().unwrap_or(0);
+    if open.len() < end {
+        // The caller rewrites this row, which would expire the handle anyway.
+        *blob = None;
+        return Ok(false);
+    }
+    for (within, bytes) in patches {
+        open.write_at(bytes, *within)?;
+    }
+    Ok(true)
 }
 
 /// An open file: a handle on an inode, valid after rename or unlink. The inode's rows are

@@ -29,6 +29,11 @@ impl SqliteBackend {
     fn total_changes(&self) -> u64 {
         self.inner.conn.lock().conn.total_changes()
     }
+
+    /// Bytes written and waiting in the buffers of all files.
+    fn buffered_bytes(&self) -> usize {
+        self.inner.dirty_total.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 fn setup() -> (TempDir, PathBuf, SqliteBackend) {

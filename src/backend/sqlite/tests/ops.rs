@@ -6,34 +6,62 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::*;
 
 #[test]
-fn partial_overwrite_rewrites_only_touched_chunks() {
+fn overwrites_inside_stored_chunks_are_written_in_place() {
     let (_d, db, b) = setup();
     let cs = CHUNK_SIZE as usize;
-    let mut expect = pattern(16 * cs, 7);
+    let mut expect = pattern(16 * cs + 100, 7);
     put(&b, "big", &expect);
-    assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 16);
+    assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 17);
+    fn write(f: &dyn OpenFile, expect: &mut [u8], at: usize, data: &[u8]) {
+        assert_eq!(f.write(at as u64, data).unwrap(), data.len() as u32);
+        expect[at..at + data.len()].copy_from_slice(data);
+    }
 
     // Reopen so nothing is buffered or cached.
     let f = b.open("big", libc::O_RDWR).unwrap();
-    let before = b.total_changes();
     let patch = vec![0xAB; 4096];
-    f.write(4 * cs as u64 + 1000, &patch).unwrap();
-    f.flush().unwrap();
-    // One chunk row and the inode row, nothing else.
-    assert_eq!(b.total_changes() - before, 2);
-    expect[4 * cs + 1000..4 * cs + 1000 + 4096].copy_from_slice(&patch);
-
-    // A write straddling a chunk boundary touches exactly two chunks.
+    // Inside one stored chunk: only the written bytes are buffered, and the commit writes them
+    // into the chunk, changing no row but the inode's.
     let before = b.total_changes();
-    f.write(6 * cs as u64 - 2048, &patch).unwrap();
+    write(&*f, &mut expect, 4 * cs + 1000, &patch);
+    assert_eq!(b.buffered_bytes(), 4096);
     f.flush().unwrap();
-    assert_eq!(b.total_changes() - before, 3);
-    expect[6 * cs - 2048..6 * cs + 2048].copy_from_slice(&patch);
+    assert_eq!(b.total_changes() - before, 1);
+    // Across a chunk boundary: two patches.
+    let before = b.total_changes();
+    write(&*f, &mut expect, 6 * cs - 2048, &patch);
+    assert_eq!(b.buffered_bytes(), 4096);
+    f.flush().unwrap();
+    assert_eq!(b.total_changes() - before, 1);
+
+    // Past half a chunk of patches, the chunk is buffered whole, and rewritten as a row.
+    let before = b.total_changes();
+    for i in 0..8 {
+        write(&*f, &mut expect, 8 * cs + i * 5000, &patch);
+    }
+    assert_eq!(b.buffered_bytes(), 8 * 4096);
+    write(&*f, &mut expect, 8 * cs + 100, b"past the limit");
+    assert_eq!(b.buffered_bytes(), cs);
+    assert_eq!(read_all(&*f), expect, "patched, then whole, before the commit");
+    f.flush().unwrap();
+    assert_eq!(b.total_changes() - before, 2);
+
+    // A write reaching past the stored bytes of the last chunk buffers it whole: a blob cannot
+    // grow in place.
+    let before = b.total_changes();
+    write(&*f, &mut expect, 16 * cs + 10, b"inside");
+    assert_eq!(b.buffered_bytes(), 6);
+    expect.resize(16 * cs + 120, 0);
+    write(&*f, &mut expect, 16 * cs + 90, &[b'g'; 30]);
+    assert_eq!(b.buffered_bytes(), 120);
+    assert_eq!(read_all(&*f), expect);
+    f.flush().unwrap();
+    assert_eq!(b.total_changes() - before, 2);
 
     assert_eq!(read_all(&*f), expect);
     drop(f);
     assert_eq!(get(&b, "big"), expect);
-    assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 16);
+    assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 17);
     assert_eq!(count(&db, "SELECT max(length(data)) FROM chunks"), cs as i64);
 }
 
