@@ -29,9 +29,16 @@ pub(super) use crate::backend::chunks::CHUNK_SIZE;
 const INODE_FLUSH_BYTES: usize = 8 << 20;
 /// Buffered bytes of all inodes past which a write commits its own inode's buffer first.
 const TOTAL_FLUSH_BYTES: usize = 256 << 20;
-/// Patched bytes of one chunk past which the chunk is buffered whole instead: then reading it
-/// once costs less than writing that many bytes into it piece by piece.
+/// What the patches of one chunk may cost (see [`patch_cost`]) before the chunk is buffered
+/// whole instead: then reading it once costs less than writing that much into it piece by
+/// piece, and the buffer never holds more for a chunk than the chunk itself.
 const PATCH_LIMIT: usize = CHUNK_SIZE as usize / 2;
+
+/// What a patch of `len` bytes costs the buffer: its bytes and its bookkeeping, so that many
+/// tiny writes count for the memory they take.
+pub(super) const fn patch_cost(len: usize) -> usize {
+    len + 64
+}
 
 use crate::backend::chunks::MAX_FILE_SIZE;
 
@@ -115,8 +122,8 @@ enum DirtyChunk {
     /// Its whole current content.
     Whole(Vec<u8>),
     /// Writes below the file size into bytes the stored chunk holds (or that read as zeros), in
-    /// the order they came, with `bytes` their total length: read over the stored chunk, and
-    /// written into it at commit.
+    /// the order they came, with `bytes` their total [`patch_cost`]: read over the stored
+    /// chunk, and written into it at commit.
     Patches { writes: Vec<(usize, Vec<u8>)>, bytes: usize },
 }
 
@@ -317,7 +324,7 @@ impl Inner {
                 let valid = chunks::valid_bytes(span.idx, size);
                 let first = match chunks::needs_base(&span, size) {
                     false => DirtyChunk::Whole(Vec::new()),
-                    true if end_within <= valid && span.len <= PATCH_LIMIT => {
+                    true if end_within <= valid && patch_cost(span.len) <= PATCH_LIMIT => {
                         DirtyChunk::Patches { writes: Vec::new(), bytes: 0 }
                     }
                     true => {
@@ -330,10 +337,11 @@ impl Inner {
             }
             let chunk = st.dirty.get_mut(&span.idx).expect("inserted above");
             if let DirtyChunk::Patches { writes, bytes } = chunk {
-                if end_within <= chunks::valid_bytes(span.idx, size) && *bytes + span.len <= PATCH_LIMIT {
+                let cost = patch_cost(span.len);
+                if end_within <= chunks::valid_bytes(span.idx, size) && *bytes + cost <= PATCH_LIMIT {
                     writes.push((span.within, src.to_vec()));
-                    *bytes += span.len;
-                    grown += span.len;
+                    *bytes += cost;
+                    grown += cost;
                     continue;
                 }
                 // Too many patches, or a write past the size: buffer the chunk whole.

@@ -12,12 +12,12 @@ use std::time::UNIX_EPOCH;
 use rusqlite::Connection;
 use tempfile::TempDir;
 
-use super::file::CHUNK_SIZE;
+use super::file::{patch_cost, CHUNK_SIZE};
 use super::SqliteBackend;
 use crate::backend::{Backend, OpenFile, SetAttr, TimeSet, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use crate::error::{Errno, FsResult};
 
-pub(crate) use crate::backend::suite::{errno, get, names, pattern, put, read_all, ME};
+pub(crate) use crate::backend::suite::{errno, get, names, pattern, put, read_all, same_bytes, ME};
 
 crate::backend::suite::backend_suite!({
     let (d, _db, b) = setup();
