@@ -46,7 +46,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::FsResult;
 use checkpoint::Checkpointer;
 use file::InodeState;
-use store::{Ctx, Dentries};
+use store::{Ctx, Dentries, Nodes};
 
 /// How many idle reader connections are kept for reuse.
 const MAX_IDLE_READERS: usize = 8;
@@ -74,6 +74,7 @@ struct Registry {
 struct Db {
     conn: Connection,
     dentries: RefCell<Dentries>,
+    nodes: RefCell<Nodes>,
 }
 
 struct Inner {
@@ -140,7 +141,7 @@ impl SqliteBackend {
                 namespace: namespace.to_string(),
                 ns,
                 root,
-                conn: Mutex::new(Db { conn, dentries: RefCell::default() }),
+                conn: Mutex::new(Db { conn, dentries: RefCell::default(), nodes: RefCell::default() }),
                 readers: Mutex::new(Vec::new()),
                 inos: Mutex::new((0, 0)),
                 registry: Mutex::new(Registry::default()),
@@ -185,9 +186,9 @@ impl Inner {
     fn write_tx<T>(&self, f: impl Fn(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut db = self.conn.lock();
         let run = |db: &mut Db| -> FsResult<T> {
-            let Db { conn, dentries } = db;
+            let Db { conn, dentries, .. } = db;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = f(&Ctx { conn: &tx, dentries: Some(dentries) })?;
+            let value = f(&Ctx { conn: &tx, dentries: Some(dentries), nodes: None })?;
             tx.commit()?;
             Ok(value)
         };
@@ -218,12 +219,12 @@ impl Inner {
     /// claim the namespace), so while it is held nothing can change what `f` reads. A
     /// `BEGIN` and a `COMMIT` were a third of a sqlite-route `open`.
     fn read_with<T>(&self, in_tx: bool, f: impl FnOnce(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
-        let run = |conn: &mut Connection, dentries: Option<&RefCell<Dentries>>, in_tx: bool| {
+        let run = |conn: &mut Connection, dentries, nodes, in_tx: bool| {
             if !in_tx {
-                return f(&Ctx { conn, dentries });
+                return f(&Ctx { conn, dentries, nodes });
             }
             let tx = conn.transaction()?;
-            let value = f(&Ctx { conn: &tx, dentries })?;
+            let value = f(&Ctx { conn: &tx, dentries, nodes })?;
             tx.commit()?;
             Ok(value)
         };
@@ -231,15 +232,21 @@ impl Inner {
         // connection must re-read every page the writer changed since its last use) and it
         // has the dentry cache. `try_lock` never waits, so this cannot upset the lock order.
         if let Some(mut db) = self.conn.try_lock() {
-            let Db { conn, dentries } = &mut *db;
-            return run(conn, Some(dentries), in_tx && !self.writes());
+            let Db { conn, dentries, nodes } = &mut *db;
+            // No commit can come while the connection is held, so the count is the one the
+            // node cache must be at.
+            let nodes = self.writes().then(|| {
+                nodes.get_mut().at_commit(self.commits_seen());
+                &*nodes
+            });
+            return run(conn, Some(dentries), nodes, in_tx && !self.writes());
         }
         let pooled = self.readers.lock().pop();
         let mut conn = match pooled {
             Some(c) => c,
             None => schema::open_reader(&self.path)?,
         };
-        let result = run(&mut conn, None, in_tx);
+        let result = run(&mut conn, None, None, in_tx);
         let mut pool = self.readers.lock();
         if pool.len() < MAX_IDLE_READERS {
             pool.push(conn);

@@ -20,7 +20,8 @@ use rusqlite::{params, Connection, DatabaseName, OptionalExtension};
 use super::schema::{CHUNK_BITS, PAGE_SIZE};
 use super::store::{self, chunk_key, Ctx, Node};
 use super::{Inner, StateRef};
-use crate::backend::{chunks, tree};
+use crate::backend::chunks;
+use crate::backend::tree::{self, Tree};
 use crate::backend::{Attr, FileKind, OpenFile, SetAttr, TimeSet};
 use crate::error::{Errno, FsError, FsResult};
 
@@ -181,7 +182,7 @@ impl Inner {
         if let Some(size) = st.size {
             return Ok(size);
         }
-        let size = self.with_reader(|c| store::must_node(c, ino))?.size;
+        let size = self.with_reader(|c| c.must_node(ino))?.size;
         st.size = Some(size);
         Ok(size)
     }
@@ -232,7 +233,7 @@ impl Inner {
     }
 
     pub(super) fn attr_locked(&self, ino: u64, st: &InodeState) -> FsResult<Attr> {
-        let n = self.with_reader(|c| store::must_node(c, ino))?;
+        let n = self.with_reader(|c| c.must_node(ino))?;
         Ok(st.overlay(n))
     }
 
@@ -466,12 +467,7 @@ impl Inner {
             store::must_node(tx, ino)?; // exists, before buffered rows go in
             self.write_pending(tx, ino, st)?;
         }
-        tree::setattr_in(
-            &Ctx { conn: tx, dentries: None },
-            store::must_node(tx, ino)?,
-            changes,
-            MAX_FILE_SIZE,
-        )
+        tree::setattr_in(&Ctx::plain(tx), store::must_node(tx, ino)?, changes, MAX_FILE_SIZE)
     }
 
     /// Applies `changes` and commits them together with the buffer.
@@ -488,7 +484,7 @@ impl Inner {
         if changes.size.is_some() {
             return self.setattr_locked(ino, st, changes);
         }
-        let node = self.with_reader(|c| store::must_node(c, ino))?;
+        let node = self.with_reader(|c| c.must_node(ino))?;
         if !changes.is_empty() {
             st.attrs.get_or_insert_with(PendingAttrs::default).merge(changes, store::now_ns());
         }

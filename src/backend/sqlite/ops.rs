@@ -9,7 +9,7 @@ use rusqlite::TransactionBehavior;
 use super::file::{InodeState, SqliteFile};
 use super::store::{self, Ctx, Node};
 use super::{Db, SqliteBackend, StateRef};
-use crate::backend::tree::{self, Spec};
+use crate::backend::tree::{self, Spec, Tree};
 use crate::backend::{Attr, Backend, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
 
@@ -64,10 +64,10 @@ impl SqliteBackend {
     ) -> FsResult<Node> {
         let inner = &self.inner;
         let mut db = inner.conn.lock();
-        let Db { conn, dentries } = &mut *db;
+        let Db { conn, dentries, .. } = &mut *db;
         let ino = inner.alloc_ino(conn)?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let c = Ctx { conn: &tx, dentries: Some(dentries) };
+        let c = Ctx { conn: &tx, dentries: Some(dentries), nodes: None };
         let node = tree::create_in(&c, inner.root, path, (ino, inner.ns), &spec, caller)?;
         if let Some(state) = register {
             inner.registry.lock().states.insert(ino, state.clone());
@@ -179,7 +179,7 @@ impl Backend for SqliteBackend {
         let inner = &self.inner;
         let ino =
             inner.write_tx(|tx| tree::link_in(tx, inner.root, existing, new_path)).map_err(at(new_path))?;
-        let node = inner.with_reader(|c| store::must_node(c, ino))?;
+        let node = inner.with_reader(|c| c.must_node(ino))?;
         inner.attr_of(node)
     }
 
@@ -238,9 +238,10 @@ impl Backend for SqliteBackend {
         // buffered. An `open` registering meanwhile reads the node only after this commits.
         let outcome = (|| -> FsResult<Result<Node, u64>> {
             let mut db = inner.conn.lock();
-            let Db { conn, dentries } = &mut *db;
+            let Db { conn, dentries, .. } = &mut *db;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let ino = tree::resolve(&Ctx { conn: &tx, dentries: Some(dentries) }, inner.root, path)?;
+            let ino =
+                tree::resolve(&Ctx { conn: &tx, dentries: Some(dentries), nodes: None }, inner.root, path)?;
             let state = inner.state_get(ino);
             let mut st = match &state {
                 None => None,

@@ -77,11 +77,46 @@ pub(super) struct Dentries {
 /// Bound on remembered entries; past it the cache starts over.
 const DENTRIES_MAX: usize = 1 << 17;
 
-/// A connection to query, with the dentry cache when it is the write connection.
+/// Nodes read through the write connection outside a write transaction, all read since the
+/// last commit: every change to the namespace is a commit of that connection, counted while it
+/// is held (see `Inner::commits`), so while the count is the one the cache was filled at, the
+/// nodes are what the store holds. A grep's `open` then costs no query for the directories it
+/// walks. Used only by a backend that claimed its namespace (no other process changes it).
+#[derive(Default)]
+pub(super) struct Nodes {
+    map: HashMap<u64, Node>,
+    commits: u64,
+}
+
+impl Nodes {
+    /// Forgets every node if a commit came since they were read (`commits` is the count now).
+    pub fn at_commit(&mut self, commits: u64) {
+        if self.commits != commits {
+            self.map.clear();
+            self.commits = commits;
+        }
+    }
+
+    #[cfg(test)]
+    pub fn holds(&self, ino: u64) -> bool {
+        self.map.contains_key(&ino)
+    }
+}
+
+/// A connection to query, with the dentry cache when it is the write connection, and the node
+/// cache when that connection reads outside a write transaction.
 #[derive(Clone, Copy)]
 pub(super) struct Ctx<'a> {
     pub conn: &'a Connection,
     pub dentries: Option<&'a RefCell<Dentries>>,
+    pub nodes: Option<&'a RefCell<Nodes>>,
+}
+
+impl<'a> Ctx<'a> {
+    /// A connection without caches (a write transaction's, or a pool reader's).
+    pub fn plain(conn: &'a Connection) -> Ctx<'a> {
+        Ctx { conn, dentries: None, nodes: None }
+    }
 }
 
 impl std::ops::Deref for Ctx<'_> {
@@ -260,7 +295,21 @@ impl Tree for Ctx<'_> {
         lookup(self, parent, name)
     }
     fn node(&self, ino: u64) -> FsResult<Option<Node>> {
-        node(self, ino)
+        let Some(nodes) = self.nodes else {
+            return node(self, ino);
+        };
+        if let Some(n) = nodes.borrow().map.get(&ino) {
+            return Ok(Some(n.clone()));
+        }
+        let found = node(self, ino)?;
+        if let Some(n) = &found {
+            let mut nodes = nodes.borrow_mut();
+            if nodes.map.len() >= DENTRIES_MAX {
+                nodes.map.clear();
+            }
+            nodes.map.insert(ino, n.clone());
+        }
+        Ok(found)
     }
     fn insert_node(&self, ino: u64, n: &NewNode<'_>) -> FsResult<()> {
         insert_node(self, ino, n)

@@ -30,6 +30,11 @@ impl SqliteBackend {
         self.inner.conn.lock().conn.total_changes()
     }
 
+    /// Whether the write connection's node cache holds `ino`.
+    fn caches_node(&self, ino: u64) -> bool {
+        self.inner.conn.lock().nodes.borrow().holds(ino)
+    }
+
     /// Bytes written and waiting in the buffers of all files.
     fn buffered_bytes(&self) -> usize {
         self.inner.dirty_total.load(std::sync::atomic::Ordering::Relaxed)

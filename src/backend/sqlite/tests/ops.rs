@@ -6,6 +6,33 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::*;
 
 #[test]
+fn nodes_read_while_nothing_commits_are_kept_and_every_commit_drops_them() {
+    let (_d, _db, b) = setup();
+    put(&b, "f", b"one");
+    b.mkdir("d", 0o755, &ME).unwrap();
+    let ino = b.getattr("f").unwrap().ino;
+    assert!(b.caches_node(ino), "a read through the idle write connection keeps the node");
+    assert_eq!(b.getattr("f").unwrap().perm, 0o644);
+
+    // Each change is seen by the next read, whatever made it.
+    b.setattr("f", &SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    assert_eq!(b.getattr("f").unwrap().perm, 0o600);
+    let h = b.open("f", libc::O_RDWR).unwrap();
+    h.write(0, b"longer").unwrap();
+    h.flush().unwrap();
+    drop(h);
+    assert_eq!(b.getattr("f").unwrap().size, 6);
+    let dir_links = b.getattr("d").unwrap().nlink;
+    b.mkdir("d/sub", 0o755, &ME).unwrap();
+    assert_eq!(b.getattr("d").unwrap().nlink, dir_links + 1);
+    b.rename("f", "d/g", 0).unwrap();
+    assert_eq!(errno(b.getattr("f")), Errno::ENOENT);
+    assert_eq!(b.getattr("d/g").unwrap().ino, ino);
+    b.unlink("d/g").unwrap();
+    assert_eq!(errno(b.getattr("d/g")), Errno::ENOENT);
+}
+
+#[test]
 fn overwrites_inside_stored_chunks_are_written_in_place() {
     let (_d, db, b) = setup();
     let cs = CHUNK_SIZE as usize;
