@@ -82,6 +82,11 @@ struct Tables {
     /// its inodes under memory pressure). Only that node ever gets the number again, so it
     /// never names two things; once [`RETIRED_MOST`] are kept, the map starts over.
     retired: HashMap<Identity, u64>,
+    /// Inodes made for a file while an older inode of it lives on, nameless and held open
+    /// (another program moved the file while a descriptor through the mount held it): two
+    /// inodes for one file, whose attributes the kernel would cache apart, so it keeps none of
+    /// this one's. Until the kernel forgets it.
+    twins: HashSet<u64>,
 }
 
 /// Forgotten numbers kept at most (about 40 bytes each).
@@ -153,6 +158,12 @@ impl Inodes {
         self.lost_names_through_mount(ino) && self.tables.read().deleted.contains(&ino)
     }
 
+    /// Whether `ino` is a second inode of a file held open under an older one (see
+    /// [`Tables::twins`]).
+    pub fn is_twin(&self, ino: u64) -> bool {
+        self.tables.read().twins.contains(&ino)
+    }
+
     /// Whether an inode still has a name (unknown inodes have none).
     pub fn has_names(&self, ino: u64) -> bool {
         self.tables.read().by_ino.get(&ino).is_some_and(|node| !node.paths.is_empty())
@@ -171,12 +182,19 @@ impl Inodes {
     /// Records one kernel lookup of `path` and returns its inode number. `identity` (for
     /// non-directories) joins hard links of one backend node into one inode.
     pub fn remember(&self, path: &VPath, identity: Option<Identity>) -> u64 {
-        self.remember_displacing(path, identity).0
+        self.remember_displacing(path, identity, false).0
     }
 
     /// [`Inodes::remember`], which also returns the inode `path` was taken from when the name
-    /// led to another node until now (replaced behind the kernel's back).
-    pub fn remember_displacing(&self, path: &VPath, identity: Option<Identity>) -> (u64, Option<u64>) {
+    /// led to another node until now (replaced behind the kernel's back). `held`: the node that
+    /// had `identity` until now is held open, so a new node for `path` is its twin (see
+    /// [`Tables::twins`]).
+    pub fn remember_displacing(
+        &self,
+        path: &VPath,
+        identity: Option<Identity>,
+        held: bool,
+    ) -> (u64, Option<u64>) {
         {
             let tables = self.tables.read();
             if let Some(&ino) = tables.by_path.get(path) {
@@ -217,7 +235,17 @@ impl Inodes {
         tables.by_ino.insert(ino, node);
         tables.by_path.insert(path.clone(), ino);
         if let Some(id) = identity {
-            tables.by_identity.insert(id, ino);
+            match tables.by_identity.get(&id) {
+                // The identity stays with the open inode, so that the name's next inode (the
+                // kernel may forget this one at once, since it keeps nothing of it) is found
+                // to be a twin too.
+                Some(older) if held && tables.by_ino.contains_key(older) => {
+                    tables.twins.insert(ino);
+                }
+                _ => {
+                    tables.by_identity.insert(id, ino);
+                }
+            }
         }
         (ino, displaced)
     }
@@ -284,6 +312,7 @@ impl Inodes {
             }
             tables.went_stale.remove(&ino);
             tables.deleted.remove(&ino);
+            tables.twins.remove(&ino);
         }
         left == 0
     }
@@ -469,6 +498,29 @@ mod tests {
         assert!(t.lost_names_through_mount(a) && t.deleted_through_mount(a));
         // A recycled backend identity does not revive a node whose names are gone.
         assert_ne!(t.remember(&p("/x/c"), Some((1, 9))), a);
+    }
+
+    #[test]
+    fn a_new_inode_of_a_file_held_open_under_an_older_one_is_a_twin() {
+        let t = Inodes::new();
+        let old = t.remember(&p("/d/a"), Some((0, 42)));
+        // Another program moved the file to `/d/b` while a descriptor held it.
+        t.drop_stale_name(old, &p("/d/a"));
+        let (new, _) = t.remember_displacing(&p("/d/b"), Some((0, 42)), true);
+        assert_ne!(new, old, "the kernel may still reach the old inode by its stale name");
+        assert!(t.is_twin(new) && !t.is_twin(old));
+        // The kernel forgets the twin, and looks the name up again: the identity still leads
+        // to the open inode, so the next one is a twin too.
+        assert!(t.forget(new, 1));
+        assert!(!t.is_twin(new));
+        assert_eq!(t.other_names(&p("/d/b"), (0, 42)), Some((old, vec![])));
+        let (again, _) = t.remember_displacing(&p("/d/b"), Some((0, 42)), true);
+        assert!(t.is_twin(again));
+        // Not held open: the identity may have been reused by another file.
+        t.drop_stale_name(again, &p("/d/b"));
+        let (other, _) = t.remember_displacing(&p("/d/c"), Some((0, 42)), false);
+        assert!(!t.is_twin(other));
+        assert_eq!(t.ino_by_identity((0, 42)), Some(other));
     }
 
     #[test]

@@ -374,7 +374,10 @@ impl FuseDoor {
             }
             let (path, found) = looked_up.next().expect("a window holds the entry");
             let (child, ttl, attr) = match found {
-                Ok(attr) => (self.remember(&path, &attr), self.engine.ttl(&path), attr),
+                Ok(attr) => {
+                    let child = self.remember(&path, &attr);
+                    (child, self.attr_ttl(child, &path), attr)
+                }
                 // Listed but not readable (a deny rule with `hide = false`): the name is shown
                 // with placeholder attributes the kernel may not keep, so a stat asks again
                 // and gets EACCES.

@@ -143,7 +143,7 @@ impl FuseDoor {
     /// Replies with a new entry the kernel will hold a lookup on.
     fn entry(&self, path: &VPath, attr: &Attr, reply: ReplyEntry) {
         let ino = self.remember(path, attr);
-        reply.entry(&self.engine.ttl(path), &fuse_attr(ino, attr), GEN);
+        reply.entry(&self.attr_ttl(ino, path), &fuse_attr(ino, attr), GEN);
     }
 }
 
@@ -676,7 +676,7 @@ impl Filesystem for FuseDoor {
         self.serve_naming(ctx(req), reply, work, move |d, result, reply: ReplyCreate| match result {
             Ok(((attr, handle), path)) => {
                 let ino = d.remember(&path, &attr);
-                let (ttl, attr) = (d.engine.ttl(&path), fuse_attr(ino, &attr));
+                let (ttl, attr) = (d.attr_ttl(ino, &path), fuse_attr(ino, &attr));
                 let noflush = !handle.file.needs_flush();
                 let (fh, fopen, backing) =
                     d.admit_file(ino, pid, handle, flags, noflush, |fd| reply.open_backing(fd));

@@ -14,14 +14,19 @@ impl FuseDoor {
     /// Records a lookup of `path` and returns the inode number the kernel will hold.
     pub(super) fn remember(&self, path: &VPath, attr: &Attr) -> u64 {
         let identity = self.engine.identity(path, attr);
+        let mut held = false;
         if let Some((ino, others)) = identity.and_then(|id| self.inodes.other_names(path, id)) {
             // Before `path` joins a node as another name (a hard link), the node's other
             // names must still lead to it: a host inode number is reused once its file is
             // deleted, and a deletion by a tool or another program leaves its name here.
-            // That none is left is no error: `path` then starts a node of its own.
+            // That none is left is no error: `path` then starts a node of its own. If the
+            // old node is open, that is the same file (an open file keeps its inode number),
+            // moved by another program; it cannot take `path` as its name, since the kernel
+            // may still reach it by its stale one, which must keep failing.
             let _ = self.live_names(ino, others);
+            held = self.any_file_of(ino).is_some();
         }
-        let (ino, displaced) = self.inodes.remember_displacing(path, identity);
+        let (ino, displaced) = self.inodes.remember_displacing(path, identity, held);
         if let Some(id) = identity {
             self.replaced.claim(ino, id);
         }
@@ -151,9 +156,11 @@ impl FuseDoor {
 
     /// How long the kernel may keep attributes of inode `ino` it reached by `path`. An inode
     /// without a name (removed, or found stale) is reached only through open descriptors, and
-    /// nothing reports changes to its file any more: the kernel asks again each time.
+    /// nothing reports changes to its file any more: the kernel asks again each time. So it
+    /// does for a twin (a second inode of a file held open under the first): a write through
+    /// either inode changes the file under the other's cached attributes.
     pub(super) fn attr_ttl(&self, ino: u64, path: &VPath) -> std::time::Duration {
-        if self.inodes.has_names(ino) {
+        if self.inodes.has_names(ino) && !self.inodes.is_twin(ino) {
             self.engine.ttl(path)
         } else {
             std::time::Duration::ZERO

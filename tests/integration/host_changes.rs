@@ -381,6 +381,32 @@ fn an_open_file_the_host_renames_keeps_fresh_attributes() {
     soon("the host's deletion, through the open descriptor", || held.metadata().unwrap().nlink() == 0);
 }
 
+/// A file open through the mount that a host program renames: a write through the open
+/// descriptor shows at once in `stat` of the new name, and a write through the new name in
+/// `fstat` of the descriptor. The kernel knows the file by two inodes then (it may still reach
+/// the old one by its stale name, which must fail), and kept the new one's attributes, showing
+/// the old size until the host watch caught up.
+#[test]
+fn a_file_the_host_renames_while_open_shows_its_writes_under_its_new_name() {
+    let fx = Fixture::new("");
+    let (host, mnt) = work_dir(&fx);
+    for i in 0..20 {
+        let (old, new) = (format!("old{i}"), format!("new{i}"));
+        fs::write(mnt.join(&old), vec![b'x'; 8928]).unwrap();
+        let held = fs::OpenOptions::new().read(true).write(true).open(mnt.join(&old)).unwrap();
+        let mut some = [0u8; 100];
+        held.read_at(&mut some, 6000).unwrap();
+        fs::rename(host.join(&old), host.join(&new)).unwrap();
+        soon("the new name", || mnt.join(&new).exists() && !mnt.join(&old).exists());
+        held.write_at(&[b'c'; 845], 11188).unwrap();
+        assert_eq!(fs::metadata(mnt.join(&new)).unwrap().len(), 12033, "{new}");
+        let other = fs::OpenOptions::new().write(true).open(mnt.join(&new)).unwrap();
+        other.write_at(b"tail", 12033).unwrap();
+        assert_eq!(held.metadata().unwrap().len(), 12037, "{new}");
+        assert_eq!(fs::read(mnt.join(&new)).unwrap().len(), 12037, "{new}");
+    }
+}
+
 /// A file open through the mount that a host program replaces by renaming another file over
 /// it: when the name is looked up again (before the host watch reports the rename; `O_EXCL`
 /// makes the kernel ask at once), the open file loses it, and its descriptor reports what ext4
