@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::harness::{scratch, sh, status_at, Mount};
+use crate::harness::{scratch, sh, status_at, Mount, SmallDisk};
 
 /// A config with `/` memory and `/db` → sqlite at `database` (`extra` lines in its route).
 fn sqlite_config(dir: &Path, database: &Path, extra: &str) -> PathBuf {
@@ -84,31 +84,6 @@ fn a_store_the_daemon_cannot_write_is_refused_at_start_or_served_read_only_on_pu
     let route = status["routes"].as_array().unwrap().iter().find(|r| r["path"] == "/db").unwrap().clone();
     assert_eq!(route["read_only"], true, "{status}");
     mount.stop();
-}
-
-/// A small tmpfs of its own, unmounted even when the test panics.
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn new(dir: &Path, megabytes: u32) -> SmallDisk {
-        fs::create_dir_all(dir).unwrap();
-        let size = format!("size={megabytes}m");
-        assert!(Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap()
-            .success());
-        SmallDisk(dir.to_path_buf())
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        if Command::new("umount").arg(&self.0).status().map(|s| !s.success()).unwrap_or(true) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
 }
 
 /// Writes `content` to `path` in 64 KiB writes, then fsyncs and closes it. `Ok` only when

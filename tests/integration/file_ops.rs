@@ -5,7 +5,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::harness::{sh_ok, Fixture, ROUTES};
+use crate::harness::{sh_ok, Fixture, SmallDisk, ROUTES};
 
 fn errno_of(e: std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(-1)
@@ -345,4 +345,25 @@ fn fsync_of_a_directory_succeeds_on_every_route() {
         }
         assert_eq!(fs::read_to_string(dir.join("b")).unwrap(), "a", "{route}");
     }
+}
+
+/// A host root may hold mounts of other filesystems, whose inode numbers repeat its own: files
+/// with one inode number on two filesystems are two files through the mount, never two names
+/// of one (which showed one's content under the other's name, and sent writes to the other).
+#[test]
+fn files_with_one_inode_number_on_two_filesystems_in_a_host_root_stay_apart() {
+    let fx = Fixture::new("");
+    let disks = (SmallDisk::new(&fx.host_root.join("a"), 4), SmallDisk::new(&fx.host_root.join("b"), 4));
+    fs::write(fx.host_root.join("a/f"), "on a").unwrap();
+    fs::write(fx.host_root.join("b/f"), "on b").unwrap();
+    let host_ino = |p: &str| fs::metadata(fx.host_root.join(p)).unwrap().ino();
+    assert_eq!(host_ino("a/f"), host_ino("b/f"), "two fresh tmpfs number their first files alike");
+    assert_eq!(fs::read_to_string(fx.p("/host/a/f")).unwrap(), "on a");
+    assert_eq!(fs::read_to_string(fx.p("/host/b/f")).unwrap(), "on b");
+    let ino = |p: &str| fs::metadata(fx.p(p)).unwrap().ino();
+    assert_ne!(ino("/host/a/f"), ino("/host/b/f"));
+    fs::write(fx.p("/host/b/f"), "written through b").unwrap();
+    assert_eq!(fs::read_to_string(fx.host_root.join("a/f")).unwrap(), "on a");
+    assert_eq!(fs::read_to_string(fx.host_root.join("b/f")).unwrap(), "written through b");
+    drop(disks);
 }

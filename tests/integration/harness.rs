@@ -347,3 +347,28 @@ impl Drop for BusyCpus {
         }
     }
 }
+
+/// A small tmpfs of its own, unmounted even when the test panics.
+pub struct SmallDisk(pub PathBuf);
+
+impl SmallDisk {
+    pub fn new(dir: &Path, megabytes: u32) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let size = format!("size={megabytes}m");
+        assert!(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success());
+        SmallDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        if Command::new("umount").arg(&self.0).status().map(|s| !s.success()).unwrap_or(true) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}

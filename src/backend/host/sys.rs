@@ -215,9 +215,44 @@ fn time(sec: i64, nsec: i64) -> SystemTime {
     }
 }
 
+/// The identity of a host file ([`Attr::ino`]): its inode number, with the index of its
+/// filesystem in the top byte. A host root may hold mounts of other filesystems (a tmpfs, a
+/// bind mount, a btrfs subvolume), whose inode numbers repeat the root's: by the number alone,
+/// two files would be taken for hard links of one, and the mount would show one's content under
+/// the other's name. The first filesystem the daemon meets has index 0 (so its files keep their
+/// numbers); past 255 filesystems indexes repeat, and numbers from 2^56 up could meet.
+pub fn identity_ino(st: &libc::stat) -> u64 {
+    st.st_ino ^ (device_index(st.st_dev) << 56)
+}
+
+/// The order in which the daemon met filesystem `dev`, modulo 256. Each thread keeps the last
+/// one it asked about, so the usual case (one filesystem) takes no lock.
+fn device_index(dev: libc::dev_t) -> u64 {
+    static MET: std::sync::Mutex<Vec<libc::dev_t>> = std::sync::Mutex::new(Vec::new());
+    thread_local! {
+        static LAST: std::cell::Cell<Option<(libc::dev_t, u64)>> = const { std::cell::Cell::new(None) };
+    }
+    if let Some((last, index)) = LAST.get() {
+        if last == dev {
+            return index;
+        }
+    }
+    let mut met = MET.lock().unwrap_or_else(|e| e.into_inner());
+    let index = match met.iter().position(|&d| d == dev) {
+        Some(i) => i,
+        None => {
+            met.push(dev);
+            met.len() - 1
+        }
+    } as u64
+        % 256;
+    LAST.set(Some((dev, index)));
+    index
+}
+
 pub fn attr_from_stat(st: &libc::stat) -> Attr {
     Attr {
-        ino: st.st_ino,
+        ino: identity_ino(st),
         kind: FileKind::from_mode(st.st_mode).unwrap_or(FileKind::File),
         perm: (st.st_mode & 0o7777) as u16,
         size: st.st_size as u64,
