@@ -31,6 +31,9 @@ struct Node {
     /// the usual case, needs no allocation of its own.
     paths: SmallVec<[VPath; 1]>,
     /// The identity, unpacked so the node stays at 40 bytes (`Option<(u32, u64)>` takes 24).
+    /// For a directory, its backend inode number (0 when unknown): no identity, since the
+    /// kernel has one inode per directory, but a directory that another program put in place
+    /// of this one under the same name is another inode.
     backend_ino: u64,
     /// `NO_ROUTE` for directories, which have no identity.
     route: u32,
@@ -43,8 +46,8 @@ struct Node {
 const NO_ROUTE: u32 = u32::MAX;
 
 impl Node {
-    fn new(path: VPath, identity: Option<Identity>) -> Node {
-        let (route, backend_ino) = identity.unwrap_or((NO_ROUTE, 0));
+    fn new(path: VPath, identity: Option<Identity>, dir_ino: u64) -> Node {
+        let (route, backend_ino) = identity.unwrap_or((NO_ROUTE, dir_ino));
         Node { paths: smallvec::smallvec![path], backend_ino, route, lookups: AtomicU32::new(1) }
     }
 
@@ -62,6 +65,13 @@ impl Node {
 
     fn identity(&self) -> Option<Identity> {
         (self.route != NO_ROUTE).then_some((self.route, self.backend_ino))
+    }
+
+    /// Whether a lookup that found `identity` (or, for a directory, backend inode `dir_ino`,
+    /// 0 when unknown) found this node.
+    fn is(&self, identity: Option<Identity>, dir_ino: u64) -> bool {
+        self.identity() == identity
+            && (identity.is_some() || dir_ino == 0 || self.backend_ino == 0 || self.backend_ino == dir_ino)
     }
 }
 
@@ -108,7 +118,7 @@ impl Default for Inodes {
 impl Inodes {
     pub fn new() -> Inodes {
         let mut tables = Tables::default();
-        let root = Node::new(VPath::root(), None);
+        let root = Node::new(VPath::root(), None, 0);
         tables.by_ino.insert(ROOT_INO, root);
         tables.by_path.insert(VPath::root(), ROOT_INO);
         Inodes {
@@ -182,24 +192,26 @@ impl Inodes {
     /// Records one kernel lookup of `path` and returns its inode number. `identity` (for
     /// non-directories) joins hard links of one backend node into one inode.
     pub fn remember(&self, path: &VPath, identity: Option<Identity>) -> u64 {
-        self.remember_displacing(path, identity, false).0
+        self.remember_displacing(path, identity, 0, false).0
     }
 
     /// [`Inodes::remember`], which also returns the inode `path` was taken from when the name
-    /// led to another node until now (replaced behind the kernel's back). `held`: the node that
-    /// had `identity` until now is held open, so a new node for `path` is its twin (see
+    /// led to another node until now (replaced behind the kernel's back). `dir_ino`: for a
+    /// directory, its backend inode number (0 when unknown). `held`: the node that had
+    /// `identity` until now is held open, so a new node for `path` is its twin (see
     /// [`Tables::twins`]).
     pub fn remember_displacing(
         &self,
         path: &VPath,
         identity: Option<Identity>,
+        dir_ino: u64,
         held: bool,
     ) -> (u64, Option<u64>) {
         {
             let tables = self.tables.read();
             if let Some(&ino) = tables.by_path.get(path) {
                 let node = &tables.by_ino[&ino];
-                if node.identity() == identity {
+                if node.is(identity, dir_ino) {
                     node.add_lookup();
                     return (ino, None);
                 }
@@ -208,7 +220,7 @@ impl Inodes {
         let mut tables = self.tables.write();
         let mut displaced = None;
         if let Some(&ino) = tables.by_path.get(path) {
-            if tables.by_ino[&ino].identity() == identity {
+            if tables.by_ino[&ino].is(identity, dir_ino) {
                 tables.by_ino[&ino].add_lookup();
                 return (ino, None);
             }
@@ -231,7 +243,7 @@ impl Inodes {
         }
         let reused = identity.and_then(|id| tables.retired.remove(&id));
         let ino = reused.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
-        let node = Node::new(path.clone(), identity);
+        let node = Node::new(path.clone(), identity, dir_ino);
         tables.by_ino.insert(ino, node);
         tables.by_path.insert(path.clone(), ino);
         if let Some(id) = identity {
@@ -501,12 +513,27 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_put_in_place_of_another_is_another_inode() {
+        let t = Inodes::new();
+        let (d, _) = t.remember_displacing(&p("/d"), None, 7, false);
+        let f = t.remember(&p("/d/f"), Some((0, 9)));
+        assert_eq!(t.remember_displacing(&p("/d"), None, 7, false), (d, None), "the same directory");
+        assert_eq!(t.remember_displacing(&p("/d"), None, 0, false), (d, None), "not known: kept");
+        // Another program moved `/d` away and made a new `/d`.
+        let (new, displaced) = t.remember_displacing(&p("/d"), None, 8, false);
+        assert_ne!(new, d);
+        assert_eq!(displaced, Some(d));
+        assert_eq!(t.ino_of(&p("/d")), Some(new));
+        assert_eq!(t.paths(f).unwrap(), vec![p("/d/f")], "checked when next asked for");
+    }
+
+    #[test]
     fn a_new_inode_of_a_file_held_open_under_an_older_one_is_a_twin() {
         let t = Inodes::new();
         let old = t.remember(&p("/d/a"), Some((0, 42)));
         // Another program moved the file to `/d/b` while a descriptor held it.
         t.drop_stale_name(old, &p("/d/a"));
-        let (new, _) = t.remember_displacing(&p("/d/b"), Some((0, 42)), true);
+        let (new, _) = t.remember_displacing(&p("/d/b"), Some((0, 42)), 0, true);
         assert_ne!(new, old, "the kernel may still reach the old inode by its stale name");
         assert!(t.is_twin(new) && !t.is_twin(old));
         // The kernel forgets the twin, and looks the name up again: the identity still leads
@@ -514,11 +541,11 @@ mod tests {
         assert!(t.forget(new, 1));
         assert!(!t.is_twin(new));
         assert_eq!(t.other_names(&p("/d/b"), (0, 42)), Some((old, vec![])));
-        let (again, _) = t.remember_displacing(&p("/d/b"), Some((0, 42)), true);
+        let (again, _) = t.remember_displacing(&p("/d/b"), Some((0, 42)), 0, true);
         assert!(t.is_twin(again));
         // Not held open: the identity may have been reused by another file.
         t.drop_stale_name(again, &p("/d/b"));
-        let (other, _) = t.remember_displacing(&p("/d/c"), Some((0, 42)), false);
+        let (other, _) = t.remember_displacing(&p("/d/c"), Some((0, 42)), 0, false);
         assert!(!t.is_twin(other));
         assert_eq!(t.ino_by_identity((0, 42)), Some(other));
     }

@@ -26,7 +26,8 @@ impl FuseDoor {
             let _ = self.live_names(ino, others);
             held = self.any_file_of(ino).is_some();
         }
-        let (ino, displaced) = self.inodes.remember_displacing(path, identity, held);
+        let dir_ino = if attr.kind == FileKind::Dir { attr.ino } else { 0 };
+        let (ino, displaced) = self.inodes.remember_displacing(path, identity, dir_ino, held);
         if let Some(id) = identity {
             self.replaced.claim(ino, id);
         }

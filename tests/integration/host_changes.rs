@@ -407,6 +407,32 @@ fn a_file_the_host_renames_while_open_shows_its_writes_under_its_new_name() {
     }
 }
 
+/// A directory that a host program moves away while a file in it is open through the mount,
+/// and replaces with a new one: the new directory is another inode to the kernel, so the old
+/// one's names (kept by the open file) do not come back under it. They did, for as long as the
+/// kernel caches names: the new directory took the old one's inode.
+#[test]
+fn a_directory_the_host_replaces_while_a_file_in_it_is_open_shows_only_its_own_names() {
+    let fx = Fixture::new("");
+    let (host, mnt) = work_dir(&fx);
+    for i in 0..10 {
+        let (d, e) = (format!("d{i}"), format!("e{i}"));
+        fs::create_dir(host.join(&d)).unwrap();
+        fs::write(host.join(&d).join("f"), "held").unwrap();
+        soon("the first directory's file", || mnt.join(&d).join("f").exists());
+        let held = fs::File::open(mnt.join(&d).join("f")).unwrap();
+        fs::rename(host.join(&d), host.join(&e)).unwrap();
+        fs::create_dir(host.join(&d)).unwrap();
+        fs::write(host.join(&d).join("g"), "new").unwrap();
+        soon("each name where the host put it", || {
+            !mnt.join(&d).join("f").exists()
+                && mnt.join(&d).join("g").exists()
+                && mnt.join(&e).join("f").exists()
+        });
+        assert_eq!(std::io::read_to_string(&held).unwrap(), "held", "{d}");
+    }
+}
+
 /// A file open through the mount that a host program replaces by renaming another file over
 /// it: when the name is looked up again (before the host watch reports the rename; `O_EXCL`
 /// makes the kernel ask at once), the open file loses it, and its descriptor reports what ext4
