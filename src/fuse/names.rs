@@ -187,7 +187,9 @@ impl FuseDoor {
 /// the path up afresh and retries `open`, `stat`, `chmod` and the like once, which gives the
 /// caller what the name leads to now instead of a stale ENOENT. A rule's refusal stays as it is.
 pub(super) fn went_stale(e: FsError) -> FsError {
-    if (e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR)) && e.denied_by.is_none() {
+    // A directory on the way removed (ENOENT), or put back as a file (ENOTDIR) or a symlink,
+    // which a path walk of the daemon never follows (ELOOP).
+    if (e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) || e.is(Errno::ELOOP)) && e.denied_by.is_none() {
         FsError::new(Errno::ESTALE, format!("the name no longer leads to this inode: {}", e.context))
     } else {
         e

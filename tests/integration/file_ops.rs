@@ -5,7 +5,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::harness::{sh_ok, Fixture, SmallDisk, ROUTES};
+use crate::harness::{call_tool, sh_ok, Fixture, SmallDisk, ROUTES};
 
 fn errno_of(e: std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(-1)
@@ -366,4 +366,32 @@ fn files_with_one_inode_number_on_two_filesystems_in_a_host_root_stay_apart() {
     assert_eq!(fs::read_to_string(fx.host_root.join("a/f")).unwrap(), "on a");
     assert_eq!(fs::read_to_string(fx.host_root.join("b/f")).unwrap(), "written through b");
     drop(disks);
+}
+
+/// `fstat` of a file held open whose directory a tool deleted and whose directory's name now
+/// leads to a symlink answers the file (deleted: a link count of 0), as on a local filesystem,
+/// on every route. The kernel asks without the descriptor, and the daemon's walk of the old
+/// path met the symlink (ELOOP, since it never follows one), which it answered instead.
+#[test]
+fn fstat_of_a_file_whose_directory_became_a_symlink_answers_the_file() {
+    let fx = Fixture::new("");
+    let mut client =
+        agentvfs::control::client::Client::connect(&fx.scratch.path().join("agentvfs.sock")).unwrap();
+    for route in ROUTES {
+        let dir = fx.p(&format!("{route}/went"));
+        fs::create_dir(&dir).unwrap();
+        let held = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join("a"))
+            .unwrap();
+        let (ok, text) =
+            call_tool(&mut client, "delete", serde_json::json!({"file_path": format!("{route}/went")}));
+        assert!(ok, "{route}: {text}");
+        symlink("a", &dir).unwrap();
+        let st = held.metadata().map_err(errno_of);
+        assert_eq!(st.map(|m| (m.len(), m.nlink())), Ok((0, 0)), "{route}");
+    }
 }
