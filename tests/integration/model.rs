@@ -5,7 +5,7 @@
 //! route some calls are made directly in the host directory, as by another program; the test
 //! then waits until the mount shows their effect (the host watch is asynchronous) and goes on.
 //!
-//! `MODEL_CASES` (default 300) sets the sequences per route and `MODEL_SEED` picks other ones;
+//! `MODEL_CASES` (default 2,000) sets the sequences per route and `MODEL_SEED` picks other ones;
 //! a failure prints the shrunk sequence.
 
 use std::cell::RefCell;
@@ -490,7 +490,7 @@ fn run(
 #[test]
 fn random_operations_agree_with_a_plain_directory_on_every_route() {
     let fx = Fixture::new("");
-    let cases = std::env::var("MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+    let cases = std::env::var("MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let seed: u64 = std::env::var("MODEL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     for route in ROUTES {
         let sides = RefCell::new((
