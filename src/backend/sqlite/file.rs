@@ -329,7 +329,7 @@ impl Inner {
                         DirtyChunk::Patches { writes: Vec::new(), bytes: 0 }
                     }
                     true => {
-                        let base = self.patched_chunk(ino, span.idx, size, st, &[])?;
+                        let base = self.stored_chunk(ino, span.idx, valid, st)?;
                         grown += base.len();
                         DirtyChunk::Whole(base)
                     }
