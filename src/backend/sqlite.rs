@@ -4,16 +4,20 @@
 //! [`Backend`](crate::backend::Backend) in `ops`, open files with their write buffers in `file`,
 //! and the background checkpoint thread in `checkpoint`.
 //!
-//! Durability: metadata operations are one write transaction each, committed before they
-//! return. File data is buffered per inode and committed at flush, fsync, close, or when the
-//! buffer grows large. The database runs in WAL mode with `synchronous=NORMAL`, so a commit is in
-//! the WAL file (the OS page cache) when it returns and survives `kill -9`; `fsync` additionally
-//! fdatasyncs the WAL, which makes everything committed so far survive power loss (what was
-//! checkpointed out of the WAL has been synced to the database file by the checkpoint).
+//! Durability: metadata operations are one write transaction each. While the backend is alone
+//! on its file they may be held in the open transaction for up to 0.2 s and committed together
+//! (`held`); otherwise, and whenever something needs them durable, they are committed before
+//! the call returns. File data is buffered per inode and committed at flush, fsync, close, or
+//! when the buffer grows large, with every change held before it. The database runs in WAL
+//! mode with `synchronous=NORMAL`, so a commit is in the WAL file (the OS page cache) when it
+//! returns and survives `kill -9`; `fsync` additionally fdatasyncs the WAL, which makes
+//! everything committed so far survive power loss (what was checkpointed out of the WAL has
+//! been synced to the database file by the checkpoint).
 //!
 //! Reads use the write connection when it is free (its page cache and dentry cache are
-//! current), otherwise a pooled read connection; WAL readers and the writer never block each
-//! other. Checkpoints run on a thread of their own.
+//! current), otherwise a pooled read connection (WAL readers and the writer never block each
+//! other), unless changes are held: the pooled readers would not see them. Checkpoints run on
+//! a thread of their own.
 //!
 //! Several backends may open one file (one namespace each); each has its own connections. A
 //! namespace in use by another process is refused (EBUSY): each would take the other's open
@@ -26,6 +30,7 @@
 
 mod checkpoint;
 mod file;
+mod held;
 mod ops;
 mod schema;
 mod space;
@@ -38,14 +43,15 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 
 use crate::error::FsResult;
 use checkpoint::Checkpointer;
 use file::InodeState;
+use held::{Commit, Committer};
 use store::{Ctx, Dentries, Nodes};
 
 /// How many idle reader connections are kept for reuse.
@@ -75,19 +81,30 @@ struct Db {
     conn: Connection,
     dentries: RefCell<Dentries>,
     nodes: RefCell<Nodes>,
+    /// A write transaction is open with changes in it not yet committed (see `held`).
+    held: bool,
 }
 
 struct Inner {
-    /// First field, so it stops before the connections close.
+    /// Commits held changes when they are due (see `held`); `None` for a store opened
+    /// read-only. First field, so that its thread stops before anything else goes.
+    committer: Option<Committer>,
+    /// Before the connections close.
     /// `None` for a store opened read-only, which never commits.
     checkpointer: Option<Checkpointer>,
     path: PathBuf,
     namespace: String,
     ns: i64,
     root: u64,
-    /// The only connection that writes (each write is one IMMEDIATE transaction); it also
-    /// serves reads while no write needs it.
+    /// The only connection that writes (each write is one IMMEDIATE transaction, or a
+    /// savepoint in the open one while changes are held); it also serves reads while no write
+    /// needs it.
     conn: Mutex<Db>,
+    /// Changes are held (`Db::held`), so reads must use the write connection. Changed only
+    /// with it held.
+    holding: AtomicBool,
+    /// This backend's claim on its namespace (`None` when serving read-only).
+    claim: Option<schema::Claim>,
     /// Idle read connections, for reads while the writer is busy.
     readers: Mutex<Vec<Connection>>,
     /// Inode numbers reserved in the database and not yet used: `(next, end)`. Only touched
@@ -100,10 +117,10 @@ struct Inner {
     dir_synced: AtomicBool,
     /// Free space on the database's filesystem, checked before a write is buffered.
     space: space::Space,
-    /// Commits of the write connection, each counted after it with the connection still held:
-    /// when the count has not moved since before a node was read, the node is still what the
-    /// store holds (see [`Inner::open_handle`]).
-    commits: AtomicU64,
+    /// Changes made through the write connection (committed or held), each counted after it
+    /// with the connection still held: when the count has not moved since before a node was
+    /// read, the node is still what the store holds (see [`Inner::open_handle`]).
+    changes: AtomicU64,
 }
 
 impl SqliteBackend {
@@ -113,8 +130,8 @@ impl SqliteBackend {
     pub fn open(path: &Path, namespace: &str) -> FsResult<SqliteBackend> {
         let mut conn = schema::open_writer(path)?;
         let (ns, root) = schema::namespace(&mut conn, namespace, path)?;
-        schema::claim_namespace(&mut conn, path, namespace, ns)?;
-        Ok(Self::serving(conn, path, namespace, (ns, root), Some(Checkpointer::start(path)?)))
+        let claim = schema::claim_namespace(&mut conn, path, namespace, ns)?;
+        Self::serving(conn, path, namespace, (ns, root), Some((Checkpointer::start(path)?, claim)))
     }
 
     /// Opens an existing store to serve it read-only (`read_only = true` on its route): nothing
@@ -123,33 +140,61 @@ impl SqliteBackend {
     pub fn open_read_only(path: &Path, namespace: &str) -> FsResult<SqliteBackend> {
         let conn = schema::open_read_only(path)?;
         let found = schema::find_namespace(&conn, namespace, path)?;
-        Ok(Self::serving(conn, path, namespace, found, None))
+        Self::serving(conn, path, namespace, found, None)
     }
 
-    /// The backend of namespace `(ns, root)` of the store at `path`, `conn` its writer.
+    /// The backend of namespace `(ns, root)` of the store at `path`, `conn` its writer; a
+    /// store it writes comes with its checkpointer and its claim.
     fn serving(
         conn: Connection,
         path: &Path,
         namespace: &str,
         (ns, root): (i64, u64),
-        checkpointer: Option<Checkpointer>,
-    ) -> SqliteBackend {
-        SqliteBackend {
-            inner: Arc::new(Inner {
-                checkpointer,
-                path: path.to_path_buf(),
-                namespace: namespace.to_string(),
-                ns,
-                root,
-                conn: Mutex::new(Db { conn, dentries: RefCell::default(), nodes: RefCell::default() }),
-                readers: Mutex::new(Vec::new()),
-                inos: Mutex::new((0, 0)),
-                registry: Mutex::new(Registry::default()),
-                dirty_total: AtomicUsize::new(0),
-                dir_synced: AtomicBool::new(false),
-                space: space::Space::new(path),
-                commits: AtomicU64::new(0),
+        writes: Option<(Checkpointer, schema::Claim)>,
+    ) -> FsResult<SqliteBackend> {
+        let writing = writes.is_some();
+        let (checkpointer, claim) = writes.unzip();
+        let mut started = Ok(());
+        let inner = Arc::new_cyclic(|me: &Weak<Inner>| Inner {
+            committer: match writing.then(|| Committer::start(me.clone())) {
+                Some(Err(e)) => {
+                    started = Err(e);
+                    None
+                }
+                started => started.and_then(Result::ok),
+            },
+            checkpointer,
+            path: path.to_path_buf(),
+            namespace: namespace.to_string(),
+            ns,
+            root,
+            conn: Mutex::new(Db {
+                conn,
+                dentries: RefCell::default(),
+                nodes: RefCell::default(),
+                held: false,
             }),
+            holding: AtomicBool::new(false),
+            claim,
+            readers: Mutex::new(Vec::new()),
+            inos: Mutex::new((0, 0)),
+            registry: Mutex::new(Registry::default()),
+            dirty_total: AtomicUsize::new(0),
+            dir_synced: AtomicBool::new(false),
+            space: space::Space::new(path),
+            changes: AtomicU64::new(0),
+        });
+        started?;
+        Ok(SqliteBackend { inner })
+    }
+}
+
+impl Drop for Inner {
+    /// Commits the changes still held.
+    fn drop(&mut self) {
+        let mut db = self.conn.lock();
+        if let Err(e) = self.commit_held_in(&mut db) {
+            tracing::error!("{}: committing held changes at close: {e}", self.describe_store());
         }
     }
 }
@@ -161,10 +206,14 @@ impl Inner {
         self.checkpointer.is_some()
     }
 
-    /// Counts a commit, for the checkpoint thread and [`Inner::commits`]. Called after every
-    /// commit, with the write connection still held.
+    /// The store and namespace, for messages.
+    fn describe_store(&self) -> String {
+        format!("sqlite {} (namespace {})", self.path.display(), self.namespace)
+    }
+
+    /// Counts a commit, for the checkpoint thread. Called after every commit, with the write
+    /// connection still held.
     fn committed(&self) {
-        self.commits.fetch_add(1, Ordering::AcqRel);
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.committed();
         }
@@ -177,27 +226,32 @@ impl Inner {
         }
     }
 
-    /// Runs `f` in one IMMEDIATE write transaction and commits it; an error rolls back.
+    /// Runs `f` as one change of the namespace, which may be held (see `held`); an error
+    /// undoes it.
+    fn write_tx<T>(&self, f: impl Fn(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.change(Commit::Soon, f)
+    }
+
+    /// Runs `f` as one change of the namespace and commits it, with every change held
+    /// before it, before returning; an error undoes it.
+    fn commit_tx<T>(&self, f: impl Fn(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.change(Commit::Now, f)
+    }
+
+    /// Runs `f` as one change, committed as `when` says.
     ///
-    /// A transaction that meets a full disk is tried once more after the WAL was checkpointed
+    /// A change that meets a full disk is tried once more after the WAL was checkpointed
     /// and emptied: the WAL may hold the room it needs (deletions free space only once a
     /// checkpoint copied them into the database), and a full disk must not stop the deletions
     /// that would make room.
-    fn write_tx<T>(&self, f: impl Fn(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
+    fn change<T>(&self, when: Commit, f: impl Fn(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut db = self.conn.lock();
-        let run = |db: &mut Db| -> FsResult<T> {
-            let Db { conn, dentries, .. } = db;
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = f(&Ctx { conn: &tx, dentries: Some(dentries), nodes: None })?;
-            tx.commit()?;
-            Ok(value)
-        };
-        let value = match run(&mut db) {
-            Err(e) if e.is(crate::error::Errno::ENOSPC) && Self::empty_wal(&db.conn) => run(&mut db)?,
-            other => other?,
-        };
-        self.committed();
-        Ok(value)
+        match self.change_in(&mut db, when, &f) {
+            Err(e) if e.is(crate::error::Errno::ENOSPC) && !db.held && Self::empty_wal(&db.conn) => {
+                self.change_in(&mut db, when, &f)
+            }
+            other => other,
+        }
     }
 
     /// Copies the WAL into the database and empties it; false if that failed.
@@ -206,9 +260,11 @@ impl Inner {
     }
 
     /// Copies the WAL into the database and empties it, so that the space it held (and the
-    /// pages deletions freed in it) can take new commits; false if that failed.
+    /// pages deletions freed in it) can take new commits; false if that failed. Held changes
+    /// are committed first (the WAL cannot be emptied under an open transaction).
     fn make_room(&self) -> bool {
-        Self::empty_wal(&self.conn.lock().conn)
+        let mut db = self.conn.lock();
+        self.commit_held_in(&mut db).is_ok() && Self::empty_wal(&db.conn)
     }
 
     /// Runs `f` on a reading connection; `in_tx` wraps it in one read transaction, so that a
@@ -231,12 +287,17 @@ impl Inner {
         // An idle writer is the fastest reader: its page cache is always current (a separate
         // connection must re-read every page the writer changed since its last use) and it
         // has the dentry cache. `try_lock` never waits, so this cannot upset the lock order.
-        if let Some(mut db) = self.conn.try_lock() {
-            let Db { conn, dentries, nodes } = &mut *db;
+        // While changes are held only the write connection sees them: wait for it.
+        let writer = match self.conn.try_lock() {
+            None if self.holding.load(Ordering::Acquire) => Some(self.conn.lock()),
+            db => db,
+        };
+        if let Some(mut db) = writer {
+            let Db { conn, dentries, nodes, .. } = &mut *db;
             // No commit can come while the connection is held, so the count is the one the
             // node cache must be at.
             let nodes = self.writes().then(|| {
-                nodes.get_mut().at_commit(self.commits_seen());
+                nodes.get_mut().at_change(self.changes_seen());
                 &*nodes
             });
             return run(conn, Some(dentries), nodes, in_tx && !self.writes());
@@ -259,10 +320,10 @@ impl Inner {
         self.read_with(false, f)
     }
 
-    /// The count of commits so far: read it before a node, and compare after (see
-    /// [`Inner::commits`]).
-    fn commits_seen(&self) -> u64 {
-        self.commits.load(Ordering::Acquire)
+    /// The count of changes so far: read it before a node, and compare after (see
+    /// [`Inner::changes`]).
+    fn changes_seen(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Runs `f` in one read transaction.
@@ -317,13 +378,14 @@ impl Inner {
         self.registry.lock().nameless.contains(&ino)
     }
 
-    /// A new inode number. Called with the write connection held (`conn`) and no transaction
-    /// open: a reservation is its own small transaction, so a rolled-back create cannot hand
-    /// out a number twice.
-    fn alloc_ino(&self, conn: &Connection) -> FsResult<u64> {
+    /// A new inode number. Called with the write connection held (`db`) and no change under
+    /// way: a reservation is its own small transaction (held changes are committed first), so
+    /// a rolled-back create cannot hand out a number twice.
+    fn alloc_ino(&self, db: &mut Db) -> FsResult<u64> {
         let mut inos = self.inos.lock();
         if inos.0 == inos.1 {
-            let end = schema::reserve_inos(conn, INO_BLOCK)?;
+            self.commit_held_in(db)?;
+            let end = schema::reserve_inos(&db.conn, INO_BLOCK)?;
             *inos = (end - INO_BLOCK, end);
         }
         inos.0 += 1;

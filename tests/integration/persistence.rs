@@ -1,12 +1,16 @@
 //! The sqlite route keeps its tree across remounts and across `kill -9` once data was
-//! acknowledged (fsync or close returned), with the attribute changes made through the file.
+//! acknowledged (fsync or close returned), with the attribute changes made through the file,
+//! and name changes once something made them durable or their hold ended.
 
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::harness::{unmounted, Mount, Unmounted};
+use agentvfs::control::client::Client;
+use serde_json::json;
+
+use crate::harness::{call_tool, unmounted, Mount, Unmounted};
 
 #[test]
 fn sqlite_tree_survives_remount() {
@@ -64,8 +68,21 @@ fn acknowledged_data_survives_kill_9() {
                 open_files.push(f);
             }
         }
+        // Name changes may be held for up to 0.2 s; each of these is followed by what makes it
+        // durable at once: an fsync of its directory, the close of a file written after it,
+        // a tool's report.
         fs::create_dir(m.path("/db/made")).unwrap();
         fs::rename(m.path("/db/closed"), m.path("/db/made/renamed")).unwrap();
+        fs::File::open(m.path("/db/made")).unwrap().sync_all().unwrap();
+        fs::create_dir(m.path("/db/later")).unwrap();
+        fs::write(m.path("/db/later/written"), "written after").unwrap();
+        fs::write(m.path("/db/by-tool"), "deleted by a tool").unwrap();
+        // A change nothing follows is committed within the hold.
+        fs::rename(m.path("/db/later/written"), m.path("/db/later/moved")).unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let mut tools = Client::connect(&s.path().join("agentvfs.sock")).unwrap();
+        let (ok, text) = call_tool(&mut tools, "delete", json!({"file_path": "/db/by-tool"}));
+        assert!(ok, "{text}");
         // `f` stays open: the daemon dies with a handle outstanding.
         let status = m.stop_with(libc::SIGKILL);
         assert!(!status.success());
@@ -75,6 +92,9 @@ fn acknowledged_data_survives_kill_9() {
     let m = Mount::start(&cfg, &mnt);
     assert_eq!(fs::read_to_string(m.path("/db/synced")).unwrap(), "fsynced data");
     assert_eq!(fs::read_to_string(m.path("/db/made/renamed")).unwrap(), "closed data");
+    assert_eq!(fs::read_to_string(m.path("/db/later/moved")).unwrap(), "written after");
+    assert!(!m.path("/db/by-tool").exists(), "the tool's delete was lost");
+    assert!(!m.path("/db/closed").exists() && !m.path("/db/later/written").exists());
     for name in ["untarred", "untarred-synced"] {
         let md = fs::metadata(m.path(&format!("/db/{name}"))).unwrap();
         let got = (md.mode() & 0o7777, md.uid(), md.gid(), md.mtime(), md.len());

@@ -77,6 +77,12 @@ impl Checkpointer {
         }
     }
 
+    /// Commits counted so far.
+    #[cfg(test)]
+    pub fn commits(&self) -> u64 {
+        self.shared.commits.load(Ordering::SeqCst)
+    }
+
     /// Counts `bytes` of file content in a commit just counted, waking the thread once a
     /// batch of bytes has accumulated.
     pub fn committed_content(&self, bytes: u64) {

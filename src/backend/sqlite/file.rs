@@ -76,7 +76,7 @@ impl InodeState {
     }
 
     /// Something waits to be committed: buffered data, or attribute changes.
-    fn has_pending(&self) -> bool {
+    pub(super) fn has_pending(&self) -> bool {
         self.pending || self.attrs.is_some()
     }
 
@@ -422,12 +422,13 @@ impl Inner {
         Ok(())
     }
 
-    /// Commits the buffer of `ino`. On failure the buffer is kept, so a later flush retries.
+    /// Commits the buffer of `ino`, with every change held (a file's close or `fsync` makes
+    /// its name durable too). On failure the buffer is kept, so a later flush retries.
     pub(super) fn flush_locked(&self, ino: u64, st: &mut InodeState) -> FsResult<()> {
         if !st.has_pending() {
-            return Ok(());
+            return self.commit_held();
         }
-        self.write_tx(|tx| self.write_pending(tx, ino, st))?;
+        self.commit_tx(|tx| self.write_pending(tx, ino, st))?;
         self.committed_content(st.dirty_bytes as u64);
         st.clear_pending(&self.dirty_total);
         Ok(())
@@ -472,7 +473,9 @@ impl Inner {
 
     /// Applies `changes` and commits them together with the buffer.
     pub(super) fn setattr_locked(&self, ino: u64, st: &mut InodeState, changes: &SetAttr) -> FsResult<Attr> {
-        let node = self.write_tx(|tx| self.setattr_in(tx, ino, Some(st), changes))?;
+        let apply = |tx: &Ctx<'_>| self.setattr_in(tx, ino, Some(st), changes);
+        // Buffered data goes in with it, and is stored once this returns.
+        let node = if st.has_pending() { self.commit_tx(apply)? } else { self.write_tx(apply)? };
         st.setattr_done(&self.dirty_total, &node, changes);
         Ok(node.attr())
     }
@@ -514,13 +517,14 @@ impl Inner {
     }
 
     /// Opens a handle on `ino`. After the state is registered, the write connection is taken:
-    /// an unlink that deleted the rows without seeing the registration has committed by then.
-    /// So the node is read again there, and a vanished node is reported instead of handed out.
+    /// an unlink that deleted the rows without seeing the registration is done by then (held
+    /// or committed). So the node is read again there, and a vanished node is reported
+    /// instead of handed out.
     ///
-    /// `known` is the node as read by the caller, with the commits counted before that read
-    /// ([`Inner::commits_seen`]). If no commit came since, the node is still what the store
+    /// `known` is the node as read by the caller, with the changes counted before that read
+    /// ([`Inner::changes_seen`]). If no change came since, the node is still what the store
     /// holds, and reading it again is skipped: a removal or a change of size in between would
-    /// have counted a commit (counted with the connection held, so one still under way is
+    /// have counted a change (counted with the connection held, so one still under way is
     /// waited for here), and one that begins later sees the registration.
     pub(super) fn open_handle(
         self: &Arc<Self>,
@@ -532,7 +536,7 @@ impl Inner {
         let node = {
             let db = self.conn.lock();
             match known {
-                Some((node, seen)) if node.ino == ino && self.commits_seen() == seen => node,
+                Some((node, seen)) if node.ino == ino && self.changes_seen() == seen => node,
                 _ => store::node(&db.conn, ino)?.ok_or_else(|| FsError::errno(Errno::ENOENT))?,
             }
         };

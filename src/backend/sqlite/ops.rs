@@ -1,14 +1,15 @@
 //! The path operations of [`Backend`] for [`SqliteBackend`]: lookups run on a reader
-//! connection, every change is one write transaction committed before the call returns.
+//! connection, every change is one write transaction (held for a moment while the backend is
+//! alone on its file, see `held`).
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rusqlite::TransactionBehavior;
 
 use super::file::{InodeState, SqliteFile};
+use super::held::Commit;
 use super::store::{self, Ctx, Node};
-use super::{Db, SqliteBackend, StateRef};
+use super::{SqliteBackend, StateRef};
 use crate::backend::tree::{self, Spec, Tree};
 use crate::backend::{Attr, Backend, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs};
 use crate::error::{Errno, FsError, FsResult};
@@ -31,7 +32,7 @@ impl SqliteBackend {
     /// the name, which never stopped existing, or an unlink removed it), the name is looked up
     /// again, instead of answering ENOENT for a name that may lead to another node now.
     ///
-    /// `then` also gets the commits counted before the read ([`Inner::commits_seen`]).
+    /// `then` also gets the changes counted before the read ([`Inner::changes_seen`]).
     fn resolved_again<N, T>(
         &self,
         path: &str,
@@ -41,7 +42,7 @@ impl SqliteBackend {
     ) -> FsResult<T> {
         let mut vanished = None;
         for _ in 0..100 {
-            let seen = self.inner.commits_seen();
+            let seen = self.inner.changes_seen();
             let found = self.inner.read_tx(&resolve).map_err(at(path))?;
             let ino = ino_of(&found);
             match then(found, seen) {
@@ -64,22 +65,18 @@ impl SqliteBackend {
     ) -> FsResult<Node> {
         let inner = &self.inner;
         let mut db = inner.conn.lock();
-        let Db { conn, dentries, .. } = &mut *db;
-        let ino = inner.alloc_ino(conn)?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let c = Ctx { conn: &tx, dentries: Some(dentries), nodes: None };
-        let node = tree::create_in(&c, inner.root, path, (ino, inner.ns), &spec, caller)?;
-        if let Some(state) = register {
-            inner.registry.lock().states.insert(ino, state.clone());
-        }
-        if let Err(e) = tx.commit() {
-            if register.is_some() {
-                inner.registry.lock().states.remove(&ino);
+        let ino = inner.alloc_ino(&mut db)?;
+        let made = inner.change_in(&mut db, Commit::Soon, |c| {
+            let node = tree::create_in(c, inner.root, path, (ino, inner.ns), &spec, caller)?;
+            if let Some(state) = register {
+                inner.registry.lock().states.insert(ino, state.clone());
             }
-            return Err(e.into());
+            Ok(node)
+        });
+        if made.is_err() && register.is_some() {
+            inner.registry.lock().states.remove(&ino);
         }
-        inner.committed();
-        Ok(node)
+        made
     }
 }
 
@@ -238,10 +235,11 @@ impl Backend for SqliteBackend {
         // buffered. An `open` registering meanwhile reads the node only after this commits.
         let outcome = (|| -> FsResult<Result<Node, u64>> {
             let mut db = inner.conn.lock();
-            let Db { conn, dentries, .. } = &mut *db;
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let ino =
-                tree::resolve(&Ctx { conn: &tx, dentries: Some(dentries), nodes: None }, inner.root, path)?;
+            let ino = tree::resolve(
+                &Ctx { conn: &db.conn, dentries: Some(&db.dentries), nodes: None },
+                inner.root,
+                path,
+            )?;
             let state = inner.state_get(ino);
             let mut st = match &state {
                 None => None,
@@ -251,9 +249,11 @@ impl Backend for SqliteBackend {
                     None => return Ok(Err(ino)),
                 },
             };
-            let node = inner.setattr_in(&tx, ino, st.as_deref(), changes)?;
-            tx.commit()?;
-            inner.committed();
+            // Buffered data goes in with it, and is stored once this returns.
+            let when =
+                if st.as_ref().is_some_and(|st| st.has_pending()) { Commit::Now } else { Commit::Soon };
+            let node =
+                inner.change_in(&mut db, when, |c| inner.setattr_in(c, ino, st.as_deref(), changes))?;
             if let Some(st) = st.as_mut() {
                 st.setattr_done(&inner.dirty_total, &node, changes);
             }
@@ -271,8 +271,14 @@ impl Backend for SqliteBackend {
     }
 
     fn fsyncdir(&self, _path: &str) -> FsResult<()> {
-        // Name changes are committed to the WAL (surviving a kill -9); this syncs it to disk.
+        // Held name changes are committed to the WAL (surviving a kill -9); this syncs it to
+        // disk.
+        self.inner.commit_held()?;
         self.inner.sync_durable()
+    }
+
+    fn commit_pending(&self) -> FsResult<()> {
+        self.inner.commit_held()
     }
 
     fn statfs(&self, _path: &str) -> FsResult<StatFs> {

@@ -9,6 +9,7 @@
 //! Content rows are keyed by one integer, `ino << CHUNK_BITS | idx`: a rowid table keyed so
 //! needs no second index, which saves a page write on every commit of file data.
 
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
@@ -284,9 +285,7 @@ pub(super) fn namespace(conn: &mut Connection, name: &str, path: &Path) -> FsRes
 /// (`<database>-lock`), on one descriptor per file that the process keeps open until it exits:
 /// the kernel drops the claim when the daemon dies, however it dies. The database file itself
 /// is not used, because closing a second descriptor of it would drop SQLite's own POSIX locks.
-pub(super) fn claim_namespace(conn: &mut Connection, path: &Path, name: &str, ns: i64) -> FsResult<()> {
-    static CLAIMS: std::sync::Mutex<Vec<(std::path::PathBuf, std::fs::File)>> =
-        std::sync::Mutex::new(Vec::new());
+pub(super) fn claim_namespace(conn: &mut Connection, path: &Path, name: &str, ns: i64) -> FsResult<Claim> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push("-lock");
     let lock_error =
@@ -300,19 +299,13 @@ pub(super) fn claim_namespace(conn: &mut Connection, path: &Path, name: &str, ns
         .map_err(lock_error)?;
     let key = std::fs::canonicalize(&lock_path).map_err(lock_error)?;
     let mut claims = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());
-    if !claims.iter().any(|(k, _)| *k == key) {
-        claims.push((key.clone(), file));
+    if !claims.iter().any(|c| c.key == key) {
+        claims.push(FileClaims { key: key.clone(), file, namespaces: Vec::new() });
     }
-    let file = &claims.iter().find(|(k, _)| *k == key).expect("just added").1;
-    let lock = libc::flock {
-        l_type: libc::F_WRLCK as i16,
-        l_whence: libc::SEEK_SET as i16,
-        l_start: ns,
-        l_len: 1,
-        l_pid: 0,
-    };
+    let claims_of_file = claims.iter_mut().find(|c| c.key == key).expect("just added");
+    let lock = ns_lock(libc::F_WRLCK, ns, 1);
     // SAFETY: a valid descriptor and a fully initialised `struct flock`.
-    if unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(file), libc::F_OFD_SETLK, &lock) } != 0 {
+    if unsafe { libc::fcntl(claims_of_file.file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
             Some(libc::EAGAIN | libc::EACCES) => open_error(
@@ -323,12 +316,53 @@ pub(super) fn claim_namespace(conn: &mut Connection, path: &Path, name: &str, ns
             _ => open_error(path, format!("locking namespace \"{name}\": {e}"), Errno::EIO),
         });
     }
+    if !claims_of_file.namespaces.contains(&ns) {
+        claims_of_file.namespaces.push(ns);
+    }
     drop(claims);
     let sql = |e| sql_error(path, e);
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
     remove_orphans(&tx, ns)?;
     tx.commit().map_err(sql)?;
-    Ok(())
+    Ok(Claim { key })
+}
+
+/// The claims of this process on one database file: the descriptor holding their locks, and
+/// the namespaces claimed (kept until the process exits, as the locks are).
+struct FileClaims {
+    key: std::path::PathBuf,
+    file: std::fs::File,
+    namespaces: Vec<i64>,
+}
+
+static CLAIMS: std::sync::Mutex<Vec<FileClaims>> = std::sync::Mutex::new(Vec::new());
+
+fn ns_lock(kind: libc::c_int, start: i64, len: i64) -> libc::flock {
+    libc::flock { l_type: kind as i16, l_whence: libc::SEEK_SET as i16, l_start: start, l_len: len, l_pid: 0 }
+}
+
+/// This process's claim on a namespace of a database file.
+pub(super) struct Claim {
+    key: std::path::PathBuf,
+}
+
+impl Claim {
+    /// Whether no other namespace of the file is claimed, by this process or another: then no
+    /// other writer can be waiting for SQLite's write lock (a store served read-only claims
+    /// nothing, and never writes).
+    pub fn alone(&self) -> bool {
+        let claims = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mine) = claims.iter().find(|c| c.key == self.key) else { return false };
+        if mine.namespaces.len() != 1 {
+            return false;
+        }
+        // Locks of this descriptor never conflict with themselves: any lock reported is
+        // another process's.
+        let mut probe = ns_lock(libc::F_WRLCK, 0, 0);
+        // SAFETY: a valid descriptor and a fully initialised `struct flock`.
+        let asked = unsafe { libc::fcntl(mine.file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) };
+        asked == 0 && probe.l_type == libc::F_UNLCK as i16
+    }
 }
 
 /// Reserves `n` inode numbers; returns the end of the reserved range (exclusive).

@@ -11,6 +11,9 @@ use crate::error::{Errno, FsError, FsResult};
 /// Room kept free beyond what the buffered data needs (SQLite's own pages, the WAL's index).
 const HEADROOM: u64 = 1 << 20;
 
+/// `read_at` before the first reading.
+const NEVER: u64 = u64::MAX;
+
 /// How long a reading of the free space is trusted while the need stays well below it.
 const FRESH_MS: u64 = 100;
 
@@ -41,7 +44,7 @@ impl Space {
             wal: PathBuf::from(wal),
             started: Instant::now(),
             free: AtomicU64::new(0),
-            read_at: AtomicU64::new(0),
+            read_at: AtomicU64::new(NEVER),
             spent: AtomicU64::new(0),
         }
     }
@@ -82,6 +85,22 @@ impl Space {
             ));
         }
         Ok(())
+    }
+
+    /// Whether the disk shows at least `bytes` of room for new commits, beyond what writes
+    /// admitted since the last reading will take. Reads the disk again when that reading is
+    /// older than [`FRESH_MS`].
+    pub fn has_room(&self, bytes: u64) -> bool {
+        let now = self.started.elapsed().as_millis() as u64;
+        let read_at = self.read_at.load(Ordering::Relaxed);
+        if read_at == NEVER || now.saturating_sub(read_at) >= FRESH_MS {
+            // The database's free pages are left out: this asks only whether room is plenty.
+            self.free.store(self.read(&|| 0), Ordering::Relaxed);
+            self.spent.store(0, Ordering::Relaxed);
+            self.read_at.store(now, Ordering::Relaxed);
+        }
+        let spent = self.spent.load(Ordering::Relaxed);
+        self.free.load(Ordering::Relaxed).saturating_sub(spent) >= bytes
     }
 
     /// The room for new commits: the disk's available bytes and the database's free pages,

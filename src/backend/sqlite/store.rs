@@ -66,35 +66,47 @@ pub(super) fn update_attrs(conn: &Connection, n: &Node) -> FsResult<()> {
 
 /// Directory entries looked up before, `(parent, name) → child`, so a path walk costs memory
 /// lookups instead of one query per component. Used only with the write connection, whose view
-/// is the committed state: a transaction that changes or removes an entry forgets it, and no
-/// entry is learnt from uncommitted changes (every operation walks before it changes anything).
+/// is the namespace as it is (committed, or held in its open transaction): a change that
+/// changes or removes an entry forgets it, and held changes that are lost forget everything.
 /// Entries are never added from a pool reader, whose snapshot may be older.
 #[derive(Default)]
 pub(super) struct Dentries {
     map: HashMap<(u64, String), u64>,
 }
 
+impl Dentries {
+    /// Forgets every entry.
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+}
+
 /// Bound on remembered entries; past it the cache starts over.
 const DENTRIES_MAX: usize = 1 << 17;
 
-/// Nodes read through the write connection outside a write transaction, all read since the
-/// last commit: every change to the namespace is a commit of that connection, counted while it
-/// is held (see `Inner::commits`), so while the count is the one the cache was filled at, the
+/// Nodes read through the write connection outside a change, all read since the last
+/// change: every change to the namespace is made through that connection and counted while it
+/// is held (see `Inner::changes`), so while the count is the one the cache was filled at, the
 /// nodes are what the store holds. A grep's `open` then costs no query for the directories it
 /// walks. Used only by a backend that claimed its namespace (no other process changes it).
 #[derive(Default)]
 pub(super) struct Nodes {
     map: HashMap<u64, Node>,
-    commits: u64,
+    changes: u64,
 }
 
 impl Nodes {
-    /// Forgets every node if a commit came since they were read (`commits` is the count now).
-    pub fn at_commit(&mut self, commits: u64) {
-        if self.commits != commits {
+    /// Forgets every node if a change came since they were read (`changes` is the count now).
+    pub fn at_change(&mut self, changes: u64) {
+        if self.changes != changes {
             self.map.clear();
-            self.commits = commits;
+            self.changes = changes;
         }
+    }
+
+    /// Forgets every node.
+    pub fn clear(&mut self) {
+        self.map.clear();
     }
 
     #[cfg(test)]

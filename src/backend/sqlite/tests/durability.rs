@@ -113,9 +113,11 @@ fn unlinked_while_open_stays_usable() {
     assert_eq!(read_all(&*g), expect);
     let q = format!("SELECT count(*) FROM inodes WHERE ino = {}", attr.ino);
     drop(f);
+    b.commit_pending().unwrap();
     assert_eq!(count(&db, &q), 1, "still open through g");
     assert_eq!(read_all(&*g), expect);
     drop(g);
+    b.commit_pending().unwrap();
     assert_eq!(count(&db, &q), 0);
     assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 0);
 
@@ -127,6 +129,7 @@ fn unlinked_while_open_stays_usable() {
     assert_eq!(read_all(&*v), b"old");
     assert_eq!(get(&b, "victim"), b"new");
     drop(v);
+    b.commit_pending().unwrap();
     assert_eq!(count(&db, "SELECT count(*) FROM inodes"), 2); // root and the new file
 }
 
@@ -150,6 +153,8 @@ fn crash_child() {
     b.unlink("gone").unwrap();
     let (_, unflushed) = b.create("unflushed", 0o644, 0, &ME).unwrap();
     unflushed.write(0, b"lost").unwrap();
+    // The unlink and the last create were held: they are committed within MAX_HOLD.
+    thread::sleep(super::super::held::MAX_HOLD + Duration::from_millis(100));
     println!("ready");
     thread::sleep(Duration::from_secs(60));
     drop((flushed, gone, unflushed));
@@ -496,5 +501,6 @@ fn opens_racing_removals_hold_a_live_file_or_fail() {
     remover.join().unwrap();
     let opened: u32 = openers.into_iter().map(|t| t.join().unwrap()).sum();
     assert!(opened > 0, "no open ever won the race");
+    b.commit_pending().unwrap();
     check_consistency(&db);
 }

@@ -1,8 +1,9 @@
 //! Tests of the sqlite backend, and the helpers they share: `ops` covers data paths and POSIX
 //! bookkeeping of single operations, `durability` persistence, crashes, namespaces, schema
-//! versions and concurrency.
+//! versions and concurrency, `held` the changes held back while alone.
 
 mod durability;
+mod held;
 mod ops;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,24 @@ impl SqliteBackend {
     /// Rows inserted, updated or deleted by the write connection so far.
     fn total_changes(&self) -> u64 {
         self.inner.conn.lock().conn.total_changes()
+    }
+
+    /// Commits of the write connection so far.
+    fn commits(&self) -> u64 {
+        self.inner.checkpointer.as_ref().expect("a store this backend writes").commits()
+    }
+
+    /// Holds the write connection for `pause`, on another thread; returns once it is held.
+    fn busy_writer_for(&self, pause: std::time::Duration) -> thread::JoinHandle<()> {
+        let inner = self.inner.clone();
+        let (held, wait) = std::sync::mpsc::channel();
+        let busy = thread::spawn(move || {
+            let _db = inner.conn.lock();
+            held.send(()).unwrap();
+            thread::sleep(pause);
+        });
+        wait.recv().unwrap();
+        busy
     }
 
     /// Whether the write connection's node cache holds `ino`.

@@ -130,6 +130,7 @@ fn truncate_down_and_up() {
 
     let a = b.setattr("t", &SetAttr { size: Some(cs as u64 + 100), ..Default::default() }).unwrap();
     assert_eq!((a.size, a.blocks), (cs as u64 + 100, (cs as u64 + 100).div_ceil(512)));
+    b.commit_pending().unwrap();
     assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 2);
     assert_eq!(count(&db, "SELECT length(data) FROM chunks WHERE idx = 1"), 100);
     assert_eq!(get(&b, "t"), &data[..cs + 100]);
@@ -246,8 +247,10 @@ fn deleting_a_node_reaches_its_rows_by_key() {
     // And they delete every row of the node, and only those.
     put(&b, "g", &vec![7u8; 3 * CHUNK_SIZE as usize]);
     b.unlink("f").unwrap();
+    b.commit_pending().unwrap();
     assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 3);
     b.unlink("g").unwrap();
+    b.commit_pending().unwrap();
     assert_eq!(count(&db, "SELECT count(*) FROM chunks"), 0);
 }
 
@@ -259,6 +262,7 @@ fn attribute_changes_through_a_handle_are_committed_with_its_data() {
     let (_d, db, b) = setup();
     let (_, f) = b.create("kept", 0o600, 0, &ME).unwrap();
     f.write(0, b"data").unwrap();
+    b.commit_pending().unwrap(); // the create, held
     let at = |secs| TimeSet::At(UNIX_EPOCH + Duration::from_secs(secs));
     let stored = || -> (u32, u32, u32, i64, i64) {
         let sql = "SELECT perm, uid, gid, mtime, size FROM inodes
@@ -288,11 +292,13 @@ fn attribute_changes_through_a_handle_are_committed_with_its_data() {
     assert!(mtime > 2_000_000_000_000_000, "mtime {mtime}");
     assert_eq!(size, 8);
 
-    // By path, or with a truncation, a change is committed at once, buffered ones with it.
+    // By path, or with a truncation, a change is made at once, buffered ones with it (which
+    // are committed then).
     f.setattr(&SetAttr { mode: Some(0o700), ..Default::default() }).unwrap();
     b.setattr("kept", &SetAttr { uid: Some(5), ..Default::default() }).unwrap();
     assert_eq!((stored().0, stored().1), (0o700, 5));
     f.setattr(&SetAttr { mode: Some(0o604), size: Some(2), ..Default::default() }).unwrap();
+    b.commit_pending().unwrap();
     assert_eq!((stored().0, stored().4), (0o604, 2));
 }
 

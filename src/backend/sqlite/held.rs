@@ -1,0 +1,252 @@
+//! Changes held back for a moment: while a daemon is alone on its store file, the changes that
+//! need not be durable when they return (creations, removals, renames, links, attribute
+//! changes) stay in the write connection's open transaction and are committed together.
+//!
+//! A commit is most of what a change costs (each writes its pages to the WAL, two `pwrite`s a
+//! page, and takes SQLite's locks), and a run of changes (an `rm -rf`, an untar, a `git add`)
+//! rewrites the same few pages again and again. Held changes are committed:
+//! - [`MAX_HOLD`] after the first of them, or once [`QUIET`] passed with no new one;
+//! - with the next change that must be durable when it returns (the data of a file at its
+//!   close or `fsync`, which also makes the file's name durable);
+//! - at `fsync`, `fsyncdir`, before a tool reports success (`commit_pending`), before the
+//!   WAL is emptied or inode numbers are reserved, and when the backend closes.
+//!
+//! Every read of the namespace sees them at once: while changes are held, reads wait for the
+//! write connection instead of using a pooled reader (whose snapshot is the committed state).
+//! A `kill -9` of the daemon loses at most the name changes of its last [`MAX_HOLD`] that no
+//! close, `fsync` or tool call followed, as a power cut loses them on a local filesystem
+//! without an `fsync` of the directory. A daemon that shares the file with another namespace
+//! (in this process or another) commits each change at once, so that no writer waits for it.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::store::Ctx;
+use super::{Db, Inner};
+use crate::error::FsResult;
+
+/// The longest a change is held.
+pub(super) const MAX_HOLD: Duration = Duration::from_millis(200);
+/// Held changes are committed once no change came for this long.
+pub(super) const QUIET: Duration = Duration::from_millis(10);
+/// Free space the store's disk must show for changes to be held (a commit of held changes
+/// that met a full disk would lose them).
+const ROOM_TO_HOLD: u64 = 64 << 20;
+
+/// When a change must be committed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Commit {
+    /// Before the call returns, with everything held before it.
+    Now,
+    /// Within [`MAX_HOLD`], if the backend may hold changes; otherwise now.
+    Soon,
+}
+
+/// The times of the changes held; guarded by its own lock, changed only with the write
+/// connection held.
+#[derive(Default)]
+struct Times {
+    first: Option<Instant>,
+    last: Option<Instant>,
+    stop: bool,
+    /// The thread waits with no deadline, for a first held change to wake it. (Otherwise it
+    /// wakes by itself and looks again: no wake-up per change, which would cost a context
+    /// switch per file in a run of creates.)
+    idle: bool,
+}
+
+struct Shared {
+    times: Mutex<Times>,
+    wake: Condvar,
+}
+
+/// The thread that commits held changes when they are due; dropping this stops it.
+pub(super) struct Committer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Committer {
+    /// Starts the thread for the backend `inner` will be (it commits through a weak reference,
+    /// so that it does not keep the backend alive).
+    pub fn start(inner: Weak<Inner>) -> std::io::Result<Committer> {
+        let shared = Arc::new(Shared { times: Mutex::default(), wake: Condvar::new() });
+        let theirs = shared.clone();
+        let thread =
+            std::thread::Builder::new().name("sqlite-held".into()).spawn(move || run(&theirs, &inner))?;
+        Ok(Committer { shared, thread: Some(thread) })
+    }
+
+    /// A change was held (`first` when none was before it).
+    fn held(&self, first: bool) {
+        let now = Instant::now();
+        let mut times = self.shared.times.lock();
+        times.last = Some(now);
+        if first {
+            times.first = Some(now);
+            if std::mem::take(&mut times.idle) {
+                self.shared.wake.notify_one();
+            }
+        }
+    }
+
+    /// The held changes were committed (or lost).
+    fn cleared(&self) {
+        let mut times = self.shared.times.lock();
+        times.first = None;
+        times.last = None;
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        self.shared.times.lock().stop = true;
+        // (It may be waiting with a deadline: this wakes it either way.)
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            // The thread itself may drop the backend's last reference, and so this.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn run(shared: &Shared, inner: &Weak<Inner>) {
+    loop {
+        {
+            let mut times = shared.times.lock();
+            loop {
+                if times.stop {
+                    return;
+                }
+                let (Some(first), Some(last)) = (times.first, times.last) else {
+                    times.idle = true;
+                    shared.wake.wait(&mut times);
+                    continue;
+                };
+                let due = (first + MAX_HOLD).min(last + QUIET);
+                if Instant::now() >= due {
+                    break;
+                }
+                shared.wake.wait_until(&mut times, due);
+            }
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        if let Err(e) = inner.commit_held() {
+            tracing::error!("{}: committing held changes: {e}", inner.describe_store());
+        }
+    }
+}
+
+impl Inner {
+    /// Runs `f` as one change on the write connection `db`, and commits it as `when` says.
+    /// An error undoes the change alone: changes held before it stay held.
+    pub(super) fn change_in<T>(
+        &self,
+        db: &mut Db,
+        when: Commit,
+        f: impl FnOnce(&Ctx<'_>) -> FsResult<T>,
+    ) -> FsResult<T> {
+        let held = db.held;
+        let begin = if held { "SAVEPOINT change" } else { "BEGIN IMMEDIATE" };
+        db.conn.prepare_cached(begin)?.execute([])?;
+        let done = f(&Ctx { conn: &db.conn, dentries: Some(&db.dentries), nodes: None });
+        let value = match done {
+            Ok(value) => value,
+            Err(e) => {
+                let undo = if held { "ROLLBACK TO change" } else { "ROLLBACK" };
+                let undone = db.conn.prepare_cached(undo).and_then(|mut s| s.execute([]));
+                if held && undone.is_ok() {
+                    db.conn.prepare_cached("RELEASE change")?.execute([])?;
+                }
+                if held && db.conn.is_autocommit() {
+                    // SQLite ended the whole transaction (a full disk, an I/O error).
+                    self.lost_held(db, &e.to_string());
+                }
+                return Err(e);
+            }
+        };
+        if held {
+            db.conn.prepare_cached("RELEASE change")?.execute([])?;
+        }
+        // Counted with the connection held, held or not: see `Inner::changes`.
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        if when == Commit::Soon && (held || self.may_hold()) {
+            db.held = true;
+            self.holding.store(true, Ordering::Release);
+            if let Some(committer) = &self.committer {
+                committer.held(!held);
+            }
+            return Ok(value);
+        }
+        self.commit_in(db)?;
+        Ok(value)
+    }
+
+    /// Commits the open transaction of `db` (this change and every one held before it).
+    pub(super) fn commit_in(&self, db: &mut Db) -> FsResult<()> {
+        let done = db.conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([]));
+        if let Err(e) = done {
+            if !db.conn.is_autocommit() {
+                let _ = db.conn.execute_batch("ROLLBACK");
+            }
+            if db.held {
+                self.lost_held(db, &e.to_string());
+            }
+            return Err(e.into());
+        }
+        if std::mem::take(&mut db.held) {
+            self.holding.store(false, Ordering::Release);
+            if let Some(committer) = &self.committer {
+                committer.cleared();
+            }
+        }
+        self.committed();
+        Ok(())
+    }
+
+    /// Commits the changes held, if any.
+    pub(super) fn commit_held(&self) -> FsResult<()> {
+        let mut db = self.conn.lock();
+        self.commit_held_in(&mut db)
+    }
+
+    /// Commits the changes held, if any, with the write connection held.
+    pub(super) fn commit_held_in(&self, db: &mut Db) -> FsResult<()> {
+        if db.held {
+            self.commit_in(db)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a change may be held now: the backend writes its store, no other namespace of
+    /// the file is in use, and the disk has room for the commit.
+    fn may_hold(&self) -> bool {
+        self.committer.is_some()
+            && self.claim.as_ref().is_some_and(|c| c.alone())
+            && self.space.has_room(ROOM_TO_HOLD)
+    }
+
+    /// The held changes are gone (their transaction ended without a commit): what the daemon
+    /// learnt from them is forgotten, and the loss is logged.
+    fn lost_held(&self, db: &mut Db, why: &str) {
+        db.held = false;
+        self.holding.store(false, Ordering::Release);
+        if let Some(committer) = &self.committer {
+            committer.cleared();
+        }
+        db.dentries.borrow_mut().clear();
+        db.nodes.borrow_mut().clear();
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        tracing::error!(
+            "{}: name and attribute changes of the last {} ms were not stored: {why}",
+            self.describe_store(),
+            MAX_HOLD.as_millis()
+        );
+    }
+}

@@ -1,0 +1,118 @@
+//! Changes held back while a backend is alone on its file: committed together, within
+//! `MAX_HOLD`, at every point that needs them durable, and seen by every read at once.
+
+use std::time::{Duration, Instant};
+
+use super::super::held::MAX_HOLD;
+use super::*;
+
+/// Polls `db` until `sql` counts `want`, for up to `limit`; the time it took.
+fn counted_within(db: &Path, sql: &str, want: i64, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if count(db, sql) == want {
+            return Some(start.elapsed());
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+#[test]
+fn a_run_of_changes_is_committed_together_within_the_hold() {
+    let (_d, db, b) = setup();
+    let before = b.commits();
+    for i in 0..200 {
+        b.mkdir(&format!("d{i}"), 0o755, &ME).unwrap();
+    }
+    for i in 0..100 {
+        b.rmdir(&format!("d{i}")).unwrap();
+    }
+    let commits = b.commits() - before;
+    // One commit per change before; now one per quiet spell or hold (a slow machine may
+    // pause between two of them).
+    assert!(commits <= 30, "{commits} commits for 300 changes");
+    let sql = "SELECT count(*) FROM dentries WHERE name LIKE 'd%'";
+    let took = counted_within(&db, sql, 100, Duration::from_secs(3));
+    assert!(took.is_some(), "the held changes were never committed");
+    assert_eq!(names(&b, "").len(), 100);
+}
+
+#[test]
+fn every_read_sees_held_changes_at_once() {
+    let (_d, _db, b) = setup();
+    put(&b, "x", b"data");
+    b.unlink("x").unwrap();
+    b.mkdir("made", 0o700, &ME).unwrap();
+    // With the write connection busy, a read waits for it: a pooled reader would see the
+    // committed state, where `x` is still there and `made` is not.
+    let busy = b.busy_writer_for(Duration::from_millis(100));
+    assert_eq!(errno(b.getattr("x")), Errno::ENOENT);
+    busy.join().unwrap();
+    let busy = b.busy_writer_for(Duration::from_millis(100));
+    assert_eq!(names(&b, ""), ["made"]);
+    busy.join().unwrap();
+    let busy = b.busy_writer_for(Duration::from_millis(100));
+    assert_eq!(b.getattr("made").unwrap().perm, 0o700);
+    busy.join().unwrap();
+}
+
+#[test]
+fn closes_fsyncs_tools_and_the_backends_end_commit_what_is_held() {
+    let (_d, db, b) = setup();
+    let stored = |name: &str| count(&db, &format!("SELECT count(*) FROM dentries WHERE name = '{name}'"));
+    // The close of a written file makes the changes before it durable with its data.
+    b.mkdir("before-close", 0o755, &ME).unwrap();
+    let (_, f) = b.create("written", 0o644, 0, &ME).unwrap();
+    f.write(0, b"data").unwrap();
+    f.flush().unwrap();
+    assert_eq!((stored("before-close"), stored("written")), (1, 1));
+    // So does an fsync of a file, even with nothing to write.
+    b.mkdir("before-fsync", 0o755, &ME).unwrap();
+    f.fsync(false).unwrap();
+    assert_eq!(stored("before-fsync"), 1);
+    drop(f);
+    // An fsync of a directory.
+    b.rename("before-fsync", "renamed", 0).unwrap();
+    b.fsyncdir("").unwrap();
+    assert_eq!((stored("before-fsync"), stored("renamed")), (0, 1));
+    // A tool, before it reports success.
+    b.unlink("written").unwrap();
+    b.commit_pending().unwrap();
+    assert_eq!(stored("written"), 0);
+    // The end of the backend.
+    b.mkdir("at-the-end", 0o755, &ME).unwrap();
+    drop(b);
+    assert_eq!(stored("at-the-end"), 1);
+}
+
+#[test]
+fn a_file_shared_with_another_namespace_commits_each_change_at_once() {
+    let (_d, db, a) = setup();
+    let _other = SqliteBackend::open(&db, "other").unwrap();
+    let before = a.commits();
+    a.mkdir("x", 0o755, &ME).unwrap();
+    // Committed before the call returned: another daemon waiting for SQLite's write lock
+    // must not wait for a hold.
+    assert_eq!(a.commits() - before, 1);
+    assert_eq!(count(&db, "SELECT count(*) FROM dentries WHERE name = 'x'"), 1);
+}
+
+#[test]
+fn a_hold_ends_within_its_limit_even_while_changes_keep_coming() {
+    let (_d, db, b) = setup();
+    let start = Instant::now();
+    let mut first_commit = None;
+    let mut i = 0;
+    // Changes closer together than the quiet interval: only the limit ends the hold.
+    while start.elapsed() < MAX_HOLD * 3 {
+        b.mkdir(&format!("d{i}"), 0o755, &ME).unwrap();
+        i += 1;
+        if first_commit.is_none() && count(&db, "SELECT count(*) FROM dentries WHERE name = 'd0'") == 1 {
+            first_commit = Some(start.elapsed());
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    let first = first_commit.expect("nothing was committed in three holds");
+    assert!(first <= MAX_HOLD + Duration::from_millis(150), "first commit after {first:?}");
+}
