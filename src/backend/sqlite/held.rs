@@ -210,8 +210,13 @@ impl Inner {
         Ok(())
     }
 
-    /// Commits the changes held, if any.
+    /// Commits the changes held, if any. Every close calls this: with nothing held it does
+    /// not wait for the write connection. (A change held on another thread just after the
+    /// look was not made before this call; one made before it on this thread is seen.)
     pub(super) fn commit_held(&self) -> FsResult<()> {
+        if !self.holding.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let mut db = self.conn.lock();
         self.commit_held_in(&mut db)
     }
