@@ -326,10 +326,10 @@ fn inode_numbers_are_never_reused() {
 }
 
 /// A small deterministic generator, so a failing interleaving can be replayed by seed.
-struct XorShift(u64);
+pub(super) struct XorShift(pub(super) u64);
 
 impl XorShift {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -338,7 +338,7 @@ impl XorShift {
 }
 
 /// Checks link counts, reachability and the chunk invariant with plain SQL.
-fn check_consistency(db: &Path) {
+pub(super) fn check_consistency(db: &Path) {
     let c = raw(db);
     let q = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
     let dir = libc::S_IFDIR;

@@ -1,7 +1,9 @@
 //! Tests of the sqlite backend, and the helpers they share: `ops` covers data paths and POSIX
 //! bookkeeping of single operations, `durability` persistence, crashes, namespaces, schema
-//! versions and concurrency, `held` the changes held back while alone.
+//! versions and concurrency, `held` the changes held back while alone, `crash` what a
+//! `kill -9` in the middle of random work leaves.
 
+mod crash;
 mod durability;
 mod held;
 mod ops;
