@@ -116,3 +116,45 @@ fn a_hold_ends_within_its_limit_even_while_changes_keep_coming() {
     let first = first_commit.expect("nothing was committed in three holds");
     assert!(first <= MAX_HOLD + Duration::from_millis(150), "first commit after {first:?}");
 }
+
+const OTHER_STORE: &str = "AGENTVFS_SQLITE_OTHER_STORE";
+
+/// Another daemon: claims namespace "other" of the store and waits to be killed.
+#[test]
+#[ignore = "run by another_process_on_the_file_makes_each_change_commit_at_once"]
+fn other_daemon() {
+    let Some(db) = std::env::var_os(OTHER_STORE) else { return };
+    let _b = SqliteBackend::open(Path::new(&db), "other").unwrap();
+    println!("claimed");
+    thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn another_process_on_the_file_makes_each_change_commit_at_once() {
+    use std::io::BufRead;
+    let (_d, db, b) = setup();
+    let mut other = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "backend::sqlite::tests::held::other_daemon", "--ignored", "--nocapture"])
+        .env(OTHER_STORE, &db)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(other.stdout.take().unwrap());
+    assert!(
+        out.lines().map_while(Result::ok).any(|l| l.contains("claimed")),
+        "the other daemon did not start"
+    );
+    let commits_for = |first: usize| {
+        let before = b.commits();
+        for i in first..first + 20 {
+            b.mkdir(&format!("d{i}"), 0o755, &ME).unwrap();
+        }
+        b.commits() - before
+    };
+    assert_eq!(commits_for(0), 20, "held while another process writes the file");
+    other.kill().unwrap();
+    other.wait().unwrap();
+    // Its claim went with it: changes are held again.
+    assert!(commits_for(20) < 15, "changes are not held again");
+}
