@@ -118,8 +118,9 @@ struct Inner {
     /// Free space on the database's filesystem, checked before a write is buffered.
     space: space::Space,
     /// Changes made through the write connection (committed or held), each counted after it
-    /// with the connection still held: when the count has not moved since before a node was
-    /// read, the node is still what the store holds (see [`Inner::open_handle`]).
+    /// with the connection still held, once every reader would see it (see
+    /// `Inner::change_in`): when the count has not moved since before a node was read, the
+    /// node is still what the store holds (see [`Inner::open_handle`]).
     changes: AtomicU64,
 }
 

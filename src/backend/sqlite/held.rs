@@ -174,18 +174,22 @@ impl Inner {
         if held {
             db.conn.prepare_cached("RELEASE change")?.execute([])?;
         }
-        // Counted with the connection held, held or not: see `Inner::changes`.
-        self.changes.fetch_add(1, Ordering::AcqRel);
-        if when == Commit::Soon && (held || self.may_hold()) {
+        // The change is counted (see `Inner::changes`) with the connection still held, and only
+        // once a pooled reader would see it (committed) or is kept from the connection
+        // (`holding`): a reader that finds the count moved must find the change too, or an
+        // `open` would take a node it read before the change for current.
+        let done = if when == Commit::Soon && (held || self.may_hold()) {
             db.held = true;
             self.holding.store(true, Ordering::Release);
             if let Some(committer) = &self.committer {
                 committer.held(!held);
             }
-            return Ok(value);
-        }
-        self.commit_in(db)?;
-        Ok(value)
+            Ok(())
+        } else {
+            self.commit_in(db)
+        };
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        done.map(|()| value)
     }
 
     /// Commits the open transaction of `db` (this change and every one held before it).

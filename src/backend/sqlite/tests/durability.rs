@@ -424,6 +424,7 @@ fn mixed_concurrent_operations_keep_invariants() {
     for t in threads {
         t.join().unwrap();
     }
+    b.commit_pending().unwrap();
     check_consistency(&db);
     // Every name resolves (through the dentry cache, warm from the run) to what the table holds.
     let root = b.getattr("").unwrap().ino as i64;
