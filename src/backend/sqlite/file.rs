@@ -80,6 +80,11 @@ impl InodeState {
         self.pending || self.attrs.is_some()
     }
 
+    /// Bytes of data buffered.
+    pub(super) fn buffered_bytes(&self) -> usize {
+        self.dirty_bytes
+    }
+
     fn clear_pending(&mut self, total: &AtomicUsize) {
         total.fetch_sub(self.dirty_bytes, Ordering::Relaxed);
         self.dirty.clear();
@@ -428,7 +433,7 @@ impl Inner {
         if !st.has_pending() {
             return self.commit_held();
         }
-        self.commit_tx(|tx| self.write_pending(tx, ino, st))?;
+        self.commit_tx(st.dirty_bytes, |tx| self.write_pending(tx, ino, st))?;
         self.committed_content(st.dirty_bytes as u64);
         st.clear_pending(&self.dirty_total);
         Ok(())
@@ -475,7 +480,8 @@ impl Inner {
     pub(super) fn setattr_locked(&self, ino: u64, st: &mut InodeState, changes: &SetAttr) -> FsResult<Attr> {
         let apply = |tx: &Ctx<'_>| self.setattr_in(tx, ino, Some(st), changes);
         // Buffered data goes in with it, and is stored once this returns.
-        let node = if st.has_pending() { self.commit_tx(apply)? } else { self.write_tx(apply)? };
+        let node =
+            if st.has_pending() { self.commit_tx(st.dirty_bytes, apply)? } else { self.write_tx(apply)? };
         st.setattr_done(&self.dirty_total, &node, changes);
         Ok(node.attr())
     }

@@ -7,7 +7,9 @@
 //! rewrites the same few pages again and again. Held changes are committed:
 //! - [`MAX_HOLD`] after the first of them, or once [`QUIET`] passed with no new one;
 //! - with the next change that must be durable when it returns (the data of a file at its
-//!   close or `fsync`, which also makes the file's name durable);
+//!   close or `fsync`, which also makes the file's name durable), or just before it when it
+//!   stores more than [`CONTENT_WITH_HELD`] (a full disk that such a commit meets makes SQLite
+//!   end the whole transaction);
 //! - at `fsync`, `fsyncdir`, before a tool reports success (`commit_pending`), before the
 //!   WAL is emptied or inode numbers are reserved, and when the backend closes.
 //!
@@ -33,15 +35,21 @@ use crate::error::FsResult;
 pub(super) const MAX_HOLD: Duration = Duration::from_millis(200);
 /// Held changes are committed once no change came for this long.
 pub(super) const QUIET: Duration = Duration::from_millis(10);
-/// Free space the store's disk must show for changes to be held (a commit of held changes
-/// that met a full disk would lose them).
+/// Free space the store's disk must show for changes to be held, and for a change to join
+/// them: a change that meets a full disk makes SQLite end the whole transaction, so the held
+/// changes would be lost with it.
 const ROOM_TO_HOLD: u64 = 64 << 20;
+/// File content that may be committed in one transaction with held changes at most. The
+/// commit of more first commits what is held on its own: it is the kind of commit that meets
+/// a disk filled since its writes were admitted, and the held changes must not go with it.
+const CONTENT_WITH_HELD: u64 = 256 << 10;
 
 /// When a change must be committed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Commit {
-    /// Before the call returns, with everything held before it.
-    Now,
+    /// Before the call returns, with everything held before it; the change stores `content`
+    /// bytes of file data.
+    Now { content: u64 },
     /// Within [`MAX_HOLD`], if the backend may hold changes; otherwise now.
     Soon,
 }
@@ -116,6 +124,18 @@ impl Drop for Committer {
     }
 }
 
+#[cfg(test)]
+impl Inner {
+    /// Stops the thread that commits held changes when due: what is held then stays held
+    /// until a change, close or call commits it, so that a test can act while it is.
+    pub(super) fn stop_committer(&self) {
+        if let Some(committer) = &self.committer {
+            committer.shared.times.lock().stop = true;
+            committer.shared.wake.notify_one();
+        }
+    }
+}
+
 fn run(shared: &Shared, inner: &Weak<Inner>) {
     loop {
         {
@@ -145,13 +165,18 @@ fn run(shared: &Shared, inner: &Weak<Inner>) {
 
 impl Inner {
     /// Runs `f` as one change on the write connection `db`, and commits it as `when` says.
-    /// An error undoes the change alone: changes held before it stay held.
+    /// An error undoes the change alone: changes held before it stay held (unless SQLite
+    /// itself ended the transaction, which is why a change that may meet a full disk is not
+    /// made in it, see [`Inner::may_join_held`]).
     pub(super) fn change_in<T>(
         &self,
         db: &mut Db,
         when: Commit,
         f: impl FnOnce(&Ctx<'_>) -> FsResult<T>,
     ) -> FsResult<T> {
+        if db.held && !self.may_join_held(when) {
+            self.commit_in(db)?;
+        }
         let held = db.held;
         let begin = if held { "SAVEPOINT change" } else { "BEGIN IMMEDIATE" };
         db.conn.prepare_cached(begin)?.execute([])?;
@@ -239,6 +264,16 @@ impl Inner {
         self.committer.is_some()
             && self.claim.as_ref().is_some_and(|c| c.alone())
             && self.space.has_room(ROOM_TO_HOLD)
+    }
+
+    /// Whether a change may be made in the transaction of the held changes: not one that
+    /// stores much file content, nor any once the disk's room ran short.
+    fn may_join_held(&self, when: Commit) -> bool {
+        let content = match when {
+            Commit::Now { content } => content,
+            Commit::Soon => 0,
+        };
+        content <= CONTENT_WITH_HELD && self.space.has_room(ROOM_TO_HOLD)
     }
 
     /// The held changes are gone (their transaction ended without a commit): what the daemon

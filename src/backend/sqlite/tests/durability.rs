@@ -246,8 +246,12 @@ fn schema_version_and_foreign_files_are_refused() {
 #[test]
 fn full_disk_is_enospc_and_keeps_the_buffer() {
     let (_d, _db, b) = setup();
+    // The creation of `big` stays held until its data is committed (a full disk then makes
+    // SQLite end the whole transaction: the creation must not be in it).
+    b.inner.stop_committer();
     put(&b, "small", b"x");
     let (_, f) = b.create("big", 0o644, 0, &ME).unwrap();
+    assert!(b.inner.holding.load(std::sync::atomic::Ordering::Acquire), "the creation is held");
     // SQLite's page limit stands in for a full disk (both are SQLITE_FULL).
     let limit = |extra: i64| {
         let db = b.inner.conn.lock();

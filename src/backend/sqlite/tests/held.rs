@@ -87,6 +87,24 @@ fn closes_fsyncs_tools_and_the_backends_end_commit_what_is_held() {
 }
 
 #[test]
+fn a_small_file_is_one_commit_with_its_creation_and_a_big_one_commits_it_first() {
+    let (_d, db, b) = setup();
+    b.inner.stop_committer();
+    let stored = |name: &str| count(&db, &format!("SELECT count(*) FROM dentries WHERE name = '{name}'"));
+    let before = b.commits();
+    put(&b, "small", &[1; 4096]);
+    assert_eq!((b.commits() - before, stored("small")), (1, 1), "the creation went with the data");
+    // More content than rides with held changes: they are committed on their own first, so
+    // that a full disk meeting the content's commit cannot take them with it.
+    let before = b.commits();
+    b.mkdir("made-before", 0o755, &ME).unwrap();
+    put(&b, "big", &pattern(1 << 20, 7));
+    assert_eq!(b.commits() - before, 2);
+    assert_eq!((stored("made-before"), stored("big")), (1, 1));
+    assert_eq!(get(&b, "big"), pattern(1 << 20, 7));
+}
+
+#[test]
 fn a_file_shared_with_another_namespace_commits_each_change_at_once() {
     let (_d, db, a) = setup();
     let _other = SqliteBackend::open(&db, "other").unwrap();
