@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use tempfile::TempDir;
+
 use super::super::held::MAX_HOLD;
 use super::*;
 
@@ -102,6 +104,48 @@ fn a_small_file_is_one_commit_with_its_creation_and_a_big_one_commits_it_first()
     assert_eq!(b.commits() - before, 2);
     assert_eq!((stored("made-before"), stored("big")), (1, 1));
     assert_eq!(get(&b, "big"), pattern(1 << 20, 7));
+}
+
+/// A tmpfs of `mib` MiB mounted on a temporary directory (as root), detached when dropped.
+struct SmallDisk(TempDir);
+
+impl SmallDisk {
+    fn new(mib: u64) -> SmallDisk {
+        use nix::mount::{mount, MsFlags};
+        let dir = tempfile::tempdir().unwrap();
+        let size = format!("size={mib}m");
+        mount(Some("tmpfs"), dir.path(), Some("tmpfs"), MsFlags::empty(), Some(size.as_str()))
+            .expect("mounting a tmpfs (the tests run as root)");
+        SmallDisk(dir)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.0.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn a_change_once_room_ran_short_commits_the_held_ones_first() {
+    let disk = SmallDisk::new(100);
+    let db = disk.0.path().join("fs.db");
+    let b = SqliteBackend::open(&db, "main").unwrap();
+    b.inner.stop_committer();
+    b.mkdir("held", 0o755, &ME).unwrap();
+    assert!(b.inner.holding.load(std::sync::atomic::Ordering::Acquire), "held with 100 MiB free");
+    // Another program leaves less room than a hold needs; the daemon's reading of the free
+    // space is trusted for 100 ms.
+    std::fs::write(disk.0.path().join("ballast"), vec![1u8; 50 << 20]).unwrap();
+    thread::sleep(Duration::from_millis(150));
+    // A change that could meet a full disk now must not be made in the held transaction (a
+    // full disk makes SQLite end it, held changes included): they are committed first.
+    let before = b.commits();
+    b.mkdir("after", 0o755, &ME).unwrap();
+    assert_eq!(b.commits() - before, 2);
+    let stored = |name: &str| count(&db, &format!("SELECT count(*) FROM dentries WHERE name = '{name}'"));
+    assert_eq!((stored("held"), stored("after")), (1, 1));
+    drop(b);
 }
 
 #[test]
