@@ -233,12 +233,6 @@ impl Inner {
         self.change(Commit::Soon, f)
     }
 
-    /// Runs `f` as one change of the namespace, storing `content` bytes of file data, and
-    /// commits it, with every change held before it, before returning; an error undoes it.
-    fn commit_tx<T>(&self, content: usize, f: impl Fn(&Ctx<'_>) -> FsResult<T>) -> FsResult<T> {
-        self.change(Commit::Now { content: content as u64 }, f)
-    }
-
     /// Runs `f` as one change, committed as `when` says.
     ///
     /// A change that meets a full disk is tried once more after the WAL was checkpointed

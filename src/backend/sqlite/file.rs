@@ -17,6 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, DatabaseName, OptionalExtension};
 
+use super::held::Commit;
 use super::schema::{CHUNK_BITS, PAGE_SIZE};
 use super::store::{self, chunk_key, Ctx, Node};
 use super::{Inner, StateRef};
@@ -80,9 +81,14 @@ impl InodeState {
         self.pending || self.attrs.is_some()
     }
 
-    /// Bytes of data buffered.
-    pub(super) fn buffered_bytes(&self) -> usize {
-        self.dirty_bytes
+    /// When a change made with this file's state must be committed: with anything pending
+    /// (which goes in with it), before it returns, storing the buffered bytes; otherwise soon.
+    pub(super) fn commit(&self) -> Commit {
+        if self.has_pending() {
+            Commit::Now { content: self.dirty_bytes as u64 }
+        } else {
+            Commit::Soon
+        }
     }
 
     fn clear_pending(&mut self, total: &AtomicUsize) {
@@ -433,7 +439,7 @@ impl Inner {
         if !st.has_pending() {
             return self.commit_held();
         }
-        self.commit_tx(st.dirty_bytes, |tx| self.write_pending(tx, ino, st))?;
+        self.change(st.commit(), |tx| self.write_pending(tx, ino, st))?;
         self.committed_content(st.dirty_bytes as u64);
         st.clear_pending(&self.dirty_total);
         Ok(())
@@ -480,8 +486,7 @@ impl Inner {
     pub(super) fn setattr_locked(&self, ino: u64, st: &mut InodeState, changes: &SetAttr) -> FsResult<Attr> {
         let apply = |tx: &Ctx<'_>| self.setattr_in(tx, ino, Some(st), changes);
         // Buffered data goes in with it, and is stored once this returns.
-        let node =
-            if st.has_pending() { self.commit_tx(st.dirty_bytes, apply)? } else { self.write_tx(apply)? };
+        let node = self.change(st.commit(), apply)?;
         st.setattr_done(&self.dirty_total, &node, changes);
         Ok(node.attr())
     }

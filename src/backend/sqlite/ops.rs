@@ -250,10 +250,7 @@ impl Backend for SqliteBackend {
                 },
             };
             // Buffered data goes in with it, and is stored once this returns.
-            let when = match st.as_ref().filter(|st| st.has_pending()) {
-                Some(st) => Commit::Now { content: st.buffered_bytes() as u64 },
-                None => Commit::Soon,
-            };
+            let when = st.as_ref().map_or(Commit::Soon, |st| st.commit());
             let node =
                 inner.change_in(&mut db, when, |c| inner.setattr_in(c, ino, st.as_deref(), changes))?;
             if let Some(st) = st.as_mut() {

@@ -145,7 +145,6 @@ fn a_change_once_room_ran_short_commits_the_held_ones_first() {
     assert_eq!(b.commits() - before, 2);
     let stored = |name: &str| count(&db, &format!("SELECT count(*) FROM dentries WHERE name = '{name}'"));
     assert_eq!((stored("held"), stored("after")), (1, 1));
-    drop(b);
 }
 
 #[test]
