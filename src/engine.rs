@@ -316,7 +316,7 @@ impl Engine {
             return Err(FsError::new(Errno::EROFS, format!("{path} is on a read-only route")));
         }
         decided
-            .or_else(|r| self.gate.approve(r, ctx.approval, ctx.retry()))
+            .or_else(|r| self.gate.approve(r, operation, ctx.approval, ctx.retry()))
             .map_err(|r| self.refuse(ctx, operation, r))
     }
 
@@ -343,12 +343,16 @@ impl Engine {
         Ok(self.shown(path, attr))
     }
 
-    /// A directory's link count tells how many subdirectories it has, so where a rule may
-    /// hide some of them it would tell that they exist: such a directory reports 1, which
-    /// means "not counted" (as on btrfs; `find` and other tools know it).
+    /// A directory's link count tells how many subdirectories it has, and its size how many
+    /// entries (tmpfs adds 20 bytes per name, ext4 grows by blocks), so where a rule may hide
+    /// some of them they would tell that they exist: such a directory reports a link count of
+    /// 1, which means "not counted" (as on btrfs; `find` and other tools know it), and a size
+    /// of 0 in 0 blocks.
     fn shown(&self, path: &VPath, mut attr: Attr) -> Attr {
         if attr.kind == FileKind::Dir && self.gate.may_hide_beneath(path) {
             attr.nlink = 1;
+            attr.size = 0;
+            attr.blocks = 0;
         }
         attr
     }
@@ -435,7 +439,7 @@ impl Engine {
             if let Some(verdict) = ask {
                 let refusal = Refusal { op: Op::Read, path: path.clone(), verdict };
                 self.gate
-                    .approve(refusal, ctx.approval, ctx.retry())
+                    .approve(refusal, "readdir", ctx.approval, ctx.retry())
                     .map_err(|r| self.refuse(ctx, "readdir", r))?;
             }
         }

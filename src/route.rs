@@ -237,15 +237,23 @@ impl Router {
         route.backend.rmdir(rel)
     }
 
-    pub fn rename(&self, from: &Permit, to: &Permit, flags: u32) -> FsResult<()> {
+    /// Whether the routes allow renaming `from` to `to` at all: not a route mount point
+    /// (EBUSY), not across routes (EXDEV). The engine asks before it judges what a directory
+    /// rename would carry, so that these answers neither wait for nor depend on that walk.
+    pub fn check_rename(&self, from: &Permit, to: &Permit) -> FsResult<()> {
         self.refuse_mount_point(from.path(), Errno::EBUSY)?;
         self.refuse_mount_point(to.path(), Errno::EBUSY)?;
-        let (from_route, from_rel) = self.resolve(from.path());
-        let (to_route, to_rel) = self.resolve(to.path());
-        if !std::ptr::eq(from_route, to_route) {
+        if !std::ptr::eq(self.resolve(from.path()).0, self.resolve(to.path()).0) {
             return Err(FsError::new(Errno::EXDEV, "rename cannot cross routes"));
         }
-        from_route.backend.rename(from_rel, to_rel, flags)
+        Ok(())
+    }
+
+    pub fn rename(&self, from: &Permit, to: &Permit, flags: u32) -> FsResult<()> {
+        self.check_rename(from, to)?;
+        let (route, from_rel) = self.resolve(from.path());
+        let (_, to_rel) = self.resolve(to.path());
+        route.backend.rename(from_rel, to_rel, flags)
     }
 
     pub fn setattr(&self, permit: &Permit, changes: &SetAttr) -> FsResult<Attr> {

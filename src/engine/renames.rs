@@ -38,6 +38,7 @@ impl Engine {
         } else {
             (false, false)
         };
+        self.router.check_rename(&from_permit, &to_permit)?;
         if from_is_dir && from_carries {
             self.check_carried(ctx, &from_permit, from, to)?;
         }

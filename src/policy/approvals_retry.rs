@@ -6,8 +6,10 @@
 //! every lookup, listing and change in that directory behind it for minutes. So such a
 //! request is answered at once (EACCES) and its ticket stays open without a waiting caller.
 //! Approving the ticket leaves a *retry grant*: the next attempt by the same user at the same
-//! change (the same class and path, and the other path of a rename once that is approved too)
-//! passes the interrupt rules, once, within the approval timeout. A session approval also
+//! change (the same operation and path, and the other path of a rename once that is approved
+//! too) passes the interrupt rules, once, within the approval timeout. The operation is part
+//! of it: an approved `unlink` must not let an `open` for writing, or a rename onto the path,
+//! through in its place. A session approval also
 //! grants the directory, as for any ticket. A rejection leaves nothing behind.
 
 use std::sync::atomic::Ordering;
@@ -36,8 +38,8 @@ pub struct Retry {
 }
 
 impl RetryGrant {
-    fn lets(&self, op: Op, path: &VPath) -> bool {
-        self.pairs.iter().any(|(o, p)| *o == op && p == path)
+    fn lets(&self, operation: &str, op: Op, path: &VPath) -> bool {
+        self.request.operation == operation && self.pairs.iter().any(|(o, p)| *o == op && p == path)
     }
 }
 
@@ -63,6 +65,7 @@ impl Approvals {
         let same = |t: &Ticket| {
             t.retry
                 && t.request.uid == request.uid
+                && t.request.operation == request.operation
                 && t.request.op == request.op
                 && t.request.path == request.path
                 && t.inherited == inherited
@@ -91,20 +94,20 @@ impl Approvals {
     }
 
     /// Whether an approved retry lets the interrupt verdict on (`op`, `path`) pass for this
-    /// request; if so the request claims the grant, and no other request can use it.
-    pub fn covers_retry(&self, retry: Retry, op: Op, path: &VPath) -> bool {
+    /// request, which attempts `operation` (the syscall's name, as in the ticket); if so the
+    /// request claims the grant, and no other request can use it.
+    pub fn covers_retry(&self, retry: Retry, operation: &str, op: Op, path: &VPath) -> bool {
         if retry.request == 0 {
             return false;
         }
         let mut inner = self.inner.lock();
-        if inner.retries.iter().any(|g| g.claimed_by == Some(retry.request) && g.lets(op, path)) {
+        if inner.retries.iter().any(|g| g.claimed_by == Some(retry.request) && g.lets(operation, op, path)) {
             return true;
         }
         let now = Instant::now();
-        let free = inner
-            .retries
-            .iter_mut()
-            .find(|g| g.claimed_by.is_none() && g.uid == retry.uid && g.deadline > now && g.lets(op, path));
+        let free = inner.retries.iter_mut().find(|g| {
+            g.claimed_by.is_none() && g.uid == retry.uid && g.deadline > now && g.lets(operation, op, path)
+        });
         match free {
             Some(grant) => {
                 grant.claimed_by = Some(retry.request);

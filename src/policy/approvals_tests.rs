@@ -240,18 +240,32 @@ fn an_approved_retry_lets_one_attempt_through_and_outlives_its_caller() {
     // Asking again before anyone answered opens no second ticket.
     assert_eq!(a.submit_retry(request("fuse", "mkdir", Op::Write, "/s/d", 1), 11), Some(id));
     assert_eq!(a.pending_count(), 1);
-    assert!(!a.covers_retry(retry(12), Op::Write, &p("/s/d")), "nothing before the approval");
+    // Another operation on the same path is another question.
+    let other = a.submit_retry(request("fuse", "symlink", Op::Write, "/s/d", 1), 15).unwrap();
+    assert_ne!(other, id);
+    a.resolve(other, Decision::Reject(None), "uid 0").unwrap();
+    assert!(!a.covers_retry(retry(12), "mkdir", Op::Write, &p("/s/d")), "nothing before the approval");
     a.resolve(id, Decision::Approve(Scope::Once), "uid 0").unwrap();
     assert_eq!(a.retry_count(), 1);
-    assert!(!a.covers_retry(retry::Retry { request: 12, uid: 1000 }, Op::Write, &p("/s/d")), "another user");
-    assert!(!a.covers_retry(retry(12), Op::Write, &p("/s/e")));
-    assert!(!a.covers_retry(retry(12), Op::Read, &p("/s/d")));
-    assert!(a.covers_retry(retry(12), Op::Write, &p("/s/d")));
-    assert!(a.covers_retry(retry(12), Op::Write, &p("/s/d")), "the claiming request may ask again");
-    assert!(!a.covers_retry(retry(13), Op::Write, &p("/s/d")), "claimed by another request");
+    assert!(
+        !a.covers_retry(retry::Retry { request: 12, uid: 1000 }, "mkdir", Op::Write, &p("/s/d")),
+        "another user"
+    );
+    assert!(!a.covers_retry(retry(12), "mkdir", Op::Write, &p("/s/e")));
+    assert!(!a.covers_retry(retry(12), "mkdir", Op::Read, &p("/s/d")));
+    // An approved mkdir lets no other change of the same path through in its place.
+    for other in ["create", "open", "rename", "setattr", "symlink"] {
+        assert!(
+            !a.covers_retry(retry(12), other, Op::Write, &p("/s/d")),
+            "{other} is not the mkdir approved"
+        );
+    }
+    assert!(a.covers_retry(retry(12), "mkdir", Op::Write, &p("/s/d")));
+    assert!(a.covers_retry(retry(12), "mkdir", Op::Write, &p("/s/d")), "the claiming request may ask again");
+    assert!(!a.covers_retry(retry(13), "mkdir", Op::Write, &p("/s/d")), "claimed by another request");
     a.spend(12);
     assert_eq!(a.retry_count(), 0);
-    assert!(!a.covers_retry(retry(14), Op::Write, &p("/s/d")), "once");
+    assert!(!a.covers_retry(retry(14), "mkdir", Op::Write, &p("/s/d")), "once");
     assert!(!a.covers(None, Op::Write, &p("/s/d")), "once leaves no session grant");
 }
 
@@ -261,14 +275,14 @@ fn a_rejected_retry_leaves_nothing_and_a_session_one_grants_the_directory() {
     let id = a.submit_retry(request("fuse", "create", Op::Write, "/s/k", 1), 20).unwrap();
     a.resolve(id, Decision::Reject(None), "uid 0").unwrap();
     assert_eq!(a.retry_count(), 0);
-    assert!(!a.covers_retry(retry(21), Op::Write, &p("/s/k")));
+    assert!(!a.covers_retry(retry(21), "create", Op::Write, &p("/s/k")));
     let id = a.submit_retry(request("fuse", "create", Op::Write, "/s/k", 1), 22).unwrap();
     a.resolve(id, Decision::Approve(Scope::Session), "uid 0").unwrap();
     assert!(a.covers(None, Op::Write, &p("/s/other")));
     // A reload ends both.
     a.clear_grants();
     assert!(!a.covers(None, Op::Write, &p("/s/other")));
-    assert!(!a.covers_retry(retry(23), Op::Write, &p("/s/k")));
+    assert!(!a.covers_retry(retry(23), "create", Op::Write, &p("/s/k")));
 }
 
 #[test]
@@ -277,14 +291,14 @@ fn a_retry_refused_on_its_second_path_carries_the_first() {
     let first = a.submit_retry(request("fuse", "rename", Op::Write, "/s/a", 1), 30).unwrap();
     a.resolve(first, Decision::Approve(Scope::Once), "uid 0").unwrap();
     // The retry passes its first path, then meets the second.
-    assert!(a.covers_retry(retry(31), Op::Write, &p("/s/a")));
-    assert!(!a.covers_retry(retry(31), Op::Write, &p("/s/b")));
+    assert!(a.covers_retry(retry(31), "rename", Op::Write, &p("/s/a")));
+    assert!(!a.covers_retry(retry(31), "rename", Op::Write, &p("/s/b")));
     let second = a.submit_retry(request("fuse", "rename", Op::Write, "/s/b", 1), 31).unwrap();
     a.spend(31);
     assert_eq!(a.retry_count(), 0, "the first grant moved into the new ticket");
     a.resolve(second, Decision::Approve(Scope::Once), "uid 0").unwrap();
-    assert!(a.covers_retry(retry(32), Op::Write, &p("/s/a")));
-    assert!(a.covers_retry(retry(32), Op::Write, &p("/s/b")));
+    assert!(a.covers_retry(retry(32), "rename", Op::Write, &p("/s/a")));
+    assert!(a.covers_retry(retry(32), "rename", Op::Write, &p("/s/b")));
     a.spend(32);
     assert_eq!(a.retry_count(), 0);
 }

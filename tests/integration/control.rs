@@ -38,7 +38,7 @@ pub const MCP_TRANSCRIPT: &str = "server agentvfs protocol 2025-06-18\n\
      unknown tool: error -32602\n";
 
 /// Where the harness puts a fixture's sockets and config file.
-trait FixturePaths {
+pub(crate) trait FixturePaths {
     fn socket(&self) -> PathBuf;
     fn agent_socket(&self) -> PathBuf;
     fn config_path(&self) -> PathBuf;

@@ -239,6 +239,48 @@ fn a_new_name_is_refused_at_once_and_its_approved_retry_lands_once() {
     assert_eq!(decisions[3], "retried");
 }
 
+/// An approval is for the change it names: an approved deletion lets neither a write to the
+/// file nor a rename onto its name through in its place, and then lets the deletion through.
+#[test]
+fn an_approved_deletion_lets_only_that_deletion_through() {
+    let f = fixture(300);
+    existing(&f, "secrets/k", "old\n");
+    existing(&f, "evil", "evil\n");
+    let (code, err) = finish(shell(&f.p("/host"), "rm -f secrets/k"), Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    let t = pending(&f, 1).remove(0);
+    assert_eq!((t["operation"].as_str(), t["retry"].as_bool()), (Some("unlink"), Some(true)), "{t}");
+    let out = cli(&f, &["approve", &t["id"].to_string()]);
+    assert!(out.trim_end().ends_with("; the next unlink by uid 0 passes"), "{out}");
+    pending(&f, 0);
+
+    // Appending is a change to the file: it asks (and waits) on its own.
+    let child = shell(&f.p("/host"), "echo appended >> secrets/k");
+    let asked = pending(&f, 1).remove(0);
+    assert_eq!(
+        (asked["operation"].as_str(), asked["retry"].as_bool()),
+        (Some("open"), Some(false)),
+        "{asked}"
+    );
+    resolve(&f, json!({"id": asked["id"], "decision": "reject"}));
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    // A rename onto the name is refused at once, with a ticket of its own.
+    let (code, err) = finish(shell(&f.p("/host"), "mv -T evil secrets/k"), Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    let renamed = pending(&f, 1).remove(0);
+    assert_eq!(renamed["operation"].as_str(), Some("rename"), "{renamed}");
+    assert_eq!(host_text(&f, "secrets/k"), "old\n");
+    assert_eq!(host_text(&f, "evil"), "evil\n");
+
+    // The deletion that was approved still passes, once.
+    let (code, err) = finish(shell(&f.p("/host"), "rm -f secrets/k"), Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert!(!f.host_root.join("secrets/k").exists());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(audit_decisions(&f, "/host/secrets/k").last().map(String::as_str), Some("retried"));
+}
+
 #[test]
 fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
     let f = fixture(300);

@@ -4,6 +4,7 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
+use crate::control::FixturePaths;
 use crate::harness::{sh, Fixture};
 
 const RULES: &str = r#"
@@ -141,6 +142,24 @@ mode = "deny"
     assert!(fx.host_root.join("other2").is_dir());
 }
 
+/// A route's mount point is never renamed (EBUSY) and nothing is renamed across routes
+/// (EXDEV, so `mv` copies), whatever the directory holds: both are answered before its
+/// contents are judged, so neither depends on (or waits for) that walk.
+#[test]
+fn a_route_mount_point_stays_and_a_move_across_routes_is_a_copy() {
+    let fx = Fixture::new(
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/host/proj/vault/**\"]\nmode = \"deny\"\n",
+    );
+    fs::create_dir_all(fx.host_root.join("proj/vault")).unwrap();
+    fs::write(fx.host_root.join("proj/vault/key"), "KEY").unwrap();
+    let refused = |from: &str, to: &str| fs::rename(fx.p(from), fx.p(to)).unwrap_err().raw_os_error();
+    assert_eq!(refused("/host", "/host2"), Some(libc::EBUSY));
+    assert_eq!(refused("/host/proj", "/mem/proj"), Some(libc::EXDEV));
+    // Within the route, carrying the vault out from under its rule is what is refused.
+    assert_eq!(refused("/host/proj", "/host/proj2"), Some(libc::EACCES));
+    assert_eq!(fs::read_to_string(fx.host_root.join("proj/vault/key")).unwrap(), "KEY");
+}
+
 /// Moving a tree out of an allow rule's reach into the default allow changes no decision:
 /// `mv` works, through the mount. Carrying a `.env` out from under that allow does change
 /// one (allowed there, denied elsewhere) and is refused.
@@ -230,6 +249,40 @@ fn the_daemons_own_files_are_absent_from_a_route_that_holds_them() {
 
 /// Hidden means absent, in link counts too: a directory under a hiding rule does not count
 /// its subdirectories (1, "not counted"), while one no hiding rule reaches keeps its count.
+/// Nor does its size: on the memory route's tmpfs a directory grows by 20 bytes per name.
+#[test]
+fn a_directorys_size_does_not_tell_its_hidden_entries() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new("");
+    for dir in ["/mem/holds", "/mem/plain", "/mem/empty"] {
+        fs::create_dir(fx.p(dir)).unwrap();
+    }
+    fs::write(fx.p("/mem/holds/.env"), "KEY").unwrap();
+    fs::write(fx.p("/mem/plain/f"), "").unwrap();
+    let shown = |dir: &str| {
+        let m = fs::metadata(fx.p(dir)).unwrap();
+        (m.size(), m.blocks(), m.nlink())
+    };
+    assert_eq!(shown("/mem/empty"), (40, 0, 2), "an empty tmpfs directory");
+    assert_eq!(shown("/mem/holds"), (60, 0, 2), "20 bytes per name");
+    // Now a rule hides the file: the directory reports nothing it could be counted from.
+    let config = fx.config_path();
+    let mut text = fs::read_to_string(&config).unwrap();
+    text +=
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/mem/holds/**/.env\"]\nmode = \"deny\"\n";
+    fs::write(&config, text).unwrap();
+    let reload = std::process::Command::new(crate::harness::BIN)
+        .args(["reload", "--socket"])
+        .arg(fx.socket())
+        .output()
+        .unwrap();
+    assert!(reload.status.success(), "{}", String::from_utf8_lossy(&reload.stderr));
+    assert_eq!(sh(&fx.p("/mem/holds"), "ls -A").1, "");
+    assert_eq!(shown("/mem/holds"), (0, 0, 1));
+    // Where no rule can hide anything the store's figures stand.
+    assert_eq!(shown("/mem/plain"), (60, 0, 2));
+}
+
 #[test]
 fn a_directorys_link_count_does_not_tell_its_hidden_subdirectories() {
     use std::os::unix::fs::MetadataExt;
