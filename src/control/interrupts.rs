@@ -44,6 +44,9 @@ pub struct Ask {
     /// The interrupt rule that matched the path or where it leads, if one did (a bulk call
     /// may only overlap a pattern deeper down).
     pub rule: Option<usize>,
+    /// Where an approval lets the call act (`ToolCall::reach`): the path, where it leads,
+    /// and where a `glob` pattern reaches.
+    pub reach: Vec<VPath>,
 }
 
 impl Ask {
@@ -53,7 +56,15 @@ impl Ask {
             verdicts.push(fs.decide(op, real, *is_dir));
         }
         let rule = verdicts.iter().find(|v| v.mode == Mode::Interrupt).unwrap_or(&verdicts[0]).rule;
-        Ask { op, resolved: real.map(|(r, _)| r).filter(|r| *r != path), path, rule }
+        let resolved = real.map(|(r, _)| r).filter(|r| *r != path);
+        let reach = std::iter::once(path.clone()).chain(resolved.clone()).collect();
+        Ask { op, resolved, path, rule, reach }
+    }
+
+    /// Also lets the approved call act at and beneath `anchor`.
+    fn reaching(mut self, anchor: VPath) -> Ask {
+        self.reach.push(anchor);
+        self
     }
 }
 
@@ -95,13 +106,15 @@ pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<Ask> {
     // glob's pattern can reach outside its path (loophole 3).
     if name == "glob" {
         if let Some(Value::String(pattern)) = args.get("pattern") {
+            // Where it reaches: below its literal start, or anywhere once it climbs.
+            let anchor = if pattern.starts_with('/') { glob_anchor(pattern) } else { VPath::root() };
             let reaches = if pattern.starts_with('/') {
-                overlaps(&glob_anchor(pattern))
+                overlaps(&anchor)
             } else {
                 pattern.split('/').any(|c| c == "..")
             };
             if reaches {
-                return Some(Ask::new(fs, op, path, real));
+                return Some(Ask::new(fs, op, path, real).reaching(anchor));
             }
         }
     }
@@ -183,6 +196,7 @@ pub fn call(
                     name: name.to_string(),
                     arguments: args.clone(),
                     resolved: ask.resolved,
+                    reach: ask.reach,
                     socket: peer.socket.as_str(),
                 }),
             };
@@ -254,6 +268,9 @@ fn conclude(
     let output = match outcome {
         Outcome::Decided(Decision::Approve(_)) => run_approved(env, approvals, id, name, args),
         Outcome::Decided(Decision::Edit(edited)) => {
+            // The approver chose these arguments: the call may act where they lead now.
+            let reach = asks(&env.fs, name, &edited).map(|ask| ask.reach).unwrap_or_default();
+            approvals.cover_call(id, reach);
             let output = run_approved(env, approvals, id, name, &edited);
             reviewer_note(name, &edited, output).with("edited_arguments", edited)
         }

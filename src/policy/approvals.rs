@@ -67,6 +67,12 @@ pub struct ToolCall {
     /// rule matched. (The kernel resolves a syscall's links before the daemon sees it, so
     /// only a tool call names a path other than the one judged.)
     pub resolved: Option<VPath>,
+    /// Where the approved call may act under an interrupt rule: these paths, what lies
+    /// beneath them, and the directories above them (a `write_file` makes missing parents).
+    /// The path as named, where it leads, and where a `glob` pattern reaches: the places
+    /// the approver was shown. A symlink swapped after the approval leads elsewhere, and
+    /// the call's interrupt verdicts there are not covered.
+    pub reach: Vec<VPath>,
     /// The control socket it came through (`agent` or `control`): with the request's `pid`
     /// and `uid`, the principal. (A syscall's ticket has none: it came through the mount.)
     pub socket: &'static str,
@@ -138,8 +144,9 @@ struct Ticket {
 enum Cover {
     /// A syscall: exactly these (operation class, path) pairs.
     Pairs(Vec<(Op, VPath)>),
-    /// A tool call: every interrupt verdict of that one call (deny rules still apply).
-    Call,
+    /// A tool call: the interrupt verdicts of that one call at, beneath or above its
+    /// [`ToolCall::reach`] (deny rules still apply).
+    Call(Vec<VPath>),
 }
 
 /// A session-scope approval: `op` on `root` and everything beneath it.
@@ -376,8 +383,8 @@ impl Approvals {
         }
         let ticket = inner.pending.remove(&id).expect("present");
         if matches!(decision, Decision::Approve(_) | Decision::Edit(_)) {
-            let cover = if is_tool {
-                Cover::Call
+            let cover = if let Some(call) = &ticket.request.tool {
+                Cover::Call(call.reach.clone())
             } else {
                 let mut pairs = ticket.inherited.clone();
                 pairs.push((ticket.request.op, ticket.request.path.clone()));
@@ -390,8 +397,10 @@ impl Approvals {
             }
         }
         if decision == Decision::Approve(Scope::Session) {
-            if let Some(root) = grant_root(&ticket.request.path, is_dir_operation(&ticket.request.operation))
-            {
+            // Through a symlink, the grant is where it leads: the directory the rule matched.
+            let judged = ticket.request.tool.as_ref().and_then(|call| call.resolved.as_ref());
+            let path = judged.unwrap_or(&ticket.request.path);
+            if let Some(root) = grant_root(path, is_dir_operation(&ticket.request.operation)) {
                 let grant = Grant { op: ticket.request.op, root };
                 if !inner.grants.contains(&grant) {
                     inner.grants.push(grant);
@@ -410,6 +419,14 @@ impl Approvals {
         Ok(view)
     }
 
+    /// An approved tool call that runs with edited arguments acts where those lead: its
+    /// cover becomes `reach` (from the edited call, as [`ToolCall::reach`]).
+    pub fn cover_call(&self, id: ApprovalId, reach: Vec<VPath>) {
+        if let Some(cover @ Cover::Call(_)) = self.inner.lock().covers.get_mut(&id) {
+            *cover = Cover::Call(reach);
+        }
+    }
+
     /// Ends the run an approval allowed: its cover no longer lets anything pass.
     pub fn finish(&self, id: ApprovalId) {
         self.inner.lock().covers.remove(&id);
@@ -420,7 +437,7 @@ impl Approvals {
     pub fn covers(&self, approval: Option<ApprovalId>, op: Op, path: &VPath) -> bool {
         let inner = self.inner.lock();
         let by_ticket = approval.and_then(|id| inner.covers.get(&id)).is_some_and(|c| match c {
-            Cover::Call => true,
+            Cover::Call(reach) => reach.iter().any(|r| path.starts_with(r) || r.starts_with(path)),
             Cover::Pairs(pairs) => pairs.iter().any(|(o, p)| *o == op && p == path),
         });
         by_ticket || inner.grants.iter().any(|g| g.op == op && path.starts_with(&g.root))

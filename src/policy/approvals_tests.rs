@@ -18,6 +18,7 @@ fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) ->
             name: "write_file".to_string(),
             arguments: json!({"file_path": path}),
             resolved: None,
+            reach: vec![VPath::parse(path).unwrap()],
             socket: "agent",
         }),
     }
@@ -78,13 +79,37 @@ fn a_second_ticket_of_one_operation_keeps_the_first_pair() {
 }
 
 #[test]
-fn tool_approvals_cover_the_whole_call() {
+fn tool_approvals_cover_the_call_where_it_was_shown_to_act() {
     let a = Approvals::default();
     let _rx = ask(&a, request("tool", "write_file", Op::Write, "/s/k", me()), None);
     let id = only_id(&a);
     a.resolve(id, Decision::Approve(Scope::Once), "u").unwrap();
-    assert!(a.covers(Some(id), Op::Write, &p("/s/.tmp-k")));
-    assert!(a.covers(Some(id), Op::Read, &p("/anything")));
+    assert!(a.covers(Some(id), Op::Write, &p("/s/k")));
+    assert!(a.covers(Some(id), Op::Read, &p("/s/k")));
+    assert!(a.covers(Some(id), Op::Write, &p("/s")), "a missing parent is made");
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/other")), "another file of the directory");
+    assert!(!a.covers(Some(id), Op::Read, &p("/anything")));
+    // Edited arguments move the cover to where they lead.
+    a.cover_call(id, vec![p("/t/edited")]);
+    assert!(a.covers(Some(id), Op::Write, &p("/t/edited")));
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")));
+    a.finish(id);
+    assert!(!a.covers(Some(id), Op::Write, &p("/t/edited")));
+}
+
+#[test]
+fn a_session_approval_through_a_symlink_grants_where_it_leads() {
+    let a = Approvals::default();
+    let mut r = request("tool", "write_file", Op::Write, "/ws/link", me());
+    if let Some(call) = r.tool.as_mut() {
+        call.resolved = Some(p("/ws/guard/f"));
+        call.reach = vec![p("/ws/link"), p("/ws/guard/f")];
+    }
+    let _rx = ask(&a, r, None);
+    let id = only_id(&a);
+    a.resolve(id, Decision::Approve(Scope::Session), "u").unwrap();
+    assert_eq!(a.grants(), vec![Grant { op: Op::Write, root: p("/ws/guard") }]);
+    assert!(!a.covers(None, Op::Write, &p("/ws/secrets/x")));
 }
 
 #[test]

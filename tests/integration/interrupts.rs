@@ -604,6 +604,53 @@ fn a_tool_call_through_a_symlink_names_the_link_and_the_guarded_target() {
     );
 }
 
+/// An approval is for the file the approver was shown: a symlink swapped after it leads the
+/// call elsewhere, where the rule still holds. A session approval through a link grants the
+/// directory the link leads into, not the link's own.
+#[test]
+fn an_approved_tool_call_acts_only_where_its_link_led() {
+    let guard2 = "[[rules]]\noperations = [\"write\"]\npaths = [\"/host/guard2/**\"]\nmode = \"interrupt\"\n";
+    let f = Fixture::new(&format!("{RULES}\n{guard2}\n[interrupts]\ntimeout_seconds = 300\n"));
+    for dir in ["secrets", "guard2"] {
+        std::fs::create_dir_all(f.host_root.join(dir)).unwrap();
+    }
+    std::fs::write(f.host_root.join("secrets/harmless"), "h").unwrap();
+    std::fs::write(f.host_root.join("secrets/important"), "i").unwrap();
+    let link = f.host_root.join("link");
+    std::os::unix::fs::symlink("secrets/harmless", &link).unwrap();
+    let mut c = Conn::open(&socket(&f));
+    let args = json!({"file_path": "/host/link", "content": "AGENT"});
+    let deferred = c.result(1, "tools/call", json!({"name": "write_file", "arguments": args, "wait": false}));
+    let id = deferred["structuredContent"]["interrupt_id"].clone();
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(
+        (t["id"].clone(), t["resolved"].as_str()),
+        (id.clone(), Some("/host/secrets/harmless")),
+        "{t}"
+    );
+    resolve(&f, json!({"id": id, "decision": "approve"}));
+    // Swapped after the approval, before the call finishes.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("secrets/important", &link).unwrap();
+    let done = c.result(2, "tools/call", json!({"name": "write_file", "arguments": args, "ticket": id}));
+    assert_eq!(done["isError"], json!(true), "{done}");
+    assert_eq!(host_text(&f, "secrets/important"), "i");
+    assert_eq!(host_text(&f, "secrets/harmless"), "h");
+
+    // A session approval through the link grants /host/secrets, not /host.
+    c.send(3, "tools/call", json!({"name": "write_file", "arguments": args}));
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(t["resolved"].as_str(), Some("/host/secrets/important"), "{t}");
+    resolve(&f, json!({"id": t["id"], "decision": "approve", "scope": "session"}));
+    assert_eq!(c.reply(3)["result"]["isError"], json!(false));
+    assert_eq!(host_text(&f, "secrets/important"), "AGENT");
+    let (code, err) = finish(shell(&f.p("/host"), "echo x > secrets/new"), Duration::from_secs(10));
+    assert_eq!(code, 0, "the directory the link led into is granted: {err}");
+    let (code, err) = finish(shell(&f.p("/host"), "echo x > guard2/new"), Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "the link's own directory is not: {code} {err}");
+    assert_eq!(pending(&f, 1)[0]["path"].as_str(), Some("/host/guard2/new"));
+}
+
 #[test]
 fn listing_a_directory_under_an_interrupt_read_rule_asks_once() {
     let f = Fixture::new(
