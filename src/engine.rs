@@ -311,6 +311,12 @@ impl Engine {
         path: &VPath,
         decided: Result<Permit, Refusal>,
     ) -> FsResult<Permit> {
+        if ctx.door == Door::Tool {
+            // What the kernel's walk through the parents does for the mount (`Gate::hidden_ancestor`).
+            if let Some(hidden) = self.gate.hidden_ancestor(path) {
+                return Err(self.refuse(ctx, operation, hidden));
+            }
+        }
         let denied = decided.as_ref().is_err_and(|r| r.verdict.mode == Mode::Deny);
         if op == Op::Write && !denied && self.router.route_of(path).read_only {
             return Err(FsError::new(Errno::EROFS, format!("{path} is on a read-only route")));
@@ -321,9 +327,10 @@ impl Engine {
     }
 
     /// A new name may not be created where a hidden entry lives: answering EEXIST would
-    /// reveal it, so the creation is refused outright.
+    /// reveal it, so the creation is refused outright. Judged as a directory whatever is
+    /// made: a hidden directory may live there (a rule for `dir/` hides only directories).
     fn check_new(&self, ctx: &Ctx, operation: &str, path: &VPath, is_dir: bool) -> FsResult<Permit> {
-        if let Err(r) = self.gate.check(Op::Read, path, is_dir) {
+        if let Err(r) = self.gate.check(Op::Read, path, true) {
             if r.is_hidden() {
                 let r = Refusal { op: Op::Write, ..r };
                 let mut err = self.refuse(ctx, operation, r);

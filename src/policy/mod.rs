@@ -127,6 +127,23 @@ impl Gate {
         !(v.mode == Mode::Deny && v.hide)
     }
 
+    /// The first directory above `path` (not `path` itself) that a rule hides, as the refusal
+    /// to read it. The kernel reaches a name through its parents, each looked up and judged;
+    /// a tool names a whole path at once, and a rule may hide a directory without matching
+    /// what it holds (`/ws/dir/`, `/ws/dir`).
+    pub fn hidden_ancestor(&self, path: &VPath) -> Option<Refusal> {
+        let rules = self.rules.load();
+        let mut dir = VPath::root();
+        for name in path.parent().components() {
+            dir = dir.join(name);
+            let verdict = rules.decide(Op::Read, &dir, true);
+            if verdict.mode == Mode::Deny && verdict.hide {
+                return Some(Refusal { op: Op::Read, path: dir, verdict });
+            }
+        }
+        None
+    }
+
     /// Whether a rule may hide something beneath the directory `dir`.
     pub fn may_hide_beneath(&self, dir: &VPath) -> bool {
         self.rules.load().may_hide_beneath(dir)

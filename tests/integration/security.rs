@@ -6,6 +6,7 @@ use std::os::unix::fs::symlink;
 
 use crate::control::FixturePaths;
 use crate::harness::{sh, Fixture};
+use serde_json::json;
 
 const RULES: &str = r#"
 [[rules]]
@@ -303,6 +304,57 @@ fn a_directorys_link_count_does_not_tell_its_hidden_subdirectories() {
         sh(&fx.p("/host"), "find . -type d | sort").1,
         ".\n./d\n./d/shown\n./plain\n./plain/x\n./plain/y\n"
     );
+}
+
+/// A rule may hide a directory without matching what it holds (`dir/`, or the exact name):
+/// the mount cannot reach inside, since the kernel walks through the hidden name, and the
+/// tools may not either. Nor does making a name there tell whether a hidden one exists.
+#[test]
+fn what_a_hidden_directory_holds_is_out_of_reach_of_both_doors() {
+    use crate::harness::call_tool;
+    use agentvfs::control::client::Client;
+    let fx = Fixture::new(
+        "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/hdir/\", \"/host/exact\"]\nmode = \"deny\"\n",
+    );
+    for dir in ["hdir/sub", "exact/sub"] {
+        fs::create_dir_all(fx.host_root.join(dir)).unwrap();
+        fs::write(fx.host_root.join(dir).join("f"), "orig").unwrap();
+    }
+    let mut c = Client::connect(&fx.agent_socket()).unwrap();
+    for dir in ["hdir", "exact"] {
+        for (tool, args) in [
+            ("write_file", json!({"file_path": format!("/host/{dir}/sub/f"), "content": "OVER"})),
+            ("write_file", json!({"file_path": format!("/host/{dir}/sub/new"), "content": "NEW"})),
+            (
+                "edit_file",
+                json!({"file_path": format!("/host/{dir}/sub/f"), "old_string": "orig", "new_string": "OVER"}),
+            ),
+            ("read_file", json!({"file_path": format!("/host/{dir}/sub/f")})),
+        ] {
+            let (ok, text) = call_tool(&mut c, tool, args.clone());
+            assert!(!ok && !text.contains("orig"), "{tool} {args}: {text}");
+        }
+        let upload =
+            c.call("vfs/upload", Some(json!({"path": format!("/host/{dir}/sub/up"), "content": "eA=="})));
+        assert!(
+            upload.as_ref().is_ok_and(|r| r.get("error_code").is_some()),
+            "upload into /host/{dir}: {upload:?}"
+        );
+        assert_eq!(fs::read_to_string(fx.host_root.join(dir).join("sub/f")).unwrap(), "orig");
+        assert!(!fx.host_root.join(dir).join("sub/new").exists());
+        assert!(!fx.host_root.join(dir).join("sub/up").exists());
+        let (code, _, err) = sh(&fx.mount.dir, &format!("echo OVER > host/{dir}/sub/f"));
+        assert!(code != 0 && err.contains("nonexistent"), "{err}");
+    }
+    // Making a name where a hidden directory lives is refused as where none does.
+    fs::remove_dir_all(fx.host_root.join("exact")).unwrap();
+    let (_, with) = call_tool(&mut c, "write_file", json!({"file_path": "/host/hdir", "content": "x"}));
+    let (_, without) = call_tool(&mut c, "write_file", json!({"file_path": "/host/exact", "content": "x"}));
+    assert_eq!(with.replace("hdir", "NAME"), without.replace("exact", "NAME"));
+    let (_, _, with) = sh(&fx.mount.dir, "echo x > host/hdir");
+    let (_, _, without) = sh(&fx.mount.dir, "echo x > host/exact");
+    assert_eq!(with.replace("hdir", "NAME"), without.replace("exact", "NAME"));
+    assert!(with.contains("Permission denied"), "{with}");
 }
 
 /// Rename flags the daemon does not implement fully are refused, and nothing is left behind.
