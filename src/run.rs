@@ -364,6 +364,13 @@ fn supervise(
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            // The TIOCSTI filter goes on bubblewrap itself, so that its init (the sandbox's
+            // pid 1, which shares the terminal) has it too: a program could otherwise make
+            // the init call the ioctl for it, through ptrace (same user, no Yama needed).
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            crate::exec::no_tiocsti::install()?;
             // Only the descriptors bubblewrap binds (it closes them once bound) cross the exec.
             exec::pass_only(&passed)
         });

@@ -222,6 +222,15 @@ fn a_program_runs_on_a_terminal_as_the_agent_user_inside_the_gated_tree() {
     tmux.line("shell", &format!("python3 -c \"{sti}\"; echo \"[sti $?]\""));
     let screen = tmux.wait_for("shell", "[sti 0]");
     assert!(screen.contains(&format!("refused {}\n[sti 0]", libc::EPERM)), "{screen}");
+    // Nor through any other process of the sandbox (say by ptrace of its pid 1, bubblewrap's
+    // init, which shares the terminal): every one of them is under the filter.
+    tmux.line(
+        "shell",
+        "grep -h '^Seccomp:' /proc/[0-9]*/status | sort | uniq -c | tr -s ' \\t' ' '; echo \"[filtered $?]\"",
+    );
+    let screen = tmux.wait_for("shell", "[filtered 0]");
+    assert!(screen.contains(" Seccomp: 2\n[filtered 0]"), "{screen}");
+    assert!(!screen.contains("Seccomp: 0"), "{screen}");
     tmux.line("shell", "echo made > /host/made.txt; echo \"[w $?]\"");
     tmux.wait_for("shell", "[w 0]");
     let made = std::fs::metadata(s.f.host_root.join("made.txt")).unwrap();
