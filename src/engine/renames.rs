@@ -29,11 +29,13 @@ impl Engine {
         let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
         let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
         // An exchange also moves the node at `to` to `from`, judged the same way.
+        self.check_read_kept(ctx, from, to, from_is_dir)?;
         let (to_is_dir, to_carries) = if exchange {
             let to_carries = self.gate.rename_may_change_verdicts(to, from);
             let to_is_dir = self.is_dir_for_rename(to, from, to_carries)?;
             self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
             self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
+            self.check_read_kept(ctx, to, from, to_is_dir)?;
             (to_is_dir, to_carries)
         } else {
             (false, false)
@@ -70,6 +72,35 @@ impl Engine {
             return Ok(true);
         }
         Ok(self.router.getattr_stored(&probe)?.kind == FileKind::Dir)
+    }
+
+    /// The node moved from `from` to `to` must not lose what guards reading it: a file under
+    /// an interrupt (or a `hide = false` deny) for reads, renamed to where reads are allowed,
+    /// would be read there freely. Both ends may be written (checked before), so only reads
+    /// are compared: a move out of read protection is judged as a read of the node (asked
+    /// under an interrupt rule, refused under a deny); a move into it, or between two rules
+    /// as strict, is not.
+    fn check_read_kept(&self, ctx: &Ctx, from: &VPath, to: &VPath, is_dir: bool) -> FsResult<()> {
+        fn strictness(mode: Mode) -> u8 {
+            match mode {
+                Mode::Allow => 0,
+                Mode::Interrupt => 1,
+                Mode::Deny => 2,
+            }
+        }
+        let before = self.gate.decide(Op::Read, from, is_dir);
+        if before.mode == Mode::Allow {
+            return Ok(());
+        }
+        let after = self.gate.decide(Op::Read, to, is_dir);
+        if strictness(after.mode) >= strictness(before.mode) {
+            return Ok(());
+        }
+        let refusal = Refusal { op: Op::Read, path: from.clone(), verdict: before };
+        self.settle(ctx, "rename", Op::Read, from, Err(refusal)).map(drop).map_err(|mut err| {
+            err.errno = Errno::EACCES;
+            err
+        })
     }
 
     /// Refuses moving the directory at `from` to `to` when any entry beneath it would be
