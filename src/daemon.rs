@@ -343,6 +343,22 @@ fn check_fuse_device() -> Result<()> {
     }
 }
 
+/// Raises the soft limit on open descriptors to the hard one. Each socket connection holds
+/// four and each file open through the mount one or two, and the soft limit is often 1,024
+/// (systemd's default) where the hard one is far higher.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the one struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::warn!("cannot raise the open file limit: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
+}
+
 /// Mounts and serves until a signal (or an external unmount) ends the session. The control
 /// socket is bound before mounting (so a socket problem stops the start before anything is
 /// mounted), serves once the mount is live, and is removed when the daemon exits.
@@ -351,6 +367,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     // freed inode-table memory of its own, and the RSS after a `find` over 200k files was
     // 68 MiB with them against 54 MiB with one. Two arenas keep most of that saving.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    raise_open_file_limit();
     check_fuse_device()?;
     let mountpoint = prepare_mountpoint(mountpoint)?;
     let (host_changes, engine_config) = watch_host_routes(&config);

@@ -28,7 +28,8 @@ use crate::display::Escaped;
 /// Requests one connection may have running at once; past it a request is refused
 /// (`-32002`) rather than queued, so the connection keeps answering.
 const MAX_IN_FLIGHT: usize = 256;
-/// Connections open at once; a thread each.
+/// Connections open at once on each socket; a thread each. Counted per socket, so that
+/// agents holding every connection they may open leave the approvers' socket answering.
 const MAX_CONNECTIONS: usize = 1024;
 /// A client that stops reading its replies for this long is disconnected, so it cannot pin
 /// the threads that answer it.
@@ -187,7 +188,7 @@ struct Shared {
     state: Arc<State>,
     stopping: AtomicBool,
     /// Open connections, so that stopping can close them.
-    connections: Mutex<HashMap<u64, UnixStream>>,
+    connections: Mutex<HashMap<u64, (UnixStream, Socket)>>,
     next_id: AtomicU64,
 }
 
@@ -208,7 +209,7 @@ impl Server {
         if let Some(accept) = self.accept.take() {
             let _ = accept.join();
         }
-        for (_, stream) in self.shared.connections.lock().drain() {
+        for (_, (stream, _)) in self.shared.connections.lock().drain() {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         for file in self.files.drain(..) {
@@ -428,13 +429,14 @@ fn connection(shared: Arc<Shared>, stream: UnixStream, socket: Socket) {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     {
         let mut connections = shared.connections.lock();
-        if connections.len() >= MAX_CONNECTIONS || shared.stopping.load(Ordering::SeqCst) {
+        let on_this_socket = connections.values().filter(|(_, s)| *s == socket).count();
+        if on_this_socket >= MAX_CONNECTIONS || shared.stopping.load(Ordering::SeqCst) {
             drop(connections);
-            let message = format!("too many control connections (limit {MAX_CONNECTIONS})");
+            let message = format!("too many connections to {} (limit {MAX_CONNECTIONS})", named(socket).0);
             return refuse(stream, RpcError::new(proto::OVERLOADED, message));
         }
         match stream.try_clone() {
-            Ok(clone) => connections.insert(id, clone),
+            Ok(clone) => connections.insert(id, (clone, socket)),
             Err(e) => {
                 return refuse(stream, RpcError::internal(format!("cannot register the connection: {e}")))
             }

@@ -266,6 +266,35 @@ fn an_agent_connection_can_neither_list_nor_resolve_its_ticket_and_the_control_s
     );
 }
 
+/// Each socket has its own connection limit: agents holding every connection the agent
+/// socket admits leave the control socket answering its approvers.
+#[test]
+fn agents_holding_every_connection_leave_the_control_socket_answering() {
+    let f = Fixture::new(RULES);
+    let mut held = Vec::new();
+    for _ in 0..1024 {
+        let mut c = UnixStream::connect(agent(&f)).unwrap();
+        writeln!(c, r#"{{"jsonrpc":"2.0","id":1,"method":"ping"}}"#).unwrap();
+        held.push(c);
+    }
+    // Every one of them is served (its thread is up), then the next is refused.
+    for c in &held {
+        let mut line = String::new();
+        BufReader::new(c).read_line(&mut line).unwrap();
+        assert!(line.contains(r#""result""#), "{line}");
+    }
+    let over = UnixStream::connect(agent(&f)).unwrap();
+    let mut line = String::new();
+    BufReader::new(&over).read_line(&mut line).unwrap();
+    let refused: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(refused["error"]["code"], json!(-32002), "{line}");
+    assert_eq!(refused["error"]["message"], json!("too many connections to the agent socket (limit 1024)"));
+    let (code, out, err) = cli(&["status", "--socket", control(&f).to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rules: 2"), "{out}");
+    drop(held);
+}
+
 #[test]
 fn a_user_listed_only_as_an_agent_calls_tools_and_the_control_socket_refuses_it() {
     let f = Fixture::new(&format!("{RULES}\n[control]\nagents = [\"nobody\"]\n"));
