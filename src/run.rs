@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -132,33 +132,42 @@ fn in_mount(mountpoint: &Path, path: &VPath) -> PathBuf {
 /// directories it makes are given to `user`, the home itself mode 0700; as the user, they are
 /// the user's already. An existing home is left as it is.
 fn ensure_home(mountpoint: &Path, home: &VPath, user: &User, as_root: bool) -> Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{mkdirat, Mode};
+    // Walked one directory descriptor at a time, never following a symlink: as root, a name
+    // another session's program swapped for a link must not lead the mkdir or the chown out
+    // of the tree (the mountpoint's own path is the caller's, and trusted).
+    let open_dir = |at: Option<&OwnedFd>, name: &Path| -> nix::Result<OwnedFd> {
+        let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
+        let dir = at.map(|fd| fd.as_raw_fd());
+        // SAFETY: openat returns a new descriptor that nothing else owns.
+        openat(dir, name, flags, Mode::empty()).map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+    };
+    let mut dir = open_dir(None, mountpoint).with_context(|| format!("opening {}", mountpoint.display()))?;
     let mut at = VPath::root();
-    for part in home.as_str().trim_start_matches('/').split('/') {
+    for part in home.components() {
         at = at.join(part);
-        let path = in_mount(mountpoint, &at);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.is_dir() => continue,
-            Ok(_) => bail!(
+        let mode = if at == *home { 0o700 } else { 0o755 };
+        let made = match mkdirat(Some(dir.as_raw_fd()), part, Mode::from_bits_truncate(mode)) {
+            Ok(()) => true,
+            Err(nix::errno::Errno::EEXIST) => false,
+            Err(e) => bail!(
+                "cannot create HOME {home} in the tree: mkdir {at}: {}. Create it once as root (`sudo agentvfs \
+                 run ...` from this user's shell does, and gives it to the user), or set [run] home to a \
+                 directory this user may create (e.g. under a host route the user owns)",
+                std::io::Error::from(e)
+            ),
+        };
+        dir = match open_dir(Some(&dir), Path::new(part)) {
+            Ok(next) => next,
+            Err(nix::errno::Errno::ENOTDIR | nix::errno::Errno::ELOOP) => bail!(
                 "HOME {home}: {at} exists in the tree and is not a directory; set [run] home to another path"
             ),
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                bail!("HOME {home}: cannot look at {at}: {e}")
-            }
-            Err(_) => {}
-        }
-        let mode = if at == *home { 0o700 } else { 0o755 };
-        if let Err(e) = std::fs::DirBuilder::new().mode(mode).create(&path) {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                continue;
-            }
-            bail!(
-                "cannot create HOME {home} in the tree: mkdir {at}: {e}. Create it once as root (`sudo agentvfs \
-                 run ...` from this user's shell does, and gives it to the user), or set [run] home to a \
-                 directory this user may create (e.g. under a host route the user owns)"
-            );
-        }
-        if as_root && at == *home {
-            std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid))
+            Err(e) => bail!("HOME {home}: cannot look at {at}: {}", std::io::Error::from(e)),
+        };
+        if made && as_root && at == *home {
+            nix::unistd::fchown(dir.as_raw_fd(), Some(user.uid.into()), Some(user.gid.into()))
+                .map_err(std::io::Error::from)
                 .with_context(|| format!("giving HOME {home} to uid {}", user.uid))?;
         }
     }

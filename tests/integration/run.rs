@@ -375,3 +375,25 @@ fn without_a_home_it_may_create_the_user_is_told_how_to_get_one() {
     );
     assert!(err.contains("sudo agentvfs run"), "{err}");
 }
+
+/// Made as root (through sudo), the home is walked without following a symlink: a link in
+/// its path (put there by another session's program, say) is refused, never followed out of
+/// the tree for a mkdir and a chown as root.
+#[test]
+fn a_home_through_a_symlink_is_refused_not_followed() {
+    let s = Setup::new();
+    let outside = s.f.scratch.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, s.f.host_root.join("link")).unwrap();
+    let config = s.config.to_str().unwrap();
+    let text = std::fs::read_to_string(&s.config).unwrap() + "\n[run]\nhome = \"/host/link/me\"\n";
+    std::fs::write(&s.config, text).unwrap();
+    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let (code, _, err) = cli(&["run", "--config", config, "--", "true"], &sudo);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("HOME /host/link/me: /host/link exists in the tree and is not a directory"),
+        "{err}"
+    );
+    assert!(!outside.join("me").exists(), "made outside the tree");
+}
