@@ -77,8 +77,11 @@ pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<Ask> {
         return None;
     }
     let raw = match args.get(key) {
-        // A pathless bulk call searches from the root (loophole 1).
-        None | Some(Value::Null) if !exact => return Some(Ask::new(fs, op, VPath::root(), None)),
+        // A pathless search starts at the root (loophole 1). (A `delete` needs its path: the
+        // tool answers the missing argument before anyone is asked.)
+        None | Some(Value::Null) if !exact && name != "delete" => {
+            return Some(Ask::new(fs, op, VPath::root(), None))
+        }
         Some(Value::String(s)) => s,
         _ => return None,
     };
@@ -449,6 +452,10 @@ mod tests {
             !fires(&e, "write_file", json!({"file_path": "/secrets/a", "content": ""})),
             "read-only rule"
         );
+        // A delete without its path is an argument error, not a question about `/`.
+        let w = engine(vec![(Op::Write, "/secrets/**", Mode::Interrupt)]);
+        assert!(!fires(&w, "delete", json!({"path": "/secrets/a"})));
+        assert!(fires(&w, "delete", json!({"file_path": "/secrets/a"})));
     }
 
     #[test]
