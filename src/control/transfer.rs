@@ -10,6 +10,7 @@
 //! a download is one reply.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
@@ -23,10 +24,78 @@ use crate::policy::Op;
 /// The largest file either method moves, in bytes.
 pub const MAX_FILE_BYTES: usize = 256 << 20;
 
+/// What every session together may hold staged, in bytes. A session holds at most
+/// [`MAX_FILE_BYTES`] across all its paths; this bounds the many sessions together, so that
+/// clients staging pieces they never finish cannot run the daemon out of memory.
+pub const MAX_STAGED_BYTES: usize = 1 << 30;
+
+/// Bytes staged in all sessions now.
+static STAGED: AtomicUsize = AtomicUsize::new(0);
+
 /// Upload pieces received so far, per path, for one session.
 #[derive(Default)]
 pub struct Staging {
     files: Mutex<HashMap<String, Vec<u8>>>,
+}
+
+impl Staging {
+    /// Takes `n` more bytes out of the daemon's budget, if it has them.
+    fn reserve(n: usize) -> bool {
+        STAGED
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                (now + n <= MAX_STAGED_BYTES).then_some(now + n)
+            })
+            .is_ok()
+    }
+
+    fn release(n: usize) {
+        STAGED.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Adds `piece` to what is staged for `raw`: with `more`, keeps it (and says how much
+    /// the path holds now); without, hands the whole file over. Past either budget the
+    /// path's pieces are dropped (a file missing some cannot be finished) and the answer
+    /// says why.
+    fn add(&self, raw: &str, piece: &[u8], more: bool) -> Result<Staged, ToolOutput> {
+        let mut files = self.files.lock();
+        let session: usize = files.values().map(Vec::len).sum();
+        let refusal = if session + piece.len() > MAX_FILE_BYTES {
+            Some(too_large(raw))
+        } else if !Self::reserve(piece.len()) {
+            Some(ToolOutput::error(
+                ErrorCode::TooLarge,
+                format!("Error: the daemon holds {MAX_STAGED_BYTES} bytes of unfinished uploads; '{raw}' was dropped, send it again later"),
+            ))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            Self::release(files.remove(raw).map_or(0, |v| v.len()));
+            return Err(refusal);
+        }
+        let staged = files.entry(raw.to_string()).or_default();
+        staged.extend_from_slice(piece);
+        if more {
+            return Ok(Staged::More(staged.len()));
+        }
+        let data = files.remove(raw).unwrap_or_default();
+        Self::release(data.len());
+        Ok(Staged::Whole(data))
+    }
+}
+
+/// What [`Staging::add`] did with a piece.
+enum Staged {
+    /// Kept: the path holds this many bytes now.
+    More(usize),
+    /// The last piece: the whole file.
+    Whole(Vec<u8>),
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        Self::release(self.files.get_mut().values().map(Vec::len).sum());
+    }
 }
 
 /// `vfs/upload {path, content (base64), more?}` → `{path, size}`, or `{path, error_code,
@@ -42,18 +111,10 @@ pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> 
             return Err(RpcError::invalid_params(format!("`more` must be a boolean, got {other}")))
         }
     };
-    let data = {
-        let mut files = staging.files.lock();
-        let staged = files.entry(raw.to_string()).or_default();
-        if staged.len() + piece.len() > MAX_FILE_BYTES {
-            files.remove(raw);
-            return Ok(failure(raw, &too_large(raw)));
-        }
-        staged.extend_from_slice(&piece);
-        if more {
-            return Ok(json!({"path": raw, "staged": staged.len()}));
-        }
-        files.remove(raw).unwrap_or_default()
+    let data = match staging.add(raw, &piece, more) {
+        Ok(Staged::More(staged)) => return Ok(json!({"path": raw, "staged": staged})),
+        Ok(Staged::Whole(data)) => data,
+        Err(refusal) => return Ok(failure(raw, &refusal)),
     };
     Ok(match write(env, raw, &data) {
         Ok(path) => json!({"path": path, "size": data.len()}),
@@ -120,7 +181,7 @@ fn read(env: &ToolEnv, raw: &str) -> Result<Vec<u8>, ToolOutput> {
 fn too_large(raw: &str) -> ToolOutput {
     ToolOutput::error(
         ErrorCode::TooLarge,
-        format!("Error: '{raw}' is larger than {MAX_FILE_BYTES} bytes, the most one transfer moves"),
+        format!("Error: '{raw}' is larger than {MAX_FILE_BYTES} bytes (with the other unfinished uploads of this connection), the most one transfer moves"),
     )
 }
 
@@ -184,5 +245,35 @@ mod tests {
         assert_eq!(decode_base64("a=bc"), None);
         assert_eq!(decode_base64("ab==cdef"), None);
         assert_eq!(decode_base64("ab!="), None);
+    }
+
+    /// One session holds at most one file's worth, all sessions together the daemon's
+    /// budget; what a session leaves unfinished goes back when it ends.
+    #[test]
+    fn staging_is_bounded_per_session_and_in_all() {
+        let mib = |n: usize| vec![0u8; n << 20];
+        let one = Staging::default();
+        assert!(matches!(one.add("/a", &mib(100), true), Ok(Staged::More(n)) if n == 100 << 20));
+        assert!(matches!(one.add("/b", &mib(100), true), Ok(Staged::More(_))));
+        let refused = one.add("/c", &mib(100), true).err().unwrap();
+        assert!(
+            refused.joined_text().contains("with the other unfinished uploads"),
+            "{}",
+            refused.joined_text()
+        );
+        assert!(matches!(one.add("/a", &mib(1), false), Ok(Staged::Whole(data)) if data.len() == 101 << 20));
+        drop(one);
+        let many: Vec<Staging> = (0..4).map(|_| Staging::default()).collect();
+        for s in &many {
+            assert!(matches!(s.add("/x", &mib(250), true), Ok(Staged::More(_))));
+        }
+        let fifth = Staging::default();
+        let refused = fifth.add("/x", &mib(100), true).err().unwrap();
+        assert!(refused.joined_text().contains("bytes of unfinished uploads"), "{}", refused.joined_text());
+        drop(many);
+        assert!(
+            matches!(fifth.add("/x", &mib(100), true), Ok(Staged::More(_))),
+            "given back when sessions end"
+        );
     }
 }
