@@ -69,6 +69,7 @@ impl Audit {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
+                crate::private_file::create_private(path)?;
                 let mut conn = Connection::open(path)?;
                 // SQLite opens a file it cannot write read-only, without a word; every record
                 // would then be lost.

@@ -18,6 +18,7 @@ pub mod fuse;
 pub mod host_changes;
 pub mod log_limit;
 pub mod policy;
+pub mod private_file;
 pub mod route;
 pub mod run;
 pub mod vpath;

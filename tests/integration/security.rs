@@ -357,6 +357,22 @@ fn what_a_hidden_directory_holds_is_out_of_reach_of_both_doors() {
     assert!(with.contains("Permission denied"), "{with}");
 }
 
+/// The daemon's databases (the audit log, a sqlite route's store, their WAL files) are its
+/// owner's alone: they hold what the rules hide from everyone else.
+#[test]
+fn the_daemons_databases_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new("");
+    fs::write(fx.p("/db/f"), "stored").unwrap();
+    crate::harness::soon("the stores have their WAL files", || {
+        ["store.db-wal", "audit.db-wal"].iter().all(|f| fx.scratch.path().join(f).exists())
+    });
+    for name in ["audit.db", "audit.db-wal", "store.db", "store.db-wal"] {
+        let mode = fs::metadata(fx.scratch.path().join(name)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{name}");
+    }
+}
+
 /// Rename flags the daemon does not implement fully are refused, and nothing is left behind.
 #[test]
 fn rename_whiteout_is_refused() {

@@ -116,6 +116,8 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
 /// Opens the write connection, creating or upgrading the schema as needed. A file that is not
 /// ours, or is newer than this build, is refused before anything in it is changed.
 pub(super) fn open_writer(path: &Path) -> FsResult<Connection> {
+    // Best effort: where it cannot be made, SQLite's own open says why.
+    let _ = crate::private_file::create_private(path);
     let mut conn = connect(path).map_err(|e| sql_error(path, e))?;
     refuse_unwritable(&conn, path)?;
     check_version(&conn, path)?;
