@@ -14,6 +14,7 @@ use crate::policy::approvals::{ApprovalId, Interrupted};
 use crate::policy::{Gate, Mode, Op, Permit, Refusal};
 use crate::route::Router;
 use crate::vpath::VPath;
+pub use access::Groups;
 
 /// Which door a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +56,9 @@ impl Socket {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Principal {
     pub uid: u32,
+    pub gid: u32,
+    /// Its supplementary groups, for the tool door's permission checks (`access`).
+    pub groups: Groups,
     pub pid: u32,
     pub socket: Socket,
 }
@@ -321,9 +325,13 @@ impl Engine {
         if op == Op::Write && !denied && self.router.route_of(path).read_only {
             return Err(FsError::new(Errno::EROFS, format!("{path} is on a read-only route")));
         }
-        decided
+        let permit = decided
             .or_else(|r| self.gate.approve(r, operation, ctx.approval, ctx.retry()))
-            .map_err(|r| self.refuse(ctx, operation, r))
+            .map_err(|r| self.refuse(ctx, operation, r))?;
+        if let (Door::Tool, Some(who)) = (ctx.door, &ctx.principal) {
+            self.check_access(who, operation, op, path)?;
+        }
+        Ok(permit)
     }
 
     /// A new name may not be created where a hidden entry lives: answering EEXIST would
@@ -741,6 +749,7 @@ fn setid_bits_a_write_clears(perm: u32) -> u32 {
     libc::S_ISUID | if group_exec { libc::S_ISGID } else { 0 }
 }
 
+mod access;
 mod renames;
 mod whole_writes;
 

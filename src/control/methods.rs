@@ -78,13 +78,14 @@ pub struct Peer {
     pub pid: u32,
     pub uid: u32,
     pub gid: u32,
+    pub groups: crate::engine::Groups,
     pub socket: Socket,
 }
 
 impl Peer {
     /// The peer as audit records and tickets name it.
     pub fn principal(&self) -> Principal {
-        Principal { uid: self.uid, pid: self.pid, socket: self.socket }
+        Principal { uid: self.uid, gid: self.gid, groups: self.groups, pid: self.pid, socket: self.socket }
     }
 }
 

@@ -425,7 +425,13 @@ fn connection(shared: Arc<Shared>, stream: UnixStream, socket: Socket) {
         );
         return refuse(stream, RpcError::new(proto::PEER_REFUSED, why));
     }
-    let peer = Peer { pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, socket };
+    let peer = Peer {
+        pid: credentials.pid,
+        uid: credentials.uid,
+        gid: credentials.gid,
+        groups: crate::engine::Groups::new(&credentials.groups),
+        socket,
+    };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     {
         let mut connections = shared.connections.lock();

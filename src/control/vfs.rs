@@ -176,11 +176,21 @@ impl<'e> ToolFs<'e> {
     pub fn write_atomic(&self, path: &VPath, data: &[u8], mode: u32) -> FsResult<Attr> {
         self.make_parents(&path.parent())?;
         let owner = match self.engine.lookup(&self.ctx, path) {
-            Ok(existing) => Some(existing),
-            Err(_) => self.engine.lookup(&self.ctx, &path.parent()).ok(),
+            Ok(existing) => Some((existing.uid, existing.gid)),
+            Err(_) => self.engine.lookup(&self.ctx, &path.parent()).ok().map(|dir| self.new_owner(&dir)),
         };
-        let owner = owner.map(|a| (a.uid, a.gid));
         self.engine.write_atomic(&self.ctx, path, data, mode, owner)
+    }
+
+    /// Who owns a node this call makes in the directory `dir`: the peer, when it is not root
+    /// (as its own syscall at the mount would make it; the group is the directory's under a
+    /// set-group-ID directory); for root, the directory's owner (a checkout's files stay its
+    /// owner's, although the daemon writes them).
+    fn new_owner(&self, dir: &Attr) -> (u32, u32) {
+        match self.ctx.principal {
+            Some(p) if p.uid != 0 => (p.uid, if dir.perm & 0o2000 != 0 { dir.gid } else { p.gid }),
+            _ => (dir.uid, dir.gid),
+        }
     }
 
     fn make_parents(&self, dir: &VPath) -> FsResult<()> {
@@ -192,21 +202,21 @@ impl<'e> ToolFs<'e> {
                 match self.engine.mkdir(&self.ctx, dir, 0o755) {
                     Err(e) if !e.is(Errno::EEXIST) => Err(e),
                     Err(_) => Ok(()),
-                    // Like a new file, a new directory belongs to its directory's owner.
-                    Ok(made) => match self.engine.lookup(&self.ctx, &dir.parent()) {
-                        Ok(parent) if (parent.uid, parent.gid) != (made.uid, made.gid) => {
-                            let owner = SetAttr {
-                                uid: Some(parent.uid),
-                                gid: Some(parent.gid),
-                                ..SetAttr::default()
-                            };
-                            match self.engine.setattr(&self.ctx, dir, &owner, None) {
-                                Err(e) if !e.is(Errno::EPERM) => Err(e),
-                                _ => Ok(()),
+                    // Like a new file, a new directory belongs to whom `new_owner` says.
+                    Ok(made) => {
+                        match self.engine.lookup(&self.ctx, &dir.parent()).map(|p| self.new_owner(&p)) {
+                            Ok((uid, gid)) if (uid, gid) != (made.uid, made.gid) => {
+                                let owner = SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() };
+                                // The daemon's own doing, not the peer's: its permissions are not asked.
+                                let daemon = Ctx { principal: None, ..self.ctx };
+                                match self.engine.setattr(&daemon, dir, &owner, None) {
+                                    Err(e) if !e.is(Errno::EPERM) => Err(e),
+                                    _ => Ok(()),
+                                }
                             }
+                            _ => Ok(()),
                         }
-                        _ => Ok(()),
-                    },
+                    }
                 }
             }
             Err(e) => Err(e),

@@ -434,6 +434,8 @@ fn without_control_the_default_user_holds_both_roles() {
 fn agentvfs_mcp_as_an_agent_lists_and_calls_the_tools_over_the_agent_socket() {
     let f = Fixture::new("[control]\nagents = [\"nobody\"]\n");
     let bin = runnable(f.scratch.path());
+    // The tools act with nobody's permissions: it works in a directory of its own.
+    std::os::unix::fs::chown(f.p("/mem"), Some(65534), Some(65534)).unwrap();
     // What an MCP client launches, run as nobody.
     let wrapper = f.scratch.path().join("agentvfs-as-nobody");
     std::fs::write(
@@ -497,4 +499,67 @@ fn a_config_naming_an_unknown_user_or_group_is_refused_with_its_line() {
         assert!(refused.contains(expected.trim_end()), "{refused}");
         assert!(!is_mounted(&mnt));
     }
+}
+
+/// A tool call acts with its peer's permissions, as that user's own syscalls through the
+/// mount would, although the daemon acts as root: root's private file is not read, root's
+/// directory and read-only file are not written, and in a sticky directory another user's
+/// file is not deleted. The user's own places work.
+#[test]
+fn an_agents_tool_calls_have_its_users_permissions_not_the_daemons() {
+    use std::os::unix::fs::MetadataExt;
+    let f = Fixture::new(&format!("{RULES}\n[control]\nagents = [\"nobody\"]\n"));
+    let host = &f.host_root;
+    let write = |rel: &str, text: &str, mode: u32| {
+        std::fs::write(host.join(rel), text).unwrap();
+        std::fs::set_permissions(host.join(rel), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    for (dir, mode) in [("rootdir", 0o700), ("sticky", 0o1777), ("mine", 0o755)] {
+        std::fs::create_dir(host.join(dir)).unwrap();
+        std::fs::set_permissions(host.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::os::unix::fs::chown(host.join("mine"), Some(65534), Some(65534)).unwrap();
+    write("rootonly.txt", "root only\n", 0o600);
+    write("shared.txt", "shared\n", 0o644);
+    write("rootdir/f", "inside\n", 0o644);
+    write("sticky/theirs", "theirs\n", 0o666);
+    let bin = runnable(f.scratch.path());
+    let agent = shown(&agent(&f));
+    let call = |tool: &str, args: Value| {
+        cli_as(&bin, &NOBODY, &["call", "--socket", &agent, tool, &args.to_string()], &[])
+    };
+    for (tool, args) in [
+        ("read_file", json!({"file_path": "/host/rootonly.txt"})),
+        ("read_file", json!({"file_path": "/host/rootdir/f"})),
+        ("ls", json!({"path": "/host/rootdir"})),
+        ("write_file", json!({"file_path": "/host/rootdir/new", "content": "x"})),
+        ("write_file", json!({"file_path": "/host/shared.txt", "content": "x"})),
+        ("delete", json!({"file_path": "/host/sticky/theirs"})),
+        ("delete", json!({"file_path": "/host/shared.txt"})),
+    ] {
+        let (code, out, err) = call(tool, args.clone());
+        assert_eq!(code, 2, "{tool} {args}: {out}{err}");
+        assert!(out.contains("ermission denied") && !out.contains("root only"), "{tool} {args}: {out}");
+    }
+    // The same user through the mount meets the same answers from the kernel.
+    let mount = f.mount.dir.to_str().unwrap().to_string();
+    let (code, _, _) = cli_as(Path::new("cat"), &NOBODY, &[&format!("{mount}/host/rootonly.txt")], &[]);
+    assert_ne!(code, 0);
+    assert_eq!(std::fs::read_to_string(host.join("shared.txt")).unwrap(), "shared\n");
+    assert!(host.join("sticky/theirs").exists() && !host.join("rootdir/new").exists());
+    // Its own directory, a file all may read, and a sticky directory's shared space work.
+    let (code, out, err) = call("write_file", json!({"file_path": "/host/mine/new", "content": "mine"}));
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(std::fs::metadata(host.join("mine/new")).unwrap().uid(), 65534);
+    let (code, out, _) = call("read_file", json!({"file_path": "/host/shared.txt"}));
+    assert!(code == 0 && out.contains("shared"), "{out}");
+    let (code, out, err) = call("write_file", json!({"file_path": "/host/sticky/own/f", "content": "own"}));
+    assert_eq!(code, 0, "{out}{err}");
+    // What it makes is its own, as at the mount (not the directory owner's, root here).
+    for made in ["sticky/own", "sticky/own/f"] {
+        let m = std::fs::metadata(host.join(made)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (65534, 65534), "{made}");
+    }
+    let (code, out, err) = call("delete", json!({"file_path": "/host/sticky/own"}));
+    assert_eq!(code, 0, "{out}{err}");
 }

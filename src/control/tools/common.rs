@@ -329,6 +329,8 @@ pub fn locate(
             }
             Ok(Located { path: path.clone(), real: path.clone(), attr: None })
         }
+        // The peer may not search a directory on the way (its mode bits).
+        Err(e) if e.is(Errno::EACCES) => Err(permission_denied(op, path)),
         Err(e) => Err(ToolOutput::error(
             match e.errno {
                 Errno::EXDEV | Errno::ELOOP | Errno::EINVAL => ErrorCode::InvalidPath,
