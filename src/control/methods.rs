@@ -154,6 +154,9 @@ impl State {
             "vfs/download" => {
                 let params = proto::params_object(params)?;
                 let env = self.tool_env(session, peer, "vfs/download", &Value::Object(params.clone()), None);
+                let Some(_turn) = session.replies.turn() else {
+                    return Err(RpcError::internal("the client went away"));
+                };
                 transfer::download(&env, &params)
             }
             "vfs/status" => Ok(self.status()),

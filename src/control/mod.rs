@@ -8,6 +8,7 @@ pub mod deferred;
 pub mod interrupts;
 pub mod methods;
 pub mod proto;
+pub mod reply_budget;
 pub mod roles;
 pub mod server;
 pub mod session;

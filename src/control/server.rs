@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use crate::control::methods::{Peer, State};
 use crate::control::proto::{self, Line, LineReader, Message, RpcError};
+use crate::control::reply_budget::ReplyBudget;
 use crate::control::roles::{self, Credentials, Socket};
 use crate::control::session::Session;
 use crate::display::Escaped;
@@ -337,16 +338,21 @@ fn refuse(mut stream: UnixStream, error: RpcError) {
 /// Writes whole reply lines; once a write fails the connection is shut down.
 struct Writer {
     stream: Mutex<UnixStream>,
+    /// What waits to be written counts against the connection's budget for results.
+    budget: Arc<ReplyBudget>,
 }
 
 impl Writer {
     /// Whether the line went out.
     fn send(&self, message: &Value) -> bool {
         let line = proto::encode(message);
-        let mut stream = self.stream.lock();
-        if let Err(e) = stream.write_all(&line) {
+        self.budget.queued(line.len());
+        let written = self.stream.lock().write_all(&line);
+        self.budget.sent(line.len());
+        if let Err(e) = written {
             tracing::debug!("control reply lost ({e}); closing the connection");
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+            let _ = self.stream.lock().shutdown(std::net::Shutdown::Both);
+            self.budget.close();
             return false;
         }
         true
@@ -465,8 +471,8 @@ fn connection(shared: Arc<Shared>, stream: UnixStream, socket: Socket) {
 /// closed the whole connection reads no replies: the approvals its tool calls wait on are
 /// withdrawn, so that no later approval runs a call nobody waits for.
 fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer: UnixStream) {
-    let writer = Arc::new(Writer { stream: Mutex::new(writer) });
     let session = Arc::new(Session::new(shared.state.config.observation));
+    let writer = Arc::new(Writer { stream: Mutex::new(writer), budget: session.replies.clone() });
     let in_flight = Arc::new(InFlight { count: Mutex::new(0), done: Condvar::new() });
     let fd = reader.as_raw_fd();
     let mut lines = LineReader::new(reader, proto::MAX_LINE);
@@ -561,6 +567,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
         gone = hung_up(fd);
     }
     if gone {
+        session.replies.close();
         for id in session.close() {
             approvals.withdraw(id);
         }

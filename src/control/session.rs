@@ -40,6 +40,8 @@ pub struct Session {
     pub observation: Observation,
     /// `vfs/upload` pieces received so far.
     pub staging: crate::control::transfer::Staging,
+    /// Turns to build large results, shared with the connection's writer.
+    pub replies: std::sync::Arc<crate::control::reply_budget::ReplyBudget>,
     observed: Mutex<HashMap<VPath, Version>>,
     waiting: Mutex<Waiting>,
     /// Signalled when a call's ticket is submitted and recorded.
@@ -71,6 +73,7 @@ impl Session {
         Session {
             observation,
             staging: Default::default(),
+            replies: Default::default(),
             observed: Mutex::new(HashMap::new()),
             waiting: Mutex::default(),
             submitted: Condvar::new(),

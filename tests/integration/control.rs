@@ -783,3 +783,40 @@ fn a_real_mcp_client_over_the_stdio_bridge() {
     assert_eq!(status["counters"]["tool_calls"], json!(7));
     assert_eq!(status["counters"]["connections_open"], json!(1));
 }
+
+/// The daemon's resident memory, in bytes.
+fn resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// A client that asks for many large results and reads none of them does not make the
+/// daemon hold them all: results are built a few at a time, and only while what waits to
+/// be written stays small. Read at last, every reply arrives whole.
+#[test]
+fn a_client_that_reads_nothing_cannot_make_the_daemon_hold_its_results() {
+    let (f, _) = fixture();
+    let line = "x".repeat(59) + "\n";
+    std::fs::write(f.host_root.join("big.txt"), line.repeat(100_000)).unwrap();
+    let pid = f.mount.child.as_ref().unwrap().id();
+    let mut c = UnixStream::connect(f.agent_socket()).unwrap();
+    let before = resident(pid);
+    const CALLS: usize = 60;
+    for id in 0..CALLS {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file",
+            "arguments": {"file_path": "/host/big.txt", "limit": 100_000}, "structured": true}});
+        writeln!(c, "{call}").unwrap();
+    }
+    // Each reply is over 6 MB: all sixty would be 400 MB and more.
+    std::thread::sleep(Duration::from_secs(3));
+    let grown = resident(pid).saturating_sub(before);
+    assert!(grown < 250 << 20, "the daemon grew by {} MiB", grown >> 20);
+    let mut lines = BufReader::new(&c);
+    for _ in 0..CALLS {
+        let mut text = String::new();
+        lines.read_line(&mut text).unwrap();
+        assert!(text.len() > 6_000_000, "{} bytes", text.len());
+        assert!(text.contains(r#""isError":false"#), "{}", &text[..200]);
+    }
+}

@@ -192,6 +192,10 @@ pub struct ToolSpec {
     /// MCP annotations.
     pub read_only: bool,
     pub destructive: bool,
+    /// Its result may be large (a file's content, a listing, matches): it is built in the
+    /// connection's turn (`control::reply_budget`), so a client that reads nothing cannot
+    /// make the daemon hold many of them. The others' results are small or capped.
+    pub large_result: bool,
     pub call: fn(&ToolEnv, &Value) -> ToolOutput,
 }
 
@@ -265,6 +269,19 @@ pub fn registry(listed: &Listed) -> Vec<&'static ToolSpec> {
 /// too large for the model are offloaded to a file (see [`offload`]).
 pub fn call(env: &ToolEnv, name: &str, arguments: &Value) -> Option<ToolOutput> {
     let spec = registry(&env.listed()).into_iter().find(|spec| spec.name == name)?;
+    let _turn = match spec.large_result {
+        true => match env.session.replies.turn() {
+            Some(turn) => Some(turn),
+            // Nobody reads this answer.
+            None => {
+                return Some(ToolOutput::error(
+                    ErrorCode::Io,
+                    "Error: the client went away; the call did not run.",
+                ))
+            }
+        },
+        false => None,
+    };
     let mut output = (spec.call)(env, arguments);
     if !spec.read_only {
         if let Err(e) = env.fs.engine.commit_pending() {
