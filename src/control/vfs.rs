@@ -175,6 +175,12 @@ impl<'e> ToolFs<'e> {
     /// attributes.
     pub fn write_atomic(&self, path: &VPath, data: &[u8], mode: u32) -> FsResult<Attr> {
         self.make_parents(&path.parent())?;
+        // A write by anyone but root clears the set-user-ID bit, and the set-group-ID bit of a
+        // group-executable file, as the kernel does for that user's `write` at the mount.
+        let mode = match self.ctx.principal {
+            Some(p) if p.uid != 0 => mode & !(0o4000 | if mode & 0o010 != 0 { 0o2000 } else { 0 }),
+            _ => mode,
+        };
         let owner = match self.engine.lookup(&self.ctx, path) {
             Ok(existing) => Some((existing.uid, existing.gid)),
             Err(_) => self.engine.lookup(&self.ctx, &path.parent()).ok().map(|dir| self.new_owner(&dir)),

@@ -562,4 +562,12 @@ fn an_agents_tool_calls_have_its_users_permissions_not_the_daemons() {
     }
     let (code, out, err) = call("delete", json!({"file_path": "/host/sticky/own"}));
     assert_eq!(code, 0, "{out}{err}");
+    // Its write of root's set-ID program (which all may write) clears the bits, as its
+    // `write` at the mount would: it keeps root as owner, but not root's privileges.
+    write("setid", "#!/bin/sh\n", 0o6777);
+    let (code, out, err) =
+        call("write_file", json!({"file_path": "/host/setid", "content": "#!/bin/sh\nid\n"}));
+    assert_eq!(code, 0, "{out}{err}");
+    let m = std::fs::metadata(host.join("setid")).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o777));
 }
