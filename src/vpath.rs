@@ -125,6 +125,13 @@ impl VPath {
         }
     }
 
+    /// The directories above this path, from `/` down to its parent (none above `/`).
+    pub fn ancestors(&self) -> impl Iterator<Item = VPath> + '_ {
+        let path: &str = if self.is_root() { "" } else { &self.0 };
+        path.match_indices('/')
+            .map(move |(at, _)| if at == 0 { VPath::root() } else { VPath(path[..at].into()) })
+    }
+
     pub fn components(&self) -> impl Iterator<Item = &str> {
         self.0.split('/').filter(|c| !c.is_empty())
     }
@@ -149,6 +156,16 @@ impl fmt::Debug for VPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ancestors_run_from_the_root_to_the_parent() {
+        let of = |p: &str| {
+            VPath::parse(p).unwrap().ancestors().map(|a| a.as_str().to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(of("/"), Vec::<String>::new());
+        assert_eq!(of("/a"), ["/"]);
+        assert_eq!(of("/a/bc/d"), ["/", "/a", "/a/bc"]);
+    }
 
     #[test]
     fn parse_normalises() {

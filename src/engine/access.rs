@@ -75,19 +75,11 @@ impl Engine {
         let refuse = |p: &VPath, what: &str| {
             Err(FsError::new(Errno::EACCES, format!("permission denied: uid {} may not {what} {p}", who.uid)))
         };
-        if !path.is_root() {
-            let mut dir = VPath::root();
-            let mut names = path.parent().components().map(str::to_string).collect::<Vec<_>>().into_iter();
-            loop {
-                match stat(&dir) {
-                    Some(attr) if !who.granted(&attr, SEARCH) => return refuse(&dir, "search"),
-                    Some(_) => {}
-                    None => return Ok(()),
-                }
-                match names.next() {
-                    Some(name) => dir = dir.join(&name),
-                    None => break,
-                }
+        for dir in path.ancestors() {
+            match stat(&dir) {
+                Some(attr) if !who.granted(&attr, SEARCH) => return refuse(&dir, "search"),
+                Some(_) => {}
+                None => return Ok(()),
             }
         }
         let node = stat(path);

@@ -133,15 +133,15 @@ impl Gate {
     /// what it holds (`/ws/dir/`, `/ws/dir`).
     pub fn hidden_ancestor(&self, path: &VPath) -> Option<Refusal> {
         let rules = self.rules.load();
-        let mut dir = VPath::root();
-        for name in path.parent().components() {
-            dir = dir.join(name);
+        // `/` itself is never hidden: the tree's root is always there.
+        path.ancestors().skip(1).find_map(|dir| {
             let verdict = rules.decide(Op::Read, &dir, true);
-            if verdict.mode == Mode::Deny && verdict.hide {
-                return Some(Refusal { op: Op::Read, path: dir, verdict });
-            }
-        }
-        None
+            (verdict.mode == Mode::Deny && verdict.hide).then_some(Refusal {
+                op: Op::Read,
+                path: dir,
+                verdict,
+            })
+        })
     }
 
     /// Whether a rule may hide something beneath the directory `dir`.
