@@ -11,15 +11,8 @@ use crate::error::Errno;
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
 
-pub const SPEC: ToolSpec = ToolSpec {
-    name: "delete",
-    description,
-    input_schema,
-    read_only: false,
-    destructive: true,
-    large_result: false,
-    call,
-};
+pub const SPEC: ToolSpec =
+    ToolSpec { name: "delete", description, input_schema, read_only: false, destructive: true, call };
 
 fn description(_listed: &Listed) -> String {
     "Deletes a file or directory from the filesystem.\n\

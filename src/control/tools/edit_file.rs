@@ -11,15 +11,8 @@ use crate::control::session::Version;
 use crate::error::FsError;
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec = ToolSpec {
-    name: "edit_file",
-    description,
-    input_schema,
-    read_only: false,
-    destructive: false,
-    large_result: false,
-    call,
-};
+pub const SPEC: ToolSpec =
+    ToolSpec { name: "edit_file", description, input_schema, read_only: false, destructive: false, call };
 
 fn description(_listed: &Listed) -> String {
     "Performs exact string replacements in files.\n\

@@ -11,15 +11,8 @@ use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use super::{common, pattern};
 use crate::policy::Mode;
 
-pub const SPEC: ToolSpec = ToolSpec {
-    name: "glob",
-    description,
-    input_schema,
-    read_only: true,
-    destructive: false,
-    large_result: true,
-    call,
-};
+pub const SPEC: ToolSpec =
+    ToolSpec { name: "glob", description, input_schema, read_only: true, destructive: false, call };
 
 /// At most this many glob calls run at once (Deep Agents' `BoundedSemaphore(4)`); more are
 /// refused rather than queued, so a burst of broad globs cannot pile up behind each other.

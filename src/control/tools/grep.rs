@@ -21,15 +21,8 @@ use crate::control::vfs::ToolFs;
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
 
-pub const SPEC: ToolSpec = ToolSpec {
-    name: "grep",
-    description,
-    input_schema,
-    read_only: true,
-    destructive: false,
-    large_result: true,
-    call,
-};
+pub const SPEC: ToolSpec =
+    ToolSpec { name: "grep", description, input_schema, read_only: true, destructive: false, call };
 
 /// Matches returned when the call sets no `max_count` (Deep Agents' `grep_max_count`).
 pub const DEFAULT_MAX_COUNT: usize = 1000;

@@ -8,15 +8,8 @@ use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::backend::{Attr, FileKind};
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec = ToolSpec {
-    name: "ls",
-    description,
-    input_schema,
-    read_only: true,
-    destructive: false,
-    large_result: true,
-    call,
-};
+pub const SPEC: ToolSpec =
+    ToolSpec { name: "ls", description, input_schema, read_only: true, destructive: false, call };
 
 fn description(_listed: &Listed) -> String {
     "Lists all files in a directory.\n\

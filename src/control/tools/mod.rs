@@ -192,11 +192,17 @@ pub struct ToolSpec {
     /// MCP annotations.
     pub read_only: bool,
     pub destructive: bool,
-    /// Its result may be large (a file's content, a listing, matches): it is built in the
-    /// connection's turn (`control::reply_budget`), so a client that reads nothing cannot
-    /// make the daemon hold many of them. The others' results are small or capped.
-    pub large_result: bool,
     pub call: fn(&ToolEnv, &Value) -> ToolOutput,
+}
+
+impl ToolSpec {
+    /// Whether its result may be large, and so is built in the connection's turn
+    /// (`control::reply_budget`), so that a client reading nothing cannot make the daemon
+    /// hold many of them: the read-only tools, whose results are what they read (a file's
+    /// content, a listing, matches). A change answers in a line, and `execute` caps its output.
+    pub fn builds_large_result(&self) -> bool {
+        self.read_only
+    }
 }
 
 /// Argument access with clear errors for missing or mistyped arguments.
@@ -269,7 +275,7 @@ pub fn registry(listed: &Listed) -> Vec<&'static ToolSpec> {
 /// too large for the model are offloaded to a file (see [`offload`]).
 pub fn call(env: &ToolEnv, name: &str, arguments: &Value) -> Option<ToolOutput> {
     let spec = registry(&env.listed()).into_iter().find(|spec| spec.name == name)?;
-    let _turn = match spec.large_result {
+    let _turn = match spec.builds_large_result() {
         true => match env.session.replies.turn() {
             Some(turn) => Some(turn),
             // Nobody reads this answer.

@@ -9,15 +9,8 @@ use super::{args, Block, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::control::session::Version;
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec = ToolSpec {
-    name: "read_file",
-    description,
-    input_schema,
-    read_only: true,
-    destructive: false,
-    large_result: true,
-    call,
-};
+pub const SPEC: ToolSpec =
+    ToolSpec { name: "read_file", description, input_schema, read_only: true, destructive: false, call };
 
 const DEFAULT_LIMIT: i64 = 100;
 

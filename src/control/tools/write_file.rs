@@ -17,15 +17,8 @@ use crate::control::session::Version;
 use crate::error::{Errno, FsError};
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec = ToolSpec {
-    name: "write_file",
-    description,
-    input_schema,
-    read_only: false,
-    destructive: false,
-    large_result: false,
-    call,
-};
+pub const SPEC: ToolSpec =
+    ToolSpec { name: "write_file", description, input_schema, read_only: false, destructive: false, call };
 
 fn description(_listed: &Listed) -> String {
     "Writes content to a file. Creates the file if it does not exist; replaces it entirely if it does.\n\
