@@ -69,13 +69,33 @@ impl Mount {
         filter: &str,
         env: &[(&str, &str)],
     ) -> Result<Mount, String> {
+        Self::try_start_wrapped(config, dir, filter, env, &[])
+    }
+
+    /// Like [`Mount::try_start_with_env`], the daemon started through `wrapper` (a program
+    /// and its arguments that then runs the daemon in its place, as `prlimit` does).
+    pub fn try_start_wrapped(
+        config: &Path,
+        dir: &Path,
+        filter: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Result<Mount, String> {
         // A stale mount left by a killed daemon answers ENOTCONN here; the daemon clears it.
         let _ = std::fs::create_dir_all(dir);
         let parent = dir.parent().expect("a mountpoint has a parent").canonicalize().unwrap();
         let dir = parent.join(dir.file_name().expect("a mountpoint has a name"));
         let log = dir.with_extension("log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(BIN)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let child = command
             .args(["mount", "--config"])
             .arg(config)
             .arg(&dir)

@@ -20,6 +20,21 @@ fn sigint_and_sigterm_unmount_cleanly() {
     }
 }
 
+/// Started with a soft limit of 256 open files under a higher hard limit (systemd gives 1,024
+/// soft), the daemon raises its soft limit to the hard one: each socket connection holds four
+/// descriptors, each open file one or two.
+#[test]
+fn the_daemon_raises_its_open_file_limit_to_the_hard_one() {
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
+    let m =
+        Mount::try_start_wrapped(&cfg, &s.path().join("mnt"), "warn", &[], &["prlimit", "--nofile=256:4096"])
+            .unwrap();
+    let pid = m.child.as_ref().unwrap().id();
+    let limits = fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    assert_eq!(line.split_whitespace().collect::<Vec<_>>()[3..5], ["4096", "4096"], "{line}");
+}
+
 #[test]
 fn a_stale_mount_is_recovered_and_a_busy_one_refused() {
     let Unmounted { scratch: s, host_root: root, config: cfg } = unmounted("");
