@@ -5,7 +5,7 @@
 //! methods it does not serve with a permission error (`control::roles`).
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -32,8 +32,8 @@ const MAX_IN_FLIGHT: usize = 256;
 /// Connections open at once on each socket; a thread each. Counted per socket, so that
 /// agents holding every connection they may open leave the approvers' socket answering.
 const MAX_CONNECTIONS: usize = 1024;
-/// A client that stops reading its replies for this long is disconnected, so it cannot pin
-/// the threads that answer it.
+/// A reply line not written whole within this long disconnects its client, so a client that
+/// stops reading (or reads a few bytes now and then) cannot pin the threads that answer it.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a half-closed connection whose requests still run is checked for a full close.
 const HANGUP_POLL: Duration = Duration::from_millis(50);
@@ -330,8 +330,11 @@ fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
 
 /// Sends one error line and closes (refused peers, too many connections).
 fn refuse(mut stream: UnixStream, error: RpcError) {
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    let _ = stream.write_all(&proto::encode(&proto::response(&Value::Null, Err(error))));
+    let _ = write_within(
+        &mut stream,
+        &proto::encode(&proto::response(&Value::Null, Err(error))),
+        Duration::from_secs(1),
+    );
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
@@ -347,7 +350,7 @@ impl Writer {
     fn send(&self, message: &Value) -> bool {
         let line = proto::encode(message);
         self.budget.queued(line.len());
-        let written = self.stream.lock().write_all(&line);
+        let written = write_within(&mut self.stream.lock(), &line, WRITE_TIMEOUT);
         self.budget.sent(line.len());
         if let Err(e) = written {
             tracing::debug!("control reply lost ({e}); closing the connection");
@@ -357,6 +360,42 @@ impl Writer {
         }
         true
     }
+}
+
+/// Writes all of `bytes` within `limit` in all. Each send is non-blocking and the wait for
+/// room is a `poll` on what is left of the limit: a send timeout (`SO_SNDTIMEO`) starts again
+/// for every buffer the kernel allocates, so a reader draining a little at a time could stretch
+/// one reply without end.
+fn write_within(stream: &mut UnixStream, bytes: &[u8], limit: Duration) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + limit;
+    let fd = stream.as_raw_fd();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // SAFETY: `rest` is a live buffer of the given length; MSG_DONTWAIT makes this one
+        // call non-blocking without changing the descriptor the reader shares.
+        let n = unsafe {
+            libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        };
+        if n >= 0 {
+            rest = &rest[n as usize..];
+            continue;
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::Interrupted => {}
+            io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let mut pollfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                let millis = left.as_millis().min(i32::MAX as u128) as i32;
+                // SAFETY: one valid, initialised pollfd.
+                if left.is_zero() || unsafe { libc::poll(&mut pollfd, 1, millis) } == 0 {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "the reply was not read in time"));
+                }
+            }
+            _ => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 /// Requests running on one connection.
@@ -456,7 +495,6 @@ fn connection(shared: Arc<Shared>, stream: UnixStream, socket: Socket) {
     }
     counters.connections_open.fetch_add(1, Ordering::Relaxed);
     counters.connections_total.fetch_add(1, Ordering::Relaxed);
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     match (stream.try_clone(), stream.try_clone()) {
         (Ok(reader), Ok(writer)) => serve_connection(&shared, peer, reader, writer),
         _ => tracing::warn!("cannot duplicate a control connection"),
@@ -572,5 +610,56 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
             approvals.withdraw(id);
         }
         in_flight.wait_idle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that drains a little often enough for every single `write` to progress still
+    /// cannot stretch a reply past its limit.
+    #[test]
+    fn a_slowly_drained_reply_fails_at_its_deadline() {
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut theirs = theirs;
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut read = 0usize;
+                while !stop.load(Ordering::SeqCst) {
+                    match std::io::Read::read(&mut theirs, &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => read += n,
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                read
+            })
+        };
+        let started = std::time::Instant::now();
+        let outcome = write_within(&mut ours, &vec![b'x'; 8 << 20], Duration::from_millis(500));
+        let took = started.elapsed();
+        stop.store(true, Ordering::SeqCst);
+        drop(ours);
+        let read = reader.join().unwrap();
+        assert_eq!(outcome.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert!(took >= Duration::from_millis(500) && took < Duration::from_secs(3), "{took:?}");
+        assert!(read > 0 && read < 8 << 20, "{read}");
+    }
+
+    #[test]
+    fn a_reply_read_in_time_goes_out_whole() {
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            std::io::Read::read_to_end(&mut theirs, &mut all).unwrap();
+            all.len()
+        });
+        write_within(&mut ours, &vec![b'x'; 4 << 20], Duration::from_secs(10)).unwrap();
+        drop(ours);
+        assert_eq!(reader.join().unwrap(), 4 << 20);
     }
 }
