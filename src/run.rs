@@ -285,6 +285,9 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     Client::connect(request.socket).and_then(|mut c| c.call("ping", None)).with_context(|| {
         format!("uid {} cannot use the agent socket {}", user.uid, request.socket.display())
     })?;
+    if let Some(file) = request.config.and_then(|c| c.file.as_deref()) {
+        config_out_of_reach(file, request.socket, &mountpoint, &mount_real, &hosts)?;
+    }
 
     let sources = exec::open_sources(&mountpoint, &entries);
     let socket_fd = open_path(request.socket, true)
@@ -326,6 +329,46 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     let mut passed: Vec<RawFd> = raw.values().copied().chain(ro_binds.iter().map(|(fd, _)| *fd)).collect();
     passed.push(info_write.as_raw_fd());
     supervise(&bwrap, &args, &passed, info_read, info_write)
+}
+
+/// Refuses a `--config` file the program could change: it says which socket, home, variables
+/// and network the next `agentvfs run` gives its program, so a program that may rewrite it
+/// would choose its own next sandbox. Out of reach means not in the tree (outside the mount and
+/// every host route), hidden there (the daemon hides its own config), or not writable there:
+/// by the rules (a deny, or an interrupt, which a human answers) or by the user's permissions
+/// on the file and on every directory on its way. Run as the user.
+fn config_out_of_reach(
+    file: &Path,
+    socket: &Path,
+    mountpoint: &Path,
+    mount_real: &Path,
+    hosts: &[(VPath, PathBuf)],
+) -> Result<()> {
+    use nix::unistd::{access, AccessFlags};
+    let real = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    let Some(at) = virtual_cwd(&real, mount_real, hosts) else { return Ok(()) };
+    let inside = in_mount(mountpoint, &at);
+    if std::fs::symlink_metadata(&inside).is_err() {
+        return Ok(());
+    }
+    let params = serde_json::json!({"operation": "write", "path": at.as_str()});
+    let verdict = Client::connect(socket)?.call("vfs/explain", Some(params))?;
+    if verdict["decision"] != "allow" {
+        return Ok(());
+    }
+    // Writing the file, or a directory on its way (where it, or a directory holding it, could
+    // be renamed away and made again), changes it.
+    let writable = |p: &Path| access(p, AccessFlags::W_OK).is_ok();
+    if !writable(&inside) && !at.ancestors().any(|a| writable(&in_mount(mountpoint, &a))) {
+        return Ok(());
+    }
+    bail!(
+        "the config file {} is {} in the tree, and the program could change it (and with it what the next \
+         `agentvfs run` gives its program: socket, home, environment, network). Keep it outside the tree, \
+         or deny writes to it with a rule",
+        crate::display::escape(&file.to_string_lossy()),
+        crate::display::escape(at.as_str())
+    )
 }
 
 /// The signals this process takes on the program's behalf.

@@ -397,3 +397,35 @@ fn a_home_through_a_symlink_is_refused_not_followed() {
     );
     assert!(!outside.join("me").exists(), "made outside the tree");
 }
+
+/// A `--config` file says which socket, home, variables and network the next run gives its
+/// program, so one the program could rewrite through the tree is refused; behind an interrupt
+/// rule (a human answers each write) it is used.
+#[test]
+fn a_config_file_the_program_could_change_is_refused() {
+    let s = Setup::new();
+    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let writable = s.f.host_root.join("agent.toml");
+    std::fs::write(&writable, &text).unwrap();
+    std::os::unix::fs::chown(&writable, Some(65534), Some(65534)).unwrap();
+    let (code, _, err) = cli(&["run", "--config", writable.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is /host/agent.toml in the tree, and the program could change it"), "{err}");
+
+    // Root's file in root's directory, but that directory's parent is the user's: the directory
+    // could be renamed away and made again with another file in it.
+    std::fs::create_dir(s.f.host_root.join("ro")).unwrap();
+    let in_roots = s.f.host_root.join("ro/agent.toml");
+    std::fs::write(&in_roots, &text).unwrap();
+    let (code, _, err) = cli(&["run", "--config", in_roots.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is /host/ro/agent.toml in the tree"), "{err}");
+
+    let guarded = s.f.host_root.join("guarded/agent.toml");
+    std::fs::write(&guarded, &text).unwrap();
+    let (code, _, err) = cli(&["run", "--config", guarded.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 0, "{err}");
+}
