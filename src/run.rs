@@ -4,9 +4,9 @@
 //!
 //! This process asks the daemon (agent socket, `vfs/paths`) where the tree is mounted, makes
 //! the agent's home through the mount, drops to the invoking user when started through sudo,
-//! and then becomes bubblewrap (`exec`, so the caller's signals, job control and terminal
-//! reach the program directly; `--die-with-parent` and a PID namespace make sure nothing the
-//! program started outlives it).
+//! and then starts bubblewrap and stays its parent ([`supervise`]: the sandbox a job of its own
+//! on the caller's terminal, see [`job`]; a parent-death signal and a PID namespace make sure
+//! nothing the program started outlives it).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -24,6 +24,8 @@ use crate::config::Config;
 use crate::control::client::Client;
 use crate::exec::{self, Options, RunAs, TopEntry, RESERVED};
 use crate::vpath::VPath;
+
+mod job;
 
 /// Where the agent socket is inside the sandbox (`AGENTVFS_SOCKET` names it there).
 pub const SANDBOX_SOCKET: &str = "/run/agentvfs/agent.sock";
@@ -380,13 +382,13 @@ const FORWARDED: [nix::sys::signal::Signal; 4] = {
 /// Starts bubblewrap and stays its parent until it ends; returns its exit status (128 + the
 /// signal when one killed it, as shells report).
 ///
-/// The program, bubblewrap and this process share the caller's process group, so what the
-/// terminal sends (Ctrl-C, Ctrl-\\, Ctrl-Z, window changes) reaches the program itself, and
-/// Ctrl-Z stops the whole job for the caller's shell. bubblewrap ignores SIGINT and SIGQUIT
-/// (the program gets them back at its default, see [`exec_program`]), so a program that
-/// handles Ctrl-C itself is not torn down by it. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
-/// this process by `kill` are passed on to the program; the terminal's own (sent to the whole
-/// group) are not, as the program already has them.
+/// The sandbox is a process group of its own ([`job`]), so a program's `kill(0, …)` reaches
+/// nothing of the caller's job; when the caller's job holds the terminal, the sandbox gets it,
+/// so what the terminal sends (Ctrl-C, Ctrl-\\, Ctrl-Z, window changes) reaches the program
+/// itself, and its stops are passed on to the caller's shell. bubblewrap ignores SIGINT and
+/// SIGQUIT (the program gets them back at its default, see [`exec_program`]), so a program
+/// that handles Ctrl-C itself is not torn down by it. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent
+/// to this process by `kill` are passed on to the program.
 fn supervise(
     bwrap: &Path,
     args: &[OsString],
@@ -401,7 +403,14 @@ fn supervise(
         mask.add(signal);
     }
     mask.add(nix::sys::signal::Signal::SIGCHLD);
+    // SIGCONT, to learn when the caller's shell continues us; SIGTTOU, so that this process
+    // may hand the terminal back and forth from the background.
+    mask.add(nix::sys::signal::Signal::SIGCONT);
+    mask.add(nix::sys::signal::Signal::SIGTTOU);
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("sigprocmask")?;
+    let terminal = job::Terminal::open();
+    let give = terminal.as_ref().is_some_and(job::Terminal::ours_in_front);
+    let terminal_fd = terminal.as_ref().filter(|_| give).map(job::Terminal::raw);
     let passed = passed.to_vec();
     let mut command = std::process::Command::new(bwrap);
     command.args(args).env_clear();
@@ -411,6 +420,7 @@ fn supervise(
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            job::enter_own_group(terminal_fd)?;
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -429,7 +439,9 @@ fn supervise(
     }
     let spawned = command.spawn();
     drop(info_write);
-    let mut child = spawned.with_context(|| format!("cannot start bubblewrap ({})", bwrap.display()))?;
+    let child = spawned.with_context(|| format!("cannot start bubblewrap ({})", bwrap.display()))?;
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut job = job::Job::started(pid.as_raw(), terminal, give);
     // bubblewrap writes {"child-pid": N} (its init, in our PID namespace) once the sandbox is
     // up; the program is that init's child.
     let mut text = String::new();
@@ -438,16 +450,33 @@ fn supervise(
         serde_json::from_str::<Value>(&text).ok().and_then(|v| v["child-pid"].as_i64()).map(|p| p as i32);
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
     loop {
-        if let Some(status) = child.try_wait()? {
-            use std::os::unix::process::ExitStatusExt;
-            let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        let code = match waitpid(pid, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => Some(code),
+            Ok(WaitStatus::Signaled(_, signal, _)) => Some(128 + signal as i32),
+            Ok(WaitStatus::Stopped(_, signal)) => {
+                job.stopped(signal as i32);
+                None
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => None,
+            Err(e) => {
+                job.ended();
+                return Err(e).context("waiting for bubblewrap");
+            }
+        };
+        if let Some(code) = code {
+            job.ended();
             return Ok(ExitCode::from(code.clamp(0, 255) as u8));
         }
         let Some(info) = signals.read_signal().context("reading signals")? else { continue };
         let signo = info.ssi_signo as i32;
-        // The terminal's signals (sent by the kernel to the whole process group) reached the
-        // program already; only those sent to this process are passed on.
-        if signo == libc::SIGCHLD || info.ssi_code == libc::SI_KERNEL {
+        if signo == libc::SIGCONT {
+            job.continued();
+            continue;
+        }
+        // What the terminal sends goes to its foreground group, the sandbox's when it holds
+        // the terminal; only signals sent to this process itself are passed on.
+        if signo == libc::SIGCHLD || signo == libc::SIGTTOU || info.ssi_code == libc::SI_KERNEL {
             continue;
         }
         let program = init.and_then(first_child).or(init);

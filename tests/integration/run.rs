@@ -429,3 +429,85 @@ fn a_config_file_the_program_could_change_is_refused() {
     let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
     assert_eq!(code, 0, "{err}");
 }
+
+/// The sandbox is a process group of its own: a program signalling its own group
+/// (`kill(0, …)`, `kill 0`) reaches the sandbox, not `agentvfs run` or the script that
+/// started it without job control.
+#[test]
+fn a_signal_to_the_programs_process_group_stays_in_the_sandbox() {
+    let s = Setup::new();
+    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 0, "{err}");
+    // The caller's script runs as the same user (a signal needs that), without job control.
+    let dir = s.f.scratch.path().join("caller");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let status = dir.join("usr1.status");
+    let script = dir.join("caller.sh");
+    let text = format!(
+        "trap 'echo OUTER-GOT-USR1' USR1\n{} run --config {} -- sh -c 'kill -USR1 0; sleep 5'\n\
+         echo $? > {}\necho END\nsleep 600\n",
+        s.bin.display(),
+        s.config.display(),
+        status.display()
+    );
+    std::fs::write(&script, text).unwrap();
+    let tmux = Tmux::new(s.f.scratch.path());
+    tmux.start("usr1", &format!("{AS_NOBODY} sh {}", script.display()));
+    // bubblewrap, in the program's group, ended by the signal: 128 + SIGUSR1.
+    assert_eq!(exit_status(&status), 138, "{}", tmux.screen("usr1"));
+    let screen = tmux.wait_for("usr1", "END");
+    assert!(!screen.contains("OUTER-GOT-USR1"), "{screen}");
+}
+
+/// Job control as a shell gives it: Ctrl-Z stops the sandbox and `agentvfs run` with it (the
+/// shell gets its terminal back), `fg` continues both and gives the sandbox the terminal again;
+/// started in the background, a read of the terminal stops the job until `fg`. Where no
+/// job-control shell is above it (an orphaned process group, e.g. `tmux new 'agentvfs run …'`),
+/// Ctrl-Z does nothing, as it does to any program there.
+#[test]
+fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
+    let s = Setup::new();
+    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 0, "{err}");
+    let tmux = Tmux::new(s.f.scratch.path());
+    tmux.start("shell", "PS1='$ ' exec bash --norc --noprofile -i");
+    tmux.wait_for("shell", "$ ");
+    tmux.line("shell", &s.run_as_nobody("sh -c 'echo ready; read x; echo got:$x'"));
+    tmux.wait_for("shell", "ready");
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.keys("shell", &["C-z"]);
+    tmux.wait_for("shell", "Stopped");
+    tmux.line("shell", "echo alive-$((40+2))");
+    tmux.wait_for("shell", "alive-42");
+    tmux.line("shell", "fg");
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.line("shell", "hi");
+    tmux.wait_for("shell", "got:hi");
+    tmux.line("shell", "echo rc=$?");
+    tmux.wait_for("shell", "rc=0");
+
+    tmux.line("shell", &format!("{} &", s.run_as_nobody("sh -c 'read y; echo bg:$y'")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stopped = |screen: &str| screen.lines().any(|l| l.contains("Stopped") && l.contains("bg:$y"));
+    while !stopped(&tmux.screen("shell")) {
+        assert!(Instant::now() < deadline, "{}", tmux.screen("shell"));
+        tmux.keys("shell", &["Enter"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    tmux.line("shell", "fg");
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.line("shell", "yo");
+    tmux.wait_for("shell", "bg:yo");
+
+    let status = s.f.scratch.path().join("orphan.status");
+    tmux.start("orphan", &s.script(&s.run_as_nobody("sh -c 'echo ready; read x; echo got:$x'"), &status));
+    tmux.wait_for("orphan", "ready");
+    tmux.keys("orphan", &["C-z"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.line("orphan", "still");
+    tmux.wait_for("orphan", "got:still");
+    assert_eq!(exit_status(&status), 0, "{}", tmux.screen("orphan"));
+}
