@@ -549,6 +549,7 @@ impl Engine {
         let _adding = self.names.read();
         let from = self.check(ctx, "link", Op::Write, existing, false)?;
         let to = self.check_new(ctx, "link", new_path, false)?;
+        self.check_read_kept(ctx, "link", existing, new_path, false)?;
         let attr = self.router.link(&from, &to)?;
         self.note_change(ctx, existing);
         self.note_change(ctx, new_path);

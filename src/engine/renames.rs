@@ -29,13 +29,13 @@ impl Engine {
         let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
         let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
         // An exchange also moves the node at `to` to `from`, judged the same way.
-        self.check_read_kept(ctx, from, to, from_is_dir)?;
+        self.check_read_kept(ctx, "rename", from, to, from_is_dir)?;
         let (to_is_dir, to_carries) = if exchange {
             let to_carries = self.gate.rename_may_change_verdicts(to, from);
             let to_is_dir = self.is_dir_for_rename(to, from, to_carries)?;
             self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
             self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
-            self.check_read_kept(ctx, to, from, to_is_dir)?;
+            self.check_read_kept(ctx, "rename", to, from, to_is_dir)?;
             (to_is_dir, to_carries)
         } else {
             (false, false)
@@ -79,8 +79,16 @@ impl Engine {
     /// would be read there freely. Both ends may be written (checked before), so only reads
     /// are compared: a move out of read protection is judged as a read of the node (asked
     /// under an interrupt rule, refused under a deny); a move into it, or between two rules
-    /// as strict, is not.
-    fn check_read_kept(&self, ctx: &Ctx, from: &VPath, to: &VPath, is_dir: bool) -> FsResult<()> {
+    /// as strict, is not. A hard link gives the node a second name as a rename gives it a new
+    /// one (`ln guarded/f out; rm guarded/f` is `mv`), so `link` asks this too.
+    pub(super) fn check_read_kept(
+        &self,
+        ctx: &Ctx,
+        operation: &'static str,
+        from: &VPath,
+        to: &VPath,
+        is_dir: bool,
+    ) -> FsResult<()> {
         fn strictness(mode: Mode) -> u8 {
             match mode {
                 Mode::Allow => 0,
@@ -97,7 +105,7 @@ impl Engine {
             return Ok(());
         }
         let refusal = Refusal { op: Op::Read, path: from.clone(), verdict: before };
-        self.settle(ctx, "rename", Op::Read, from, Err(refusal)).map(drop).map_err(|mut err| {
+        self.settle(ctx, operation, Op::Read, from, Err(refusal)).map(drop).map_err(|mut err| {
             err.errno = Errno::EACCES;
             err
         })

@@ -319,6 +319,43 @@ fn a_file_cannot_be_renamed_out_of_its_read_protection_unasked() {
     assert_eq!(host_text(&f, "out"), "guarded\n");
 }
 
+/// A hard link gives the file a name outside its read protection as a rename does (`ln
+/// ronly/f out; rm ronly/f` is `mv`), so it is asked about the same way.
+#[test]
+fn a_file_cannot_be_linked_out_of_its_read_protection_unasked() {
+    let rules = "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/ronly/**\"]\nmode = \"interrupt\"\n\n\
+                 [[rules]]\noperations = [\"read\"]\npaths = [\"/host/shut/**\"]\nmode = \"deny\"\nhide = false\n";
+    let f = Fixture::new(&format!("{rules}\n[interrupts]\ntimeout_seconds = 300\n"));
+    for dir in ["ronly", "shut"] {
+        std::fs::create_dir(f.host_root.join(dir)).unwrap();
+    }
+    existing(&f, "ronly/f", "guarded\n");
+    existing(&f, "shut/g", "shut\n");
+    existing(&f, "plain", "plain\n");
+    let (code, err) = finish(shell(&f.p("/host"), "ln ronly/f out"), Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    assert!(!f.host_root.join("out").exists());
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(
+        (t["operation"].as_str(), t["class"].as_str(), t["path"].as_str(), t["retry"].as_bool()),
+        (Some("link"), Some("read"), Some("/host/ronly/f"), Some(true)),
+        "{t}"
+    );
+    let (code, err) = finish(shell(&f.p("/host"), "ln shut/g out2"), Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    assert!(!f.host_root.join("out2").exists());
+    // Into protection, and within it: no question.
+    let (code, err) =
+        finish(shell(&f.p("/host"), "ln plain ronly/p && ln ronly/p ronly/q"), Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(host_text(&f, "ronly/q"), "plain\n");
+    // Approved, the retry links it.
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    let (code, err) = finish(shell(&f.p("/host"), "ln ronly/f out"), Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(host_text(&f, "out"), "guarded\n");
+}
+
 #[test]
 fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
     let f = fixture(300);
