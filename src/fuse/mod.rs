@@ -157,7 +157,9 @@ impl Filesystem for FuseDoor {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_AUTO_INVAL_DATA,
-            InitFlags::FUSE_CACHE_SYMLINKS,
+            // Not FUSE_CACHE_SYMLINKS: a target the kernel kept would answer the next
+            // `readlink` (another user's, or one after a reload) without the gate, and an
+            // interrupt rule must ask at every one.
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_ASYNC_DIO,
             // A writer with no backing file is served FOPEN_DIRECT_IO (see `admit_file`);

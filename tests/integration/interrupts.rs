@@ -356,6 +356,32 @@ fn a_file_cannot_be_linked_out_of_its_read_protection_unasked() {
     assert_eq!(host_text(&f, "out"), "guarded\n");
 }
 
+/// `readlink` under a read interrupt asks every time, as `open` does: the kernel keeps no copy
+/// of a link's target that could answer the next call (a second user's, or one after a
+/// reload) without the daemon.
+#[test]
+fn every_readlink_of_a_guarded_link_asks() {
+    let rules = "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/ronly/**\"]\nmode = \"interrupt\"\n";
+    let f = Fixture::new(&format!("{rules}\n[interrupts]\ntimeout_seconds = 300\n"));
+    std::fs::create_dir(f.host_root.join("ronly")).unwrap();
+    std::os::unix::fs::symlink("target", f.host_root.join("ronly/lnk")).unwrap();
+    let child = shell(&f.p("/host"), "readlink -v ronly/lnk");
+    let first = pending(&f, 1).remove(0);
+    assert_eq!(
+        (first["operation"].as_str(), first["path"].as_str()),
+        (Some("readlink"), Some("/host/ronly/lnk"))
+    );
+    resolve(&f, json!({"id": first["id"], "decision": "approve"}));
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    let child = shell(&f.p("/host"), "readlink -v ronly/lnk");
+    let second = pending(&f, 1).remove(0);
+    assert_ne!(second["id"], first["id"]);
+    resolve(&f, json!({"id": second["id"], "decision": "reject"}));
+    let (code, err) = finish(child, Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+}
+
 #[test]
 fn a_rejected_write_fails_with_eacces_and_writes_nothing() {
     let f = fixture(300);
