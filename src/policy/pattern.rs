@@ -11,6 +11,7 @@
 //! component, `/` inside a class or escaped, a `/` after `**`) are refused, not left dead.
 
 use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use regex::Regex;
 
 use crate::vpath::VPath;
 
@@ -23,9 +24,10 @@ enum Segment {
     /// A name matched exactly (escapes removed).
     Literal(String),
     /// One component with wildcards (`*`, `?`, `[...]`), matched against one name: its text,
-    /// and a set of that one glob, which answers `*.ext`, `name*` and `*name` by lookup where
-    /// a compiled matcher would be a regex of about 15 KiB per rule.
-    Wildcard(String, GlobSet),
+    /// a set of that one glob, which answers `*.ext`, `name*` and `*name` by lookup where
+    /// a compiled matcher would be a regex of about 15 KiB per rule, and, when it has a `?`
+    /// or a class, its [`ByChar`] matcher for names that are not all ASCII.
+    Wildcard(String, GlobSet, Option<ByChar>),
     /// `**`: any number of components.
     AnyDepth,
 }
@@ -40,6 +42,21 @@ pub struct Branch {
     /// Not compiled here: a compiled matcher costs about 15 KiB, which thousands of rules
     /// would pay for a matcher asked only by `explain`.
     glob: Glob,
+    /// The whole branch by characters, when a component has a `?` or a class ([`ByChar`]).
+    by_char: Option<ByChar>,
+}
+
+/// A matcher that reads a name or path by characters, for what globset reads by bytes: its
+/// `?` and classes each take one byte, so `sec?et` would miss `sec€et` and `[é]` never match
+/// `é`. The glob is translated to a Unicode regex with the same meaning, asked only for text
+/// that is not all ASCII (where bytes are characters, globset's answer stands).
+#[derive(Clone, Debug)]
+pub struct ByChar(Regex);
+
+impl ByChar {
+    pub fn is_match(&self, text: &str) -> bool {
+        self.0.is_match(text)
+    }
 }
 
 /// A validated, parsed rule pattern.
@@ -116,8 +133,12 @@ impl PatternMatcher<'_> {
     /// Whether the pattern matches `path` itself (as a file, or as `path/` when `is_dir`).
     pub fn is_match(&self, path: &VPath, is_dir: bool) -> bool {
         self.branches.iter().any(|(branch, matcher)| {
-            matcher.is_match(path.as_str())
-                || (is_dir && !path.is_root() && branch.covers_dir() && matcher.is_match(format!("{path}/")))
+            let matches = |text: &str| match branch.by_char() {
+                Some(chars) if !text.is_ascii() => chars.is_match(text),
+                _ => matcher.is_match(text),
+            };
+            matches(path.as_str())
+                || (is_dir && !path.is_root() && branch.covers_dir() && matches(&format!("{path}/")))
         })
     }
 }
@@ -154,7 +175,11 @@ impl Branch {
                         return Err(format!("component {part:?} never matches"))
                     }
                     Some(name) => Segment::Literal(name),
-                    None => Segment::Wildcard(part.clone(), component_set(part)?),
+                    None => {
+                        let (regex, by_char) = component_regex(part)?;
+                        let by_char = by_char.then(|| anchored(&regex)).transpose()?;
+                        Segment::Wildcard(part.clone(), component_set(part)?, by_char)
+                    }
                 },
             };
             if dir_only && i + 1 == parts.len() && matches!(segment, Segment::AnyDepth) {
@@ -165,7 +190,16 @@ impl Branch {
             segments.push(segment);
         }
         let glob = builder(&render(&segments, dir_only))?;
-        Ok(Branch { segments, dir_only, glob })
+        let by_char = match segments.iter().any(|s| matches!(s, Segment::Wildcard(_, _, Some(_)))) {
+            true => Some(anchored(&branch_regex(&segments, dir_only)?)?),
+            false => None,
+        };
+        Ok(Branch { segments, dir_only, glob, by_char })
+    }
+
+    /// The branch's matcher by characters, if it has one ([`ByChar`]).
+    pub fn by_char(&self) -> Option<&ByChar> {
+        self.by_char.as_ref()
     }
 
     /// The whole branch as one glob, for the rule set's `GlobSet`.
@@ -198,7 +232,11 @@ impl Branch {
     #[cfg(test)]
     pub fn touches(&self, dir: &VPath) -> bool {
         let matcher = self.glob.compile_matcher();
-        matcher.is_match(dir.as_str()) || matcher.is_match(format!("{dir}/"))
+        let matches = |text: &str| match &self.by_char {
+            Some(chars) if !text.is_ascii() => chars.is_match(text),
+            _ => matcher.is_match(text),
+        };
+        matches(dir.as_str()) || matches(&format!("{dir}/"))
     }
 
     /// Runs the branch's components over the target's as an automaton: if any state is
@@ -237,7 +275,12 @@ impl Branch {
                 match &self.segments[i] {
                     Segment::AnyDepth => next[i] = true,
                     Segment::Literal(literal) if literal == name => next[i + 1] = true,
-                    Segment::Wildcard(_, set) if set.is_match(name) => next[i + 1] = true,
+                    Segment::Wildcard(_, _, Some(chars)) if !name.is_ascii() => {
+                        if chars.is_match(name) {
+                            next[i + 1] = true;
+                        }
+                    }
+                    Segment::Wildcard(_, set, _) if set.is_match(name) => next[i + 1] = true,
                     Segment::Literal(_) | Segment::Wildcard(..) => {}
                 }
             }
@@ -308,7 +351,7 @@ fn unescaped_literal(part: &str) -> Option<String> {
 fn render(segments: &[Segment], dir_only: bool) -> String {
     let never_empty = |segment: &Segment| match segment {
         Segment::Literal(_) => true,
-        Segment::Wildcard(text, _) => !text.chars().all(|c| c == '*'),
+        Segment::Wildcard(text, ..) => !text.chars().all(|c| c == '*'),
         Segment::AnyDepth => false,
     };
     let unrooted = matches!(segments, [Segment::AnyDepth, next, ..] if never_empty(next));
@@ -326,7 +369,7 @@ fn render(segments: &[Segment], dir_only: bool) -> String {
                     text.push(c);
                 }
             }
-            Segment::Wildcard(glob, _) => text.push_str(glob),
+            Segment::Wildcard(glob, ..) => text.push_str(glob),
             Segment::AnyDepth => text.push_str("**"),
         }
     }
@@ -334,6 +377,112 @@ fn render(segments: &[Segment], dir_only: bool) -> String {
         text.push('/');
     }
     text
+}
+
+/// A wildcard component as a regex (unanchored, no `/` matched anywhere), and whether it has a
+/// `?` or a class, the tokens globset reads by bytes ([`ByChar`]). Read as [`scan`] reads it:
+/// `\` escapes the next character, and inside a class it is a plain member.
+fn component_regex(part: &str) -> Result<(String, bool), String> {
+    let mut out = String::new();
+    let mut by_char = false;
+    let mut i = 0;
+    while let Some(c) = part[i..].chars().next() {
+        match c {
+            '\\' => {
+                let escaped = part[i + 1..].chars().next().ok_or("a '\\' at the end escapes nothing")?;
+                out.push_str(&regex::escape(escaped.encode_utf8(&mut [0; 4])));
+                i += 1 + escaped.len_utf8();
+            }
+            '*' => {
+                out.push_str("[^/]*");
+                i += 1;
+            }
+            '?' => {
+                out.push_str("[^/]");
+                by_char = true;
+                i += 1;
+            }
+            '[' => {
+                let len = class_len(&part[i..]).ok_or("unclosed character class")?;
+                out.push_str(&class_regex(&part[i..i + len]));
+                by_char = true;
+                i += len;
+            }
+            c => {
+                out.push_str(&regex::escape(c.encode_utf8(&mut [0; 4])));
+                i += c.len_utf8();
+            }
+        }
+    }
+    Ok((out, by_char))
+}
+
+/// A class as globset reads it (see [`class_len`]: `!` or `^` negates, a leading `]` is a
+/// member, `a-z` a range, `[:name:]` a named class, `\` a plain member) as a regex class; a
+/// negated one leaves out `/` too, as globset's does.
+fn class_regex(class: &str) -> String {
+    let inner = &class[1..class.len() - 1];
+    let (negated, inner) = match inner.strip_prefix(['!', '^']) {
+        Some(rest) => (true, rest),
+        None => (false, inner),
+    };
+    let member = |c: char| match c {
+        '\\' | '[' | ']' | '^' | '-' | '&' | '~' => format!("\\{c}"),
+        c => c.to_string(),
+    };
+    let chars: Vec<char> = inner.chars().collect();
+    let mut out = String::from(if negated { "[^/" } else { "[" });
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == '[' && chars.get(i + 1) == Some(&':') {
+            let rest: String = chars[i..].iter().collect();
+            if let Some(end) = rest.find(":]") {
+                if POSIX_CLASSES.contains(&&rest[2..end]) {
+                    out.push_str(&rest[..end + 2]);
+                    i += rest[..end + 2].chars().count();
+                    continue;
+                }
+            }
+        }
+        if chars.get(i + 1) == Some(&'-') && i + 2 < chars.len() {
+            out.push_str(&format!("{}-{}", member(chars[i]), member(chars[i + 2])));
+            i += 3;
+        } else {
+            out.push_str(&member(chars[i]));
+            i += 1;
+        }
+    }
+    out.push(']');
+    out
+}
+
+/// The regex of a whole branch, as [`render`] writes its glob: `**` spans any number of
+/// components, a trailing `/` (a directory only) stays.
+fn branch_regex(segments: &[Segment], dir_only: bool) -> Result<String, String> {
+    let mut out = String::new();
+    for (i, segment) in segments.iter().enumerate() {
+        match segment {
+            Segment::AnyDepth if i + 1 == segments.len() => out.push_str("/.*"),
+            Segment::AnyDepth => out.push_str("(?:/.*)?"),
+            Segment::Literal(name) => {
+                out.push('/');
+                out.push_str(&regex::escape(name));
+            }
+            Segment::Wildcard(text, ..) => {
+                out.push('/');
+                out.push_str(&component_regex(text)?.0);
+            }
+        }
+    }
+    if segments.is_empty() || dir_only {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// `regex` matched against the whole text (`.` taking newlines too: names may hold them).
+fn anchored(regex: &str) -> Result<ByChar, String> {
+    Regex::new(&format!("(?s)^(?:{regex})$")).map(ByChar).map_err(|e| e.to_string())
 }
 
 /// The length (in bytes, from `text[0] == '['`) of a class, as globset reads it: `!` or `^`

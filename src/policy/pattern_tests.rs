@@ -82,6 +82,24 @@ fn dead_spellings_are_refused_with_a_reason() {
     assert!(!Pattern::parse("/ws/dir/").unwrap().is_match(&p("/ws/dir"), false));
 }
 
+/// `?` and classes take one character, not one byte of it, whatever the name's script.
+#[test]
+fn wildcards_match_characters_not_bytes() {
+    let is = |pattern: &str, path: &str| Pattern::parse(pattern).unwrap().is_match(&p(path), false);
+    assert!(is("/w/sec?et/**", "/w/sec€et/doc"));
+    assert!(is("/w/sec?et/**", "/w/sec😀et/doc"));
+    assert!(is("/w/?", "/w/é") && !is("/w/??", "/w/é") && !is("/w/?", "/w/éé"));
+    assert!(is("/w/[eé]tude/**", "/w/étude/doc") && is("/w/[eé]tude/**", "/w/etude/doc"));
+    assert!(is("/w/[!a]", "/w/é") && !is("/w/[!a]", "/w/a"));
+    assert!(is("/w/[à-ÿ]x", "/w/éx") && !is("/w/[à-ÿ]x", "/w/ax"));
+    assert!(is("/**/[[:alpha:]]é", "/d/aé") && !is("/**/[[:alpha:]]é", "/d/1é"));
+    assert!(is("/w/*é?", "/w/xxéü") && !is("/w/*é?", "/w/xxé"));
+    // The subtree walk reads by characters too.
+    let pattern = Pattern::parse("/w/sec?et/**").unwrap();
+    assert!(pattern.reaches_subtree(&p("/w/sec€et")));
+    assert!(!pattern.reaches_subtree(&p("/w/sec€€et")));
+}
+
 /// Path components of the generated trees: plain names and names that need escaping.
 const NAMES: [&str; 8] = ["a", "b", "ab", ".env", "my dir", "*", "{x", "k.pem"];
 
@@ -104,6 +122,9 @@ fn pattern_component(with_alternatives: bool) -> BoxedStrategy<String> {
         "a**",
         "?b",
         "[[:alpha:]]b",
+        "[a-c]*",
+        "[]a]",
+        "[!-.]b",
     ];
     if with_alternatives {
         choices.extend(["{a,b}", r"{a,my\ dir}", "{a,b/k.pem}", "{*.pem,.env}", "{a,{b,ab}}"]);
@@ -166,6 +187,22 @@ proptest! {
                     pattern.reaches_subtree(&target),
                     "{text} matches {entry} but is said not to reach {target}"
                 );
+            }
+        }
+    }
+
+    /// On ASCII text, where a byte is a character, the by-character reading of every branch
+    /// matches exactly what globset's does.
+    #[test]
+    fn by_char_agrees_with_globset_on_ascii(text in pattern(true), (files, dirs) in tree()) {
+        let pattern = Pattern::parse(&text).unwrap();
+        for branch in pattern.branches() {
+            let ours = anchored(&branch_regex(&branch.segments, branch.dir_only).unwrap()).unwrap();
+            let globs = branch.glob.compile_matcher();
+            for entry in files.iter().chain(&dirs) {
+                for candidate in [entry.clone(), format!("{entry}/")] {
+                    prop_assert_eq!(ours.is_match(&candidate), globs.is_match(&candidate), "{} on {}", text, candidate);
+                }
             }
         }
     }

@@ -6,7 +6,7 @@
 use globset::{GlobSet, GlobSetBuilder};
 
 use super::branch_index::BranchIndex;
-use super::pattern::{Branch, Pattern};
+use super::pattern::{Branch, ByChar, Pattern};
 
 use crate::vpath::VPath;
 
@@ -109,6 +109,9 @@ pub struct RuleSet {
     rules: Vec<Rule>,
     /// Every branch of every pattern (see [`Pattern`]), in rule order.
     set: GlobSet,
+    /// The branches of `set` that read some names by characters ([`ByChar`]), by set index
+    /// (ascending): for a path that is not all ASCII their answer replaces the set's.
+    by_char: Vec<(usize, ByChar)>,
     /// Each rule's patterns, parsed once, with the rule they belong to.
     patterns: Vec<(usize, Pattern)>,
     /// What is known of each branch in `set`, by its index there.
@@ -171,6 +174,7 @@ impl RuleSet {
         let mut branches = Vec::new();
         let (mut has_rules_for, mut asks_for, mut refuses_in_sight) = ([false; 2], [false; 2], [false; 2]);
         let mut hides_anywhere = false;
+        let mut by_char = Vec::new();
         for (index, rule) in rules.iter().enumerate() {
             for op in &rule.operations {
                 has_rules_for[*op as usize] = true;
@@ -182,6 +186,9 @@ impl RuleSet {
             for source in &rule.paths {
                 let pattern = Pattern::parse(source)?;
                 for (place, branch) in pattern.branches().iter().enumerate() {
+                    if let Some(chars) = branch.by_char() {
+                        by_char.push((branches.len(), chars.clone()));
+                    }
                     builder.add(branch.glob().clone());
                     let free_denial = rule.mode != Mode::Allow && branch.is_position_free();
                     hides_anywhere |= hiding && branch.starts_anywhere();
@@ -206,6 +213,7 @@ impl RuleSet {
         Ok(RuleSet {
             rules,
             set,
+            by_char,
             patterns,
             branches,
             has_rules_for,
@@ -293,13 +301,26 @@ impl RuleSet {
         }
     }
 
+    /// The set indexes of the branches matching `candidate`: the set's answer, with the
+    /// branches that read by characters asked themselves when `candidate` is not all ASCII.
+    fn matches_into(&self, candidate: &str, hits: &mut Vec<usize>) {
+        self.set.matches_into(candidate, hits);
+        if candidate.is_ascii() || self.by_char.is_empty() {
+            return;
+        }
+        hits.retain(|hit| self.by_char.binary_search_by_key(hit, |(index, _)| *index).is_err());
+        hits.extend(
+            self.by_char.iter().filter(|(_, chars)| chars.is_match(candidate)).map(|(index, _)| *index),
+        );
+    }
+
     fn first_match(&self, op: Op, candidate: &str, as_dir: bool) -> Option<usize> {
         thread_local! {
             static HITS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
         }
         HITS.with(|hits| {
             let mut hits = hits.borrow_mut();
-            self.set.matches_into(candidate, &mut hits);
+            self.matches_into(candidate, &mut hits);
             hits.iter()
                 .map(|&b| &self.branches[b])
                 .filter(|b| !as_dir || b.covers_dir)
@@ -355,11 +376,11 @@ impl RuleSet {
     fn any_branch_touching(&self, dirs: &[&VPath], wanted: impl Fn(usize) -> bool) -> bool {
         let mut hits = Vec::new();
         dirs.iter().any(|dir| {
-            self.set.matches_into(dir.as_str(), &mut hits);
+            self.matches_into(dir.as_str(), &mut hits);
             if hits.iter().any(|&hit| wanted(hit)) {
                 return true;
             }
-            slashed(dir, |text| self.set.matches_into(text, &mut hits));
+            slashed(dir, |text| self.matches_into(text, &mut hits));
             hits.iter().any(|&hit| wanted(hit))
         })
     }

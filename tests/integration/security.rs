@@ -393,3 +393,30 @@ fn rename_whiteout_is_refused() {
     }
     assert_eq!(sh(&fx.host_root, "ls -A").1, "a\n", "no whiteout device on the host");
 }
+
+/// `?` and classes in rules take one character, whatever its script: a deny rule spelled
+/// `sec?et` or `[eé]tude` covers `sec€et` and `étude` through both doors (globset alone reads
+/// them by bytes and missed both).
+#[test]
+fn wildcards_in_rules_match_characters_not_bytes() {
+    use crate::harness::call_tool;
+    use agentvfs::control::client::Client;
+    let fx = Fixture::new(
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/host/sec?et/**\", \"/host/[eé]tude/**\"]\nmode = \"deny\"\n",
+    );
+    for dir in ["sec€et", "étude", "secret"] {
+        fs::create_dir_all(fx.host_root.join(dir)).unwrap();
+        fs::write(fx.host_root.join(dir).join("doc"), "SECRET").unwrap();
+    }
+    let mut c = Client::connect(&fx.agent_socket()).unwrap();
+    for dir in ["sec€et", "étude", "secret"] {
+        let err = fs::read_to_string(fx.p(&format!("/host/{dir}/doc"))).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{dir}");
+        assert!(fs::write(fx.p(&format!("/host/{dir}/new")), "x").is_err(), "{dir}");
+        let (ok, text) = call_tool(&mut c, "read_file", json!({"file_path": format!("/host/{dir}/doc")}));
+        assert!(!ok && !text.contains("SECRET"), "{dir}: {text}");
+    }
+    let names: Vec<String> =
+        fs::read_dir(fx.p("/host")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(names.is_empty(), "{names:?}");
+}
