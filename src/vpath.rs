@@ -20,7 +20,7 @@ impl VPath {
 
     /// Normalises a path given by a client. Relative paths are taken from `/`; `.` and empty
     /// components are dropped; `..` pops a component, and climbing above `/` is an error rather
-    /// than a silent clamp.
+    /// than a silent clamp. A name longer than 255 bytes is ENAMETOOLONG, as the kernel says.
     pub fn parse(input: &str) -> FsResult<VPath> {
         if input.contains('\0') {
             return Err(FsError::new(Errno::EINVAL, format!("path contains NUL: {input:?}")));
@@ -33,6 +33,9 @@ impl VPath {
                     if parts.pop().is_none() {
                         return Err(FsError::new(Errno::EINVAL, format!("path climbs above /: {input}")));
                     }
+                }
+                name if name.len() > 255 => {
+                    return Err(FsError::new(Errno::ENAMETOOLONG, "a name is longer than 255 bytes"))
                 }
                 name => parts.push(name),
             }

@@ -34,7 +34,10 @@ pub fn validate_path(input: &str) -> Result<ToolPath, String> {
             "Windows absolute paths are not supported: {input}. Please use virtual paths starting with / (e.g., /workspace/file.txt)"
         ));
     }
-    let path = VPath::parse(&slashed).map_err(|_| format!("Invalid path: {input}"))?;
+    let path = VPath::parse(&slashed).map_err(|e| match e.is(crate::error::Errno::ENAMETOOLONG) {
+        true => format!("File name too long (a name is longer than 255 bytes): {input}"),
+        false => format!("Invalid path: {input}"),
+    })?;
     let must_be_dir = matches!(slashed.rsplit('/').next(), Some("" | "."));
     Ok(ToolPath { path, must_be_dir })
 }
@@ -289,6 +292,12 @@ mod tests {
         assert_eq!(path("/foo..bar").as_str(), "/foo..bar");
         assert_eq!(validate_path("/a/../b").unwrap_err(), "Path traversal not allowed: /a/../b");
         assert_eq!(validate_path("~/x").unwrap_err(), "Path traversal not allowed: ~/x");
+        let long = format!("/w/{}", "n".repeat(256));
+        assert_eq!(
+            validate_path(&long).unwrap_err(),
+            format!("File name too long (a name is longer than 255 bytes): {long}")
+        );
+        assert!(validate_path(&format!("/w/{}", "n".repeat(255))).is_ok());
         assert!(validate_path("C:\\x")
             .unwrap_err()
             .starts_with("Windows absolute paths are not supported: C:\\x."));

@@ -42,7 +42,7 @@ impl Engine {
     ) -> FsResult<Attr> {
         let permit = self.check_new(ctx, "write", path, false)?;
         let serial = TEMPORARY_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!(".{}.agentvfs-{}-{serial}.tmp", path.name(), std::process::id());
+        let name = temporary_name(path.name(), std::process::id(), serial);
         let temporary = permit.temporary_sibling(&name).ok_or_else(|| FsError::errno(Errno::EISDIR))?;
         let (attr, file) = {
             let _adding = self.names.read();
@@ -105,5 +105,31 @@ impl Engine {
         let (identity, file) = self.hold(path)?;
         observer.replacing(identity, &file);
         Some(HeldForOpens { observer, identity, file })
+    }
+}
+
+/// The name of a whole write's temporary file beside `name`: `.NAME.agentvfs-PID-N.tmp`, with
+/// `NAME` cut short (at a character boundary) so that the whole stays within the 255 bytes a
+/// name may have, since `NAME` itself may have up to 255.
+fn temporary_name(name: &str, pid: u32, serial: u64) -> String {
+    let suffix = format!(".agentvfs-{pid}-{serial}.tmp");
+    let room = 255 - 1 - suffix.len();
+    let mut end = name.len().min(room);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(".{}{suffix}", &name[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_temporary_name_fits_beside_the_longest_name() {
+        assert_eq!(super::temporary_name("f.txt", 12, 3), ".f.txt.agentvfs-12-3.tmp");
+        for name in ["n".repeat(255), "é".repeat(127), format!("{}é", "n".repeat(228))] {
+            let temporary = super::temporary_name(&name, u32::MAX, u64::MAX);
+            assert!(temporary.len() <= 255, "{}", temporary.len());
+            assert!(crate::vpath::VPath::check_name(temporary.as_bytes()).is_ok());
+        }
     }
 }

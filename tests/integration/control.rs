@@ -820,3 +820,34 @@ fn a_client_that_reads_nothing_cannot_make_the_daemon_hold_its_results() {
         assert!(text.contains(r#""isError":false"#), "{}", &text[..200]);
     }
 }
+
+/// Names up to 255 bytes, the kernel's limit, work through the tools as through the mount
+/// (a whole write's temporary name is cut to fit); a longer one is an error result, not an
+/// internal error.
+#[test]
+fn the_longest_names_work_through_the_tools_and_longer_ones_are_refused() {
+    use crate::harness::call_tool;
+    let f = Fixture::new("");
+    let mut c = agentvfs::control::client::Client::connect(&f.agent_socket()).unwrap();
+    for route in ["/host", "/mem", "/db"] {
+        let long = format!("{route}/{}", "w".repeat(240));
+        let (ok, text) = call_tool(&mut c, "write_file", json!({"file_path": long, "content": "x\n"}));
+        assert!(ok, "{route}: {text}");
+        assert_eq!(std::fs::read_to_string(f.p(&long)).unwrap(), "x\n");
+        let upload = c.call(
+            "vfs/upload",
+            Some(json!({"path": format!("{route}/{}", "u".repeat(255)), "content": "eA=="})),
+        );
+        assert!(upload.as_ref().is_ok_and(|r| r.get("error_code").is_none()), "{route}: {upload:?}");
+        let longer = format!("{route}/{}", "n".repeat(256));
+        for (tool, args) in [
+            ("read_file", json!({"file_path": longer})),
+            ("write_file", json!({"file_path": longer, "content": "x"})),
+            ("ls", json!({"path": longer})),
+            ("delete", json!({"file_path": longer})),
+        ] {
+            let (ok, text) = call_tool(&mut c, tool, args);
+            assert!(!ok && text.contains("File name too long"), "{route} {tool}: {text}");
+        }
+    }
+}
