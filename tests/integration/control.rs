@@ -851,3 +851,23 @@ fn the_longest_names_work_through_the_tools_and_longer_ones_are_refused() {
         }
     }
 }
+
+/// A full store is an I/O error for the tools (`FS_IO`, with the system's text), not
+/// `FS_TOO_LARGE`, which says a smaller file would do; the file keeps its old content.
+#[test]
+fn a_full_store_is_an_io_error_and_the_old_content_stays() {
+    let f = Fixture::new("[[routes]]\npath = \"/small\"\nbackend = \"memory\"\nmax_bytes = 1048576\n");
+    let mut c = agentvfs::control::client::Client::connect(&f.agent_socket()).unwrap();
+    std::fs::write(f.p("/small/f.txt"), "old\n").unwrap();
+    let big = "x".repeat(900_000);
+    let params = json!({"name": "write_file", "arguments": {"file_path": "/small/g.txt", "content": big}});
+    let first = c.call("tools/call", Some(params)).unwrap();
+    assert_eq!(first["isError"], json!(false), "{first}");
+    let params = json!({"name": "write_file", "arguments": {"file_path": "/small/f.txt", "content": big}});
+    let result = c.call("tools/call", Some(params)).unwrap();
+    assert_eq!(result["isError"], json!(true), "{result}");
+    assert_eq!(result["structuredContent"]["error_code"], json!("FS_IO"), "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("No space left on device"), "{text}");
+    assert_eq!(std::fs::read_to_string(f.p("/small/f.txt")).unwrap(), "old\n");
+}

@@ -79,7 +79,8 @@ impl ErrorCode {
             EEXIST => ErrorCode::Exists,
             EBUSY | ENOTEMPTY => ErrorCode::Busy,
             EINVAL | ENAMETOOLONG | ELOOP | EXDEV => ErrorCode::InvalidPath,
-            ENOSPC | EFBIG => ErrorCode::TooLarge,
+            // A full disk (ENOSPC, EDQUOT) is FS_IO: FS_TOO_LARGE says a smaller file would do.
+            EFBIG => ErrorCode::TooLarge,
             EOPNOTSUPP | ENOSYS => ErrorCode::Unsupported,
             ETIMEDOUT => ErrorCode::Timeout,
             _ => ErrorCode::Io,
