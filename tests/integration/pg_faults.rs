@@ -30,6 +30,15 @@ fn a_database_that_goes_away_answers_eio_and_comes_back_by_itself() {
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     let status = status_at(&a.scratch.path().join("agentvfs.sock"));
     assert!(status["routes"].is_array(), "{status}");
+    // A tool says what the system said, not that the path cannot be resolved.
+    let mut c =
+        agentvfs::control::client::Client::connect(&a.scratch.path().join("agentvfs-agent.sock")).unwrap();
+    let params =
+        serde_json::json!({"name": "read_file", "arguments": {"file_path": "/pg/never-seen-either"}});
+    let result = c.call("tools/call", Some(params)).unwrap();
+    let text = result["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    assert!(text.contains("[Errno 5]") && !text.contains("cannot resolve"), "{result}");
+    assert_eq!(result["structuredContent"]["error_code"], serde_json::json!("FS_IO"), "{result}");
     within("the log line", Duration::from_secs(5), || a.mount.log_text().contains("cannot reach"));
 
     server.start_again().unwrap();
@@ -37,6 +46,32 @@ fn a_database_that_goes_away_answers_eio_and_comes_back_by_itself() {
     assert_eq!(fs::read_to_string(a.p("before")).unwrap(), "kept");
     assert_eq!(fs::read_to_string(a.p("after")).unwrap(), "back");
     assert!(!a.p("during").exists());
+}
+
+/// After the server restarts, no operation fails for a connection the old server closed: the
+/// pool hands out none made before the server was found gone.
+#[test]
+fn after_a_server_restart_no_operation_fails_on_an_old_connection() {
+    let server = TestServer::start().unwrap();
+    let a = Daemon::start_with(&namespace("restart"), &server.url());
+    // Several connections in the pool: writes from several threads at once.
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let a = &a;
+            scope.spawn(move || {
+                for i in 0..20 {
+                    fs::write(a.p(&format!("t{t}-{i}")), "x").unwrap();
+                }
+            });
+        }
+    });
+    server.stop().unwrap();
+    server.start_again().unwrap();
+    within("the listener back", Duration::from_secs(20), || a.mount.log_text().contains("listening again"));
+    for i in 0..16 {
+        fs::write(a.p(&format!("after-{i}")), "back").unwrap_or_else(|e| panic!("write {i}: {e}"));
+        assert_eq!(fs::read_to_string(a.p(&format!("t{}-0", i % 8))).unwrap(), "x");
+    }
 }
 
 #[test]
@@ -84,7 +119,8 @@ fn a_restart_in_the_middle_of_a_copy_loses_nothing_acknowledged() {
     halfway.wait();
     server.stop().unwrap();
     server_down.store(true, std::sync::atomic::Ordering::Release);
-    std::thread::sleep(Duration::from_secs(1));
+    // Longer than an operation waits for a new connection (3 s), so that some write fails.
+    std::thread::sleep(Duration::from_secs(4));
     server.start_again().unwrap();
     let (acknowledged, failures) = writer.join().unwrap();
     assert_eq!(acknowledged, BLOCKS, "the copy did not finish after the restart");

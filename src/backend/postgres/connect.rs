@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use postgres::config::Host;
@@ -28,6 +29,10 @@ pub struct PgSettings {
     server: String,
     /// Whether the close of a descriptor that wrote waits for the server's disk.
     pub sync_on_close: bool,
+    /// Counts the times the server was found gone (a connection closed under us, or the
+    /// server shutting down). A connection made before the last time is stale: a server
+    /// restart closes every connection it had, and the pool must not hand those out.
+    lost: AtomicU64,
 }
 
 impl PgSettings {
@@ -82,7 +87,13 @@ impl PgSettings {
         config.keepalives_retries(3);
         config.application_name("agentvfs");
         let server = describe(&config);
-        Ok(PgSettings { config, schema: schema.to_string(), server, sync_on_close: false })
+        Ok(PgSettings {
+            config,
+            schema: schema.to_string(),
+            server,
+            sync_on_close: false,
+            lost: AtomicU64::new(0),
+        })
     }
 
     /// The same settings, whose closes wait for the server's disk (`sync_on_close`) or not.
@@ -113,9 +124,24 @@ impl PgSettings {
         self.server.clone()
     }
 
-    /// What a server error means to a filesystem caller, with the server named.
+    /// How many times the server was found gone so far ([`PgSettings::server_lost`]).
+    pub(super) fn generation(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// The server was found gone: every connection made before now is stale.
+    pub(super) fn server_lost(&self) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What a server error means to a filesystem caller, with the server named. An error
+    /// without a server's code (the connection broke) or of class 57 (the server shuts down or
+    /// restarts) means the server was lost.
     pub(super) fn error(&self, e: postgres::Error) -> FsError {
         let code = e.code().cloned();
+        if code.as_ref().is_none_or(|c| c.code().starts_with("57")) {
+            self.server_lost();
+        }
         let errno = match &code {
             Some(c) if *c == SqlState::UNIQUE_VIOLATION => Errno::EEXIST,
             Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE => {

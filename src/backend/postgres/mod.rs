@@ -81,6 +81,8 @@ pub struct PostgresBackend {
 pub(super) struct Conn {
     client: Client,
     stmts: HashMap<&'static str, Statement>,
+    /// [`PgSettings::generation`] when it was made: older than the settings' is stale.
+    generation: u64,
 }
 
 struct Manager {
@@ -92,7 +94,8 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Conn, postgres::Error> {
-        Ok(Conn { client: self.settings.connect()?, stmts: HashMap::new() })
+        let generation = self.settings.generation();
+        Ok(Conn { client: self.settings.connect()?, stmts: HashMap::new(), generation })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
@@ -100,7 +103,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.client.is_closed()
+        conn.client.is_closed() || conn.generation != self.settings.generation()
     }
 }
 
@@ -111,7 +114,8 @@ fn pool(settings: &Arc<PgSettings>) -> r2d2::Pool<Manager> {
         .min_idle(Some(1))
         .connection_timeout(CONNECT_WAIT)
         // A check before every use would cost a round trip per operation; a broken
-        // connection fails its statement instead, and is dropped when it comes back.
+        // connection fails its statement instead, and is dropped when it comes back. One made
+        // before the server was last found gone is stale and not handed out (`pooled`).
         .test_on_check_out(false)
         .error_handler(Box::new(PoolErrors { server: settings.server() }))
         .build_unchecked(Manager { settings: settings.clone() })
@@ -219,10 +223,16 @@ impl Inner {
 
     /// A connection as it is, for statements that know of no draft.
     fn pooled(&self) -> FsResult<r2d2::PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| {
-            unreachable_line(&self.settings.server(), &e);
-            FsError::new(Errno::EIO, format!("postgres {}: no connection: {e}", self.settings.server()))
-        })
+        loop {
+            let conn = self.pool.get().map_err(|e| {
+                unreachable_line(&self.settings.server(), &e);
+                FsError::new(Errno::EIO, format!("postgres {}: no connection: {e}", self.settings.server()))
+            })?;
+            if conn.generation == self.settings.generation() {
+                return Ok(conn);
+            }
+            // Stale: back to the pool, which drops it (`has_broken`); the next is newer.
+        }
     }
 
     /// Runs `f` on a connection outside a transaction (each statement sees its own snapshot).
@@ -234,7 +244,7 @@ impl Inner {
     /// [`Inner::read`] of statements that know of no draft (or store one).
     fn read_now<T>(&self, f: impl FnOnce(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut conn = self.pooled()?;
-        let Conn { client, stmts } = &mut *conn;
+        let Conn { client, stmts, .. } = &mut *conn;
         f(&Sql::new(client, stmts, &self.settings))
     }
 
@@ -291,7 +301,7 @@ impl Inner {
     /// commits it; an error rolls it back. Deadlocks are tried again.
     fn write<T>(&self, lock: Lock, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
         let (_settled, mut conn) = self.conn()?;
-        let Conn { client, stmts } = &mut *conn;
+        let Conn { client, stmts, .. } = &mut *conn;
         let begin = match lock {
             Lock::Rows => "BEGIN".to_string(),
             Lock::Tree => format!("BEGIN; {}", self.tree_lock),

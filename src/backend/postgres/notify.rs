@@ -203,6 +203,8 @@ impl Run {
                     }
                 }
                 Drained::Lost => {
+                    // The pool's connections went with it, most likely.
+                    self.settings.server_lost();
                     // The lease went with the connection; a look's wait before taking it again.
                     if alone {
                         (self.quiet)(Quiet::NotAlone);

@@ -331,13 +331,16 @@ pub fn locate(
         }
         // The peer may not search a directory on the way (its mode bits).
         Err(e) if e.is(Errno::EACCES) => Err(permission_denied(op, path)),
-        Err(e) => Err(ToolOutput::error(
-            match e.errno {
-                Errno::EXDEV | Errno::ELOOP | Errno::EINVAL => ErrorCode::InvalidPath,
-                other => ErrorCode::from_errno(other),
-            },
-            format!("Error: cannot resolve {path}"),
-        )),
+        // A path that leads nowhere (a loop, out of the tree) cannot be resolved; any other
+        // failure on the way (a store that cannot be reached) says what the system said.
+        Err(e) => Err(match e.errno {
+            Errno::EXDEV | Errno::ELOOP | Errno::EINVAL => {
+                ToolOutput::error(ErrorCode::InvalidPath, format!("Error: cannot resolve {path}"))
+            }
+            other => {
+                ToolOutput::error(ErrorCode::from_errno(other), format!("Error: {}", py_os_error(&e, path)))
+            }
+        }),
     }
 }
 

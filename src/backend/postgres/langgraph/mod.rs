@@ -110,7 +110,7 @@ impl Inner {
     /// Runs `f` on a connection outside a transaction.
     fn read<T>(&self, f: impl FnOnce(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut conn = self.conn()?;
-        let Conn { client, stmts } = &mut *conn;
+        let Conn { client, stmts, .. } = &mut *conn;
         f(&Sql::new(client, stmts, &self.settings))
     }
 
@@ -129,7 +129,7 @@ impl Inner {
 
     fn transact<T>(&self, settings: &str, f: impl Fn(&Sql<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut conn = self.conn()?;
-        let Conn { client, stmts } = &mut *conn;
+        let Conn { client, stmts, .. } = &mut *conn;
         let begin = format!(
             "BEGIN; {settings} SELECT set_config('agentvfs.instance', '{}', true); {}",
             self.instance, self.name_lock
