@@ -171,6 +171,10 @@ fn read(env: &ToolEnv, raw: &str) -> Result<Vec<u8>, ToolOutput> {
         Some(a) if a.size as usize > MAX_FILE_BYTES => return Err(too_large(raw)),
         Some(_) => {}
     }
+    // `file.txt/` names a directory: a file there is ENOTDIR, as for `read_file`.
+    common::require_dir(&named, &loc, |written, os_error| {
+        format!("Error: Error reading file '{written}': {os_error}")
+    })?;
     env.fs.read(&loc.real).map_err(|e| {
         common::fs_failure(Op::Read, path, &e, || {
             format!("Error: Error reading file '{path}': {}", common::py_os_error(&e, path))

@@ -227,6 +227,10 @@ fn bytes_go_up_in_pieces_and_come_down_whole_under_the_rules() {
         assert_eq!(down["error_code"], "FS_IS_DIRECTORY");
         let missing = c.call("vfs/download", Some(json!({"path": format!("{route}/nope")}))).unwrap();
         assert_eq!(missing["error_code"], "FS_NOT_FOUND");
+        // A trailing `/` names a directory: the file is not sent.
+        let slashed = c.call("vfs/download", Some(json!({"path": format!("{path}/")}))).unwrap();
+        assert_eq!(slashed["error_code"], "FS_NOT_DIRECTORY", "{slashed}");
+        assert!(slashed.get("content").is_none(), "{slashed}");
     }
     // An interrupt rule refuses a transfer: nobody is asked.
     let guarded = c.call("vfs/upload", Some(json!({"path": "/host/guarded/x", "content": "eA=="}))).unwrap();
