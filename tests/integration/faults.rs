@@ -39,6 +39,29 @@ impl Drop for Immutable {
     }
 }
 
+/// A new store where none can be made, or a database path that is a directory, is refused
+/// at start saying what is wrong, not SQLite's bare "unable to open database file".
+#[test]
+fn a_store_that_cannot_be_created_is_refused_saying_why() {
+    let work = scratch();
+    let locked = work.path().join("locked");
+    fs::create_dir(&locked).unwrap();
+    let _immutable = Immutable::new(&locked);
+    let database = locked.join("store.db");
+    let cfg = sqlite_config(work.path(), &database, "");
+    let refused = Mount::try_start(&cfg, &work.path().join("mnt")).err().expect("refused at start");
+    assert!(
+        refused.contains(&format!(
+            "sqlite database {}: cannot be created (Operation not permitted",
+            database.display()
+        )) && refused.contains("make its directory writable"),
+        "{refused}"
+    );
+    let cfg = sqlite_config(work.path(), work.path(), "");
+    let refused = Mount::try_start(&cfg, &work.path().join("mnt")).err().expect("refused at start");
+    assert!(refused.contains("is not a regular file; set database to a file's path"), "{refused}");
+}
+
 #[test]
 fn a_store_the_daemon_cannot_write_is_refused_at_start_or_served_read_only_on_purpose() {
     let work = scratch();

@@ -116,8 +116,17 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
 /// Opens the write connection, creating or upgrading the schema as needed. A file that is not
 /// ours, or is newer than this build, is refused before anything in it is changed.
 pub(super) fn open_writer(path: &Path) -> FsResult<Connection> {
-    // Best effort: where it cannot be made, SQLite's own open says why.
-    let _ = crate::private_file::create_private(path);
+    // SQLite says only "unable to open database file" where the file cannot be made or is
+    // not a file: say what is wrong with it, and what to do.
+    if let Err(e) = crate::private_file::create_private(path) {
+        let errno = e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO);
+        let message =
+            format!("cannot be created ({e}); make its directory writable, or set database to another path");
+        return Err(open_error(path, message, errno));
+    }
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(open_error(path, "is not a regular file; set database to a file's path", Errno::EISDIR));
+    }
     let mut conn = connect(path).map_err(|e| sql_error(path, e))?;
     refuse_unwritable(&conn, path)?;
     check_version(&conn, path)?;
