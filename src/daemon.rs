@@ -312,6 +312,14 @@ pub fn prepare_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
             canonical.display()
         );
     }
+    // Mounting over files hides them until the unmount, as any mount does; say so, since a
+    // mistyped mountpoint (a project directory) would otherwise seem emptied.
+    if std::fs::read_dir(&canonical).is_ok_and(|mut entries| entries.next().is_some()) {
+        tracing::warn!(
+            "mountpoint {} is not empty: what it holds is hidden under the mount until it is unmounted",
+            canonical.display()
+        );
+    }
     Ok(canonical)
 }
 
@@ -331,6 +339,18 @@ fn io_uring_usable(config: &Config) -> bool {
 }
 
 fn check_fuse_device() -> Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // The FUSE device is the character device 10:229; anything else there (a bind mount of
+    // /dev/null in a container) opens fine and fails only at mount() with EINVAL.
+    if let Ok(m) = std::fs::metadata("/dev/fuse") {
+        let (major, minor) = (libc::major(m.rdev()), libc::minor(m.rdev()));
+        if !m.file_type().is_char_device() || (major, minor) != (10, 229) {
+            bail!(
+                "/dev/fuse is not the FUSE device (it is device {major}:{minor}, the FUSE device is 10:229): \
+                 in a container, pass the host's through (--device /dev/fuse)"
+            );
+        }
+    }
     match std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(

@@ -177,6 +177,40 @@ fn missing_dev_fuse_is_reported_clearly() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/dev/fuse is missing"), "{err}");
+    // Something else in its place (a container's bind of /dev/null) is named as such, not
+    // left to fail at mount() with EINVAL; nothing is left mounted.
+    let script = format!(
+        "mount --bind /dev/null /dev/fuse && exec {BIN} mount --config {} {}",
+        cfg.display(),
+        s.path().join("mnt").display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/dev/fuse is not the FUSE device (it is device 1:3, the FUSE device is 10:229)"),
+        "{err}"
+    );
+}
+
+/// A mountpoint that holds files is used (as `mount` does), with a warning that they are
+/// hidden until the unmount.
+#[test]
+fn a_mountpoint_that_holds_files_is_used_with_a_warning() {
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
+    let at = s.path().join("mnt");
+    fs::create_dir(&at).unwrap();
+    fs::write(at.join("underneath"), "x").unwrap();
+    let m = Mount::start(&cfg, &at);
+    crate::harness::soon("the warning", || {
+        m.log_text().contains(&format!("mountpoint {} is not empty: what it holds is hidden", at.display()))
+    });
+    assert!(!m.path("/underneath").exists());
+    m.stop();
+    assert_eq!(fs::read_to_string(at.join("underneath")).unwrap(), "x");
 }
 
 #[test]
