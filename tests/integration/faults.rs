@@ -238,3 +238,25 @@ except OSError as e:
     assert_eq!(fs::read_to_string(mount.path("/db/held")).unwrap(), "");
     mount.stop();
 }
+
+/// A postgres server that cannot be reached at start stops the start with one clear error,
+/// not a line promising EIO "until it is back" from a mount that never comes.
+#[test]
+fn a_postgres_server_unreachable_at_start_stops_the_start_clearly() {
+    let work = scratch();
+    let text = format!(
+        "socket = \"{}\"\n[default]\nbackend = \"memory\"\n[[routes]]\npath = \"/pg\"\nbackend = \"postgres\"\nurl = \"host=127.0.0.1 port=1 user=nobody dbname=x\"\n[audit]\ndatabase = \"{}\"\n",
+        work.path().join("agentvfs.sock").display(),
+        work.path().join("audit.db").display()
+    );
+    let cfg = work.path().join("agentvfs.toml");
+    fs::write(&cfg, text).unwrap();
+    let refused = Mount::try_start(&cfg, &work.path().join("mnt")).err().expect("refused at start");
+    assert!(
+        refused.contains("cannot open postgres store nobody@127.0.0.1:1/x")
+            && refused.contains("cannot reach nobody@127.0.0.1:1/x")
+            && refused.contains("is the server running, and the url right?"),
+        "{refused}"
+    );
+    assert!(!refused.contains("until it is back"), "{refused}");
+}

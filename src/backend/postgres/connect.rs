@@ -124,6 +124,15 @@ impl PgSettings {
         self.server.clone()
     }
 
+    /// The first connection failed: the daemon does not start (no "until it is back" line,
+    /// since nothing will be served meanwhile).
+    pub(super) fn unreachable_at_start(&self, e: postgres::Error) -> FsError {
+        FsError::new(
+            Errno::EIO,
+            format!("cannot reach {}: {e}; is the server running, and the url right?", self.server),
+        )
+    }
+
     /// How many times the server was found gone so far ([`PgSettings::server_lost`]).
     pub(super) fn generation(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)

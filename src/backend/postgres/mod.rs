@@ -184,7 +184,7 @@ impl PostgresBackend {
     /// orphans of daemons that died.
     pub fn open(settings: PgSettings, namespace: &str) -> FsResult<PostgresBackend> {
         let settings = Arc::new(settings);
-        let mut client = settings.connect().map_err(|e| settings.error(e))?;
+        let mut client = settings.connect().map_err(|e| settings.unreachable_at_start(e))?;
         schema::create_or_migrate(&mut client, &settings)?;
         let (ns, root) = schema::namespace(&mut client, &settings, namespace)?;
         let instance = schema::new_instance(&mut client, &settings)?;

@@ -67,7 +67,7 @@ impl LangGraphBackend {
     /// trigger) exists, and the route's root directory has its metadata.
     pub fn open(settings: PgSettings, prefix: &str) -> FsResult<LangGraphBackend> {
         let settings = Arc::new(settings);
-        let mut client = settings.connect().map_err(|e| settings.error(e))?;
+        let mut client = settings.connect().map_err(|e| settings.unreachable_at_start(e))?;
         super::schema::create_or_migrate(&mut client, &settings)?;
         schema::prepare_store(&mut client, &settings, &super::schema::migrate_lock(&settings.schema))?;
         let instance = super::schema::new_instance(&mut client, &settings)?;
