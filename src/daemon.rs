@@ -528,6 +528,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
 
     let shown = mountpoint.clone();
     let approvals = engine.gate.approvals.clone();
+    let stopping = engine.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         for signal in signals.forever() {
             if signal == SIGHUP {
@@ -539,6 +540,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
             // Paused callers are answered (EACCES) so that none holds the unmount up.
             approvals.cancel_all();
+            // Tool writes still under way end with the process: their temporaries go first.
+            stopping.remove_unfinished_writes();
             if let Err(e) = unmounter.unmount() {
                 tracing::warn!("unmount failed ({e}); detaching lazily");
                 let _ = nix::mount::umount2(&shown, nix::mount::MntFlags::MNT_DETACH);
@@ -551,6 +554,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     drop(rings);
     // Stop answering before saying we are gone, so no client sees a half-dead daemon.
     drop(server);
+    // And what a tool call started after the signal left behind.
+    engine.remove_unfinished_writes();
     served.with_context(|| format!("the FUSE session at {} failed", mountpoint.display()))?;
     println!("agentvfs: unmounted {}", mountpoint.display());
     Ok(())

@@ -4,6 +4,7 @@
 //! Operation names match the FUSE door, the router and the backends, so
 //! `grep -n "fn rename"` shows the whole chain.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -161,6 +162,9 @@ pub struct Engine {
     pub fuse_rings: std::sync::OnceLock<crate::fuse::ring::RingCounters>,
     /// Events read by the host-changes watcher, when the daemon watches host routes.
     pub host_change_events: std::sync::OnceLock<Arc<std::sync::atomic::AtomicU64>>,
+    /// The temporary files of whole writes under way (by serial), which a stop removes
+    /// ([`Engine::remove_unfinished_writes`]).
+    unfinished: parking_lot::Mutex<HashMap<u64, (Permit, u64)>>,
 }
 
 fn wants_read(flags: i32) -> bool {
@@ -179,6 +183,7 @@ impl Engine {
             router,
             audit,
             names: parking_lot::RwLock::new(()),
+            unfinished: parking_lot::Mutex::default(),
             observer: std::sync::OnceLock::new(),
             fuse_lookups: Default::default(),
             fuse_listings: Default::default(),

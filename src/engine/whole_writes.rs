@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::{ChangeObserver, Ctx, Engine, OpenHandle};
 use crate::backend::{Attr, FileKind, SetAttr};
 use crate::error::{Errno, FsError, FsResult};
+use crate::policy::Permit;
 use crate::vpath::VPath;
 
 /// Numbers the temporary files of [`Engine::write_atomic`], so that two writes of one path at
@@ -48,6 +49,7 @@ impl Engine {
             let _adding = self.names.read();
             self.router.create(&temporary, mode, libc::O_WRONLY, &ctx.caller)?
         };
+        let _listed = Unfinished::list(self, serial, &temporary, attr.ino);
         let written = (|| {
             if let Some((uid, gid)) = owner.filter(|&(uid, gid)| (uid, gid) != (attr.uid, attr.gid)) {
                 match file.setattr(&SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() }) {
@@ -105,6 +107,41 @@ impl Engine {
         let (identity, file) = self.hold(path)?;
         observer.replacing(identity, &file);
         Some(HeldForOpens { observer, identity, file })
+    }
+}
+
+/// A whole write's temporary file, listed on the engine while the write is under way (the
+/// listing ends when this is dropped, however the write ended).
+struct Unfinished<'e> {
+    engine: &'e Engine,
+    serial: u64,
+}
+
+impl<'e> Unfinished<'e> {
+    fn list(engine: &'e Engine, serial: u64, temporary: &Permit, ino: u64) -> Unfinished<'e> {
+        engine.unfinished.lock().insert(serial, (temporary.clone(), ino));
+        Unfinished { engine, serial }
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        self.engine.unfinished.lock().remove(&self.serial);
+    }
+}
+
+impl Engine {
+    /// Removes the temporary files of the whole writes still under way, for a stop: the
+    /// process ends before their threads do, and a temporary would otherwise stay beside its
+    /// file for good (the file itself keeps its old content). One whose name now holds
+    /// another node (it was renamed into place meanwhile) is left alone.
+    pub fn remove_unfinished_writes(&self) {
+        let unfinished: Vec<(Permit, u64)> = self.unfinished.lock().drain().map(|(_, v)| v).collect();
+        for (temporary, ino) in unfinished {
+            if self.router.getattr(&temporary).is_ok_and(|a| a.ino == ino) {
+                let _ = self.router.unlink(&temporary);
+            }
+        }
     }
 }
 

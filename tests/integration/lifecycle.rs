@@ -248,3 +248,45 @@ fn sighup_reloads_rules_and_the_kernel_forgets_cached_entries() {
     assert!(m.log_text().contains("reload failed, keeping the current rules"), "{}", m.log_text());
     m.stop();
 }
+
+/// A stop (SIGTERM) in the middle of a tool's whole write leaves no temporary file beside the
+/// file, which keeps its old content or has the new one whole.
+#[test]
+fn a_stop_during_a_tool_write_leaves_no_temporary_file() {
+    let Unmounted { scratch: s, host_root: root, config: cfg } = unmounted("");
+    let mut m = Mount::start(&cfg, &s.path().join("mnt"));
+    fs::write(root.join("big.bin"), "old").unwrap();
+    let socket = s.path().join("agentvfs-agent.sock");
+    let mut c = agentvfs::control::client::Client::connect(&socket).unwrap();
+    let piece = agentvfs::control::tools::common::base64(&vec![7u8; 700_000]);
+    const PIECES: usize = 120;
+    for _ in 0..PIECES - 1 {
+        let params = serde_json::json!({"path": "/host/big.bin", "content": piece, "more": true});
+        c.call("vfs/upload", Some(params)).unwrap();
+    }
+    let last = std::thread::spawn(move || {
+        let params = serde_json::json!({"path": "/host/big.bin", "content": piece});
+        let _ = c.call("vfs/upload", Some(params));
+    });
+    let temporary = || {
+        fs::read_dir(&root)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(".big.bin.agentvfs-"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !temporary() {
+        assert!(std::time::Instant::now() < deadline, "the write never started");
+    }
+    let status = m.stop_with(libc::SIGTERM);
+    assert!(status.success(), "{status:?}");
+    let _ = last.join();
+    let names: Vec<String> = fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["big.bin"], "a temporary was left");
+    let size = fs::metadata(root.join("big.bin")).unwrap().len();
+    assert!(size == 3 || size == (PIECES * 700_000) as u64, "{size}");
+}
