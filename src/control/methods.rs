@@ -468,41 +468,95 @@ pub fn paths_prompt(config: &Config, mountpoint: &Path) -> String {
 
 /// Decides `operation` on `path` under `rules` (a trailing `/` judges a directory): the
 /// `vfs/explain` result, also used by `agentvfs explain --config` so both print alike.
+///
+/// The answer is what both doors do, not only the path's own rule: a path beneath a hidden
+/// directory cannot be reached (ENOENT) whatever its own rule says, and a write needs the
+/// lookup of its path, which a read denial refuses. Without a trailing `/` the kind is not
+/// known (the daemon does not look, which would tell of hidden directories): where a
+/// directory there would be judged otherwise, `as_directory` says how.
 pub fn explain(rules: &RuleSet, operation: &str, path: &str) -> Result<Value, String> {
     let op = Op::parse(operation)
         .ok_or_else(|| format!("unknown operation {operation:?} (expected \"read\" or \"write\")"))?;
     let is_dir = path.len() > 1 && path.ends_with('/');
     let vpath = VPath::parse(path).map_err(|e| format!("invalid path {path:?}: {e}"))?;
-    let verdict = rules.decide(op, &vpath, is_dir);
-    let hidden = verdict.mode == Mode::Deny && op == Op::Read && verdict.hide;
-    let effect = match (verdict.mode, hidden) {
-        (Mode::Allow, _) => "allowed",
-        (Mode::Deny, true) => "denied: hidden (ENOENT, absent from listings)",
-        (Mode::Deny, false) => "denied (EACCES)",
-        (Mode::Interrupt, _) => "interrupt: waits for a human's approval",
+    let mut result = judged(rules, op, &vpath, is_dir);
+    if !is_dir && !vpath.is_root() {
+        let as_dir = judged(rules, op, &vpath, true);
+        if as_dir["effect"] != result["effect"] {
+            let mut shown = serde_json::Map::new();
+            for key in ["decision", "hidden", "effect", "rule", "rule_text"] {
+                shown.insert(key.to_string(), as_dir[key].clone());
+            }
+            result["as_directory"] = Value::Object(shown);
+        }
+    }
+    Ok(result)
+}
+
+/// [`explain`] of one kind of node.
+fn judged(rules: &RuleSet, op: Op, vpath: &VPath, is_dir: bool) -> Value {
+    let hiding = |v: &crate::policy::Verdict| v.mode == Mode::Deny && v.hide;
+    let above = vpath.ancestors().filter(|a| !a.is_root()).find_map(|a| {
+        let v = rules.decide(Op::Read, &a, true);
+        hiding(&v).then_some((a, v))
+    });
+    let own_read = rules.decide(Op::Read, vpath, is_dir);
+    let verdict = rules.decide(op, vpath, is_dir);
+    let (verdict, hidden, effect) = match above {
+        // Its own denial says enough (`/s/**` hides both `/s` and `/s/x`).
+        Some((dir, v)) if verdict.mode != Mode::Deny => {
+            (v, true, format!("denied: beneath the hidden directory {dir} (ENOENT)"))
+        }
+        _ if op == Op::Write && verdict.mode != Mode::Deny && own_read.mode == Mode::Deny => {
+            let (hidden, errno) = if own_read.hide { (true, "ENOENT") } else { (false, "EACCES") };
+            (own_read, hidden, format!("denied ({errno}): reaching it is a read, which is denied"))
+        }
+        _ => {
+            let hidden = verdict.mode == Mode::Deny && op == Op::Read && verdict.hide;
+            let effect = match (verdict.mode, hidden) {
+                (Mode::Allow, _) => "allowed",
+                (Mode::Deny, true) => "denied: hidden (ENOENT, absent from listings)",
+                (Mode::Deny, false) => "denied (EACCES)",
+                (Mode::Interrupt, _) => "interrupt: waits for a human's approval",
+            };
+            (verdict, hidden, effect.to_string())
+        }
     };
-    Ok(json!({
+    let decision = if effect.starts_with("denied") { "deny" } else { verdict.mode.as_str() };
+    json!({
         "operation": op.as_str(),
         "path": vpath.as_str(),
         "directory": is_dir,
-        "decision": verdict.mode.as_str(),
+        "decision": decision,
         "hidden": hidden,
         "effect": effect,
         "rule": verdict.rule,
         "rule_text": verdict.rule.map(|i| rules.rules()[i].describe()),
-    }))
+    })
 }
 
-/// The two lines `agentvfs explain` prints for an [`explain`] result, every string escaped
-/// for the terminal.
+/// The lines `agentvfs explain` prints for an [`explain`] result, every string escaped for
+/// the terminal.
 pub fn explain_text(result: &Value) -> String {
-    let s = |key: &str| crate::display::escape(result.get(key).and_then(Value::as_str).unwrap_or("?"));
-    let slash = if result.get("directory") == Some(&json!(true)) { "/" } else { "" };
-    let by = match result.get("rule").and_then(Value::as_u64) {
-        Some(i) => format!("by rule #{i}: {}", s("rule_text")),
+    let s = |v: &Value, key: &str| {
+        crate::display::escape(v.get(key).and_then(Value::as_str).unwrap_or("?")).into_owned()
+    };
+    let by = |v: &Value| match v.get("rule").and_then(Value::as_u64) {
+        Some(i) => format!("by rule #{i}: {}", s(v, "rule_text")),
         None => "no rule matches (default allow)".to_string(),
     };
-    format!("{} {}{slash}: {}\n{by}\n", s("operation"), s("path"), s("effect"))
+    let slash = if result.get("directory") == Some(&json!(true)) { "/" } else { "" };
+    let mut text = format!(
+        "{} {}{slash}: {}\n{}\n",
+        s(result, "operation"),
+        s(result, "path"),
+        s(result, "effect"),
+        by(result)
+    );
+    if let Some(dir) = result.get("as_directory") {
+        text.push_str(&format!("as a directory: {}\n{}\n", s(dir, "effect"), by(dir)));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -555,9 +609,36 @@ mod tests {
             "read /s/: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read /s/**\n"
         );
         assert_eq!(v["rule"], json!(0));
+        // Beneath a hidden directory nothing is reached, whatever its own rule says.
         let v = explain(&rules, "write", "/s/x").unwrap();
-        assert_eq!(explain_text(&v), "write /s/x: allowed\nno rule matches (default allow)\n");
+        assert_eq!(
+            explain_text(&v),
+            "write /s/x: denied: beneath the hidden directory /s (ENOENT)\nby rule #0: deny read /s/**\n"
+        );
+        assert_eq!(v["decision"], json!("deny"));
+        let v = explain(&rules, "write", "/t/x").unwrap();
+        assert_eq!(explain_text(&v), "write /t/x: allowed\nno rule matches (default allow)\n");
         assert!(explain(&rules, "delete", "/x").unwrap_err().contains("unknown operation \"delete\""));
+        // Without a trailing slash the kind is not known: both are told where they differ.
+        let v = explain(&rules, "read", "/s").unwrap();
+        assert_eq!(
+            explain_text(&v),
+            "read /s: allowed\nno rule matches (default allow)\n\
+             as a directory: denied: hidden (ENOENT, absent from listings)\nby rule #0: deny read /s/**\n"
+        );
+        // A write needs the lookup of its path, which a read denial refuses.
+        let shown = RuleSet::new(vec![Rule {
+            operations: vec![Op::Read],
+            paths: vec!["/w/f".into()],
+            mode: Mode::Deny,
+            hide: false,
+        }])
+        .unwrap();
+        let v = explain(&shown, "write", "/w/f").unwrap();
+        assert_eq!(
+            explain_text(&v),
+            "write /w/f: denied (EACCES): reaching it is a read, which is denied\nby rule #0: deny read /w/f (hide = false)\n"
+        );
         assert!(explain(&rules, "read", "/../x").unwrap_err().contains("invalid path"));
         // A path cannot rewrite the line it is shown on, nor add one.
         let v = explain(&rules, "read", "/s/\r\x1b[2Kx\nby rule #9").unwrap();

@@ -871,3 +871,31 @@ fn a_full_store_is_an_io_error_and_the_old_content_stays() {
     assert!(text.contains("No space left on device"), "{text}");
     assert_eq!(std::fs::read_to_string(f.p("/small/f.txt")).unwrap(), "old\n");
 }
+
+/// `vfs/explain` says what the doors do: beneath a hidden directory nothing is reached, and a
+/// write needs the lookup a read denial refuses.
+#[test]
+fn explain_agrees_with_the_doors() {
+    let f = Fixture::new(
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/host/d2\"]\nmode = \"deny\"\n\n\
+         [[rules]]\noperations = [\"read\"]\npaths = [\"/host/wo/f\"]\nmode = \"deny\"\nhide = false\n\n\
+         [[rules]]\noperations = [\"read\"]\npaths = [\"/host/sd/**\"]\nmode = \"deny\"\n",
+    );
+    std::fs::create_dir_all(f.host_root.join("d2")).unwrap();
+    std::fs::write(f.host_root.join("d2/f"), "x").unwrap();
+    std::fs::create_dir_all(f.host_root.join("wo")).unwrap();
+    std::fs::write(f.host_root.join("wo/f"), "x").unwrap();
+    let mut c = agentvfs::control::client::Client::connect(&f.agent_socket()).unwrap();
+    let mut explain =
+        |op: &str, path: &str| c.call("vfs/explain", Some(json!({"operation": op, "path": path}))).unwrap();
+    let beneath = explain("read", "/host/d2/f");
+    assert_eq!(beneath["decision"], json!("deny"), "{beneath}");
+    assert_eq!(std::fs::read(f.p("/host/d2/f")).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    let write = explain("write", "/host/wo/f");
+    assert_eq!(write["decision"], json!("deny"), "{write}");
+    let appended = std::fs::OpenOptions::new().append(true).open(f.p("/host/wo/f"));
+    assert_eq!(appended.unwrap_err().raw_os_error(), Some(libc::EACCES));
+    let kinds = explain("read", "/host/sd");
+    assert_eq!(kinds["decision"], json!("allow"), "{kinds}");
+    assert_eq!(kinds["as_directory"]["decision"], json!("deny"), "{kinds}");
+}
