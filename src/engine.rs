@@ -78,18 +78,24 @@ pub struct Ctx {
     /// The FUSE request's id (0 at the tool door): a request parked for a human is ended by
     /// the kernel's `FUSE_INTERRUPT` for this id.
     pub request: u64,
+    /// While a rename or link is judged: its two paths, as a key (an approval of it is bound
+    /// to them, not to the guarded path alone).
+    pub names: Option<u64>,
 }
 
 impl Ctx {
     pub fn new(door: Door, caller: Caller) -> Ctx {
-        Ctx { door, caller, principal: None, approval: None, request: 0 }
+        Ctx { door, caller, principal: None, approval: None, request: 0, names: None }
     }
 
     /// Who may use an approved retry: a request at the mount (a tool call waits for its
     /// approval instead, so it never needs one).
     fn retry(&self) -> Option<crate::policy::approvals::retry::Retry> {
-        (self.door == Door::Fuse && self.request != 0)
-            .then_some(crate::policy::approvals::retry::Retry { request: self.request, uid: self.caller.uid })
+        (self.door == Door::Fuse && self.request != 0).then_some(crate::policy::approvals::retry::Retry {
+            request: self.request,
+            uid: self.caller.uid,
+            names: self.names,
+        })
     }
 }
 
@@ -284,7 +290,8 @@ impl Engine {
             let context =
                 format!("{} {} {} (waits for approval)", decision, refusal.op.as_str(), refusal.path);
             let mut err = FsError::denied(errno, rule, context);
-            err.interrupt = Some(Box::new(Interrupted { operation: operation.to_string(), refusal }));
+            err.interrupt =
+                Some(Box::new(Interrupted { operation: operation.to_string(), refusal, names: ctx.names }));
             return err;
         }
         let command = match ctx.door {
@@ -551,6 +558,8 @@ impl Engine {
     /// A new name for an existing file. The file itself must be writable under the rules:
     /// otherwise a link would open a protected file to writes under an unprotected name.
     pub fn link(&self, ctx: &Ctx, existing: &VPath, new_path: &VPath) -> FsResult<Attr> {
+        let ctx =
+            &Ctx { names: Some(crate::policy::approvals::retry::names_key(existing, new_path)), ..*ctx };
         let _adding = self.names.read();
         let from = self.check(ctx, "link", Op::Write, existing, false)?;
         let to = self.check_new(ctx, "link", new_path, false)?;

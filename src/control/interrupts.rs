@@ -195,6 +195,7 @@ pub fn call(
                 pid: peer.pid,
                 uid: peer.uid,
                 command: String::new(),
+                names: None,
                 tool: Some(ToolCall {
                     name: name.to_string(),
                     arguments: args.clone(),

@@ -22,6 +22,7 @@ impl Engine {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
             return Err(FsError::new(Errno::EINVAL, format!("unsupported rename flags {flags:#x}")));
         }
+        let ctx = &Ctx { names: Some(crate::policy::approvals::retry::names_key(from, to)), ..*ctx };
         let _moving = self.names.write();
         let from_carries = self.gate.rename_may_change_verdicts(from, to);
         let from_is_dir = self.is_dir_for_rename(from, to, from_carries)?;

@@ -84,7 +84,7 @@ impl FuseDoor {
     }
 
     fn refuse_until_approved(&self, ctx: &Ctx, interrupted: Interrupted) -> FsError {
-        let Interrupted { operation, refusal } = interrupted;
+        let Interrupted { operation, refusal, names } = interrupted;
         let request = Request {
             door: "fuse",
             operation,
@@ -95,6 +95,7 @@ impl FuseDoor {
             uid: ctx.caller.uid,
             command: command_line(ctx.caller.pid),
             tool: None,
+            names,
         };
         let what = format!("{} {} {}", request.operation, request.op.as_str(), request.path);
         let message = match self.engine.gate.approvals.submit_retry(request, ctx.request) {
@@ -121,7 +122,7 @@ impl FuseDoor {
         W: Fn(&FuseDoor, &Ctx) -> FsResult<T> + Send + 'static,
         S: FnOnce(&FuseDoor, FsResult<T>, R) + Send + 'static,
     {
-        let Interrupted { operation, refusal } = interrupted;
+        let Interrupted { operation, refusal, names } = interrupted;
         let request = Request {
             door: "fuse",
             operation,
@@ -132,6 +133,7 @@ impl FuseDoor {
             uid: ctx.caller.uid,
             command: command_line(ctx.caller.pid),
             tool: None,
+            names,
         };
         let door = self.clone();
         let unique = ctx.request;

@@ -38,6 +38,8 @@ const ENDED_KEPT: usize = 4 * MAX_PENDING;
 pub struct Interrupted {
     pub operation: String,
     pub refusal: Refusal,
+    /// For a rename or link, its two paths ([`retry::names_key`]).
+    pub names: Option<u64>,
 }
 
 /// What a ticket asks about.
@@ -56,6 +58,9 @@ pub struct Request {
     pub command: String,
     /// The tool call (tool calls only).
     pub tool: Option<ToolCall>,
+    /// For a rename or link at the mount, its two paths ([`retry::names_key`]): its approved
+    /// retry must join the same two.
+    pub names: Option<u64>,
 }
 
 /// The tool call a ticket asks about.

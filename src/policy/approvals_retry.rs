@@ -30,16 +30,29 @@ pub(super) struct RetryGrant {
     request: Request,
 }
 
-/// Who may use a retry grant: a FUSE request (its id) of a user.
+/// Who may use a retry grant: a FUSE request (its id) of a user, and for a rename or link the
+/// two paths it joins ([`names_key`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Retry {
     pub request: u64,
     pub uid: u32,
+    pub names: Option<u64>,
+}
+
+/// The two paths of a rename or link, as one key: a grant for `mv secrets/k pub/k.bak` must
+/// not let `mv secrets/k anywhere-else` through. Keyed with this process's random key, so
+/// that nobody can choose paths that share another pair's key.
+pub fn names_key(from: &VPath, to: &VPath) -> u64 {
+    use std::hash::BuildHasher;
+    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    KEY.get_or_init(std::hash::RandomState::new).hash_one((from.as_str(), to.as_str()))
 }
 
 impl RetryGrant {
-    fn lets(&self, operation: &str, op: Op, path: &VPath) -> bool {
-        self.request.operation == operation && self.pairs.iter().any(|(o, p)| *o == op && p == path)
+    fn lets(&self, operation: &str, op: Op, path: &VPath, names: Option<u64>) -> bool {
+        self.request.operation == operation
+            && self.request.names == names
+            && self.pairs.iter().any(|(o, p)| *o == op && p == path)
     }
 }
 
@@ -68,6 +81,7 @@ impl Approvals {
                 && t.request.operation == request.operation
                 && t.request.op == request.op
                 && t.request.path == request.path
+                && t.request.names == request.names
                 && t.inherited == inherited
         };
         if let Some((id, _)) = inner.pending.iter().find(|(_, t)| same(t)) {
@@ -101,13 +115,15 @@ impl Approvals {
             return false;
         }
         let mut inner = self.inner.lock();
-        if inner.retries.iter().any(|g| g.claimed_by == Some(retry.request) && g.lets(operation, op, path)) {
+        let lets = |g: &RetryGrant| g.lets(operation, op, path, retry.names);
+        if inner.retries.iter().any(|g| g.claimed_by == Some(retry.request) && lets(g)) {
             return true;
         }
         let now = Instant::now();
-        let free = inner.retries.iter_mut().find(|g| {
-            g.claimed_by.is_none() && g.uid == retry.uid && g.deadline > now && g.lets(operation, op, path)
-        });
+        let free = inner
+            .retries
+            .iter_mut()
+            .find(|g| g.claimed_by.is_none() && g.uid == retry.uid && g.deadline > now && lets(g));
         match free {
             Some(grant) => {
                 grant.claimed_by = Some(retry.request);

@@ -21,6 +21,7 @@ fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) ->
             reach: vec![VPath::parse(path).unwrap()],
             socket: "agent",
         }),
+        names: None,
     }
 }
 
@@ -252,7 +253,7 @@ fn the_timeout_stays_below_the_kernel_limit() {
 }
 
 fn retry(request: u64) -> retry::Retry {
-    retry::Retry { request, uid: 0 }
+    retry::Retry { request, uid: 0, names: None }
 }
 
 #[test]
@@ -273,7 +274,7 @@ fn an_approved_retry_lets_one_attempt_through_and_outlives_its_caller() {
     a.resolve(id, Decision::Approve(Scope::Once), "uid 0").unwrap();
     assert_eq!(a.retry_count(), 1);
     assert!(
-        !a.covers_retry(retry::Retry { request: 12, uid: 1000 }, "mkdir", Op::Write, &p("/s/d")),
+        !a.covers_retry(retry::Retry { request: 12, uid: 1000, names: None }, "mkdir", Op::Write, &p("/s/d")),
         "another user"
     );
     assert!(!a.covers_retry(retry(12), "mkdir", Op::Write, &p("/s/e")));

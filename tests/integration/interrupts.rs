@@ -281,6 +281,30 @@ fn an_approved_deletion_lets_only_that_deletion_through() {
     assert_eq!(audit_decisions(&f, "/host/secrets/k").last().map(String::as_str), Some("retried"));
 }
 
+/// An approved rename is bound to both its paths: the retry may move the file where the
+/// approver saw it go, not anywhere else.
+#[test]
+fn an_approved_rename_lets_only_that_rename_through() {
+    let f = fixture(300);
+    existing(&f, "secrets/k", "key\n");
+    let (code, err) = finish(shell(&f.p("/host"), "mv secrets/k approved"), Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    let t = pending(&f, 1).remove(0);
+    assert_eq!(t["operation"].as_str(), Some("rename"), "{t}");
+    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
+    pending(&f, 0);
+    // Elsewhere: refused, with a ticket of its own.
+    let (code, err) = finish(shell(&f.p("/host"), "mv secrets/k elsewhere"), Duration::from_secs(10));
+    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
+    let other = pending(&f, 1).remove(0);
+    assert_ne!(other["id"], t["id"]);
+    assert!(!f.host_root.join("elsewhere").exists());
+    // Where it was approved to go: through, once.
+    let (code, err) = finish(shell(&f.p("/host"), "mv secrets/k approved"), Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(host_text(&f, "approved"), "key\n");
+}
+
 /// Renaming a file out from under what guards reading it is judged as reading it: asked under
 /// an interrupt rule (and once approved, retried), refused under a `hide = false` denial.
 /// Moving into protection, or within it, is not.
