@@ -75,7 +75,7 @@ fn run_reference_case(case: &Value) -> String {
             .iter()
             .map(|b| match b {
                 Block::Text(t) => t.clone(),
-                Block::Image { data, mime_type } => format!("media {mime_type} {data}"),
+                Block::Media { data, mime_type, .. } => format!("media {mime_type} {data}"),
             })
             .collect();
         text = parts.join("\n");

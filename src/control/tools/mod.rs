@@ -92,10 +92,13 @@ impl ErrorCode {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Block {
     Text(String),
-    /// Base64 data and its MIME type (MCP image content).
-    Image {
+    /// A media file: base64 data, its MIME type and its path. In MCP an image block, an
+    /// audio block, or else (video, PDF) an embedded resource named by the path's
+    /// `file://` URI: MCP's image block is for images only.
+    Media {
         data: String,
         mime_type: String,
+        path: String,
     },
 }
 
@@ -134,7 +137,7 @@ impl ToolOutput {
             .iter()
             .filter_map(|b| match b {
                 Block::Text(t) => Some(t.as_str()),
-                Block::Image { .. } => None,
+                Block::Media { .. } => None,
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -147,9 +150,13 @@ impl ToolOutput {
             .iter()
             .map(|b| match b {
                 Block::Text(t) => json!({"type": "text", "text": t}),
-                Block::Image { data, mime_type } => {
-                    json!({"type": "image", "data": data, "mimeType": mime_type})
-                }
+                Block::Media { data, mime_type, path } => match mime_type.split('/').next() {
+                    Some("image") => json!({"type": "image", "data": data, "mimeType": mime_type}),
+                    Some("audio") => json!({"type": "audio", "data": data, "mimeType": mime_type}),
+                    _ => json!({"type": "resource", "resource": {
+                        "uri": format!("file://{path}"), "mimeType": mime_type, "blob": data
+                    }}),
+                },
             })
             .collect();
         json!({"content": content, "isError": self.is_error, "structuredContent": Value::Object(self.structured.clone())})

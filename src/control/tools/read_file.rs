@@ -155,7 +155,11 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         (output, true)
     } else if let Some(mime_type) = media {
         let output = ToolOutput {
-            content: vec![Block::Image { data: common::base64(&data), mime_type: mime_type.to_string() }],
+            content: vec![Block::Media {
+                data: common::base64(&data),
+                mime_type: mime_type.to_string(),
+                path: path.to_string(),
+            }],
             is_error: false,
             structured: Default::default(),
         }

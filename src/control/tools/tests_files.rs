@@ -364,14 +364,34 @@ fn read_file_errors_and_media() {
     let out = fx.call(&read_file::SPEC, read("/i.png"));
     assert_eq!(
         out.content,
-        vec![Block::Image { data: "iVBORw0KGgoAAA==".into(), mime_type: "image/png".into() }]
+        vec![Block::Media {
+            data: "iVBORw0KGgoAAA==".into(),
+            mime_type: "image/png".into(),
+            path: "/i.png".into()
+        }]
     );
     assert!(!out.is_error);
+    assert_eq!(
+        out.to_mcp()["content"][0],
+        json!({"type": "image", "data": "iVBORw0KGgoAAA==", "mimeType": "image/png"})
+    );
     let out = fx.call(&read_file::SPEC, read("/d.PDF"));
     assert_eq!(
         out.content,
-        vec![Block::Image { data: "JVBERi0=".into(), mime_type: "application/pdf".into() }]
+        vec![Block::Media {
+            data: "JVBERi0=".into(),
+            mime_type: "application/pdf".into(),
+            path: "/d.PDF".into()
+        }]
     );
+    // MCP's image block is for images: a PDF is an embedded resource, audio an audio block.
+    assert_eq!(
+        out.to_mcp()["content"][0],
+        json!({"type": "resource", "resource": {"uri": "file:///d.PDF", "mimeType": "application/pdf", "blob": "JVBERi0="}})
+    );
+    fx.put("/s.wav", b"RIFF");
+    let out = fx.call(&read_file::SPEC, read("/s.wav"));
+    assert_eq!(out.to_mcp()["content"][0]["type"], json!("audio"), "{:?}", out.content);
     assert_eq!(read_file::media_type("/x/.png"), None, "a dot-file has no suffix");
     assert_eq!(read_file::media_type("/x/a.tar.webp"), Some("image/webp"));
 }
