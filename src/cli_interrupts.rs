@@ -101,11 +101,24 @@ pub fn line(v: &Value) -> String {
 pub fn resolution(v: &Value) -> String {
     let by = v["resolved_by"].as_str().map(|b| format!(" by {}", escape(b))).unwrap_or_default();
     let approved = matches!(v["decision"].as_str(), Some("approve" | "approve-session"));
-    let next = if approved && v["retry"] == Value::Bool(true) {
+    let mut next = if approved && v["retry"] == Value::Bool(true) {
         format!("; the next {} by uid {} passes", field(&v["operation"]), field(&v["uid"]))
     } else {
         String::new()
     };
+    if let Some(grant) = v.get("session_grant") {
+        let opens: Vec<String> =
+            grant["opens"].as_array().into_iter().flatten().map(field).collect::<Vec<_>>();
+        next.push_str(&format!(
+            "; for this session every {} at or beneath {} passes{}",
+            field(&grant["op"]),
+            field(&grant["root"]),
+            match opens.is_empty() {
+                true => String::new(),
+                false => format!(", guarded there by: {}", opens.join(" ")),
+            }
+        ));
+    }
     format!(
         "#{} {} {}: {}{by}{next}",
         field(&v["id"]),

@@ -175,12 +175,25 @@ impl State {
                 )),
             },
             "interrupts/list" => Ok(interrupts::list(&self.engine.gate.approvals)),
-            "interrupts/resolve" => interrupts::resolve(
-                &self.engine.gate.approvals,
-                peer,
-                session,
-                &proto::params_object(params)?,
-            ),
+            "interrupts/resolve" => {
+                let mut view = interrupts::resolve(
+                    &self.engine.gate.approvals,
+                    peer,
+                    session,
+                    &proto::params_object(params)?,
+                )?;
+                // Tell the approver which guarded paths a session grant opens: a listing
+                // approved for the session opens the guarded files beneath it too.
+                let grant = view.get("session_grant").cloned();
+                let op = grant.as_ref().and_then(|g| Op::parse(g["op"].as_str()?));
+                let root = grant.as_ref().and_then(|g| VPath::parse(g["root"].as_str()?).ok());
+                if let (Some(op), Some(root)) = (op, root) {
+                    let rules = self.engine.gate.rules();
+                    let guarded = rules.overlapping_patterns(&root, &[op], &[Mode::Interrupt]);
+                    view["session_grant"]["opens"] = json!(guarded);
+                }
+                Ok(view)
+            }
             _ => Err(RpcError::new(proto::METHOD_NOT_FOUND, format!("method not found: {method}"))),
         }
     }

@@ -401,11 +401,13 @@ impl Approvals {
                 inner.covers.insert(id, cover);
             }
         }
+        let mut granted = None;
         if decision == Decision::Approve(Scope::Session) {
             // Through a symlink, the grant is where it leads: the directory the rule matched.
             let judged = ticket.request.tool.as_ref().and_then(|call| call.resolved.as_ref());
             let path = judged.unwrap_or(&ticket.request.path);
             if let Some(root) = grant_root(path, is_dir_operation(&ticket.request.operation)) {
+                granted = Some(json!({"op": ticket.request.op.as_str(), "root": root.as_str()}));
                 let grant = Grant { op: ticket.request.op, root };
                 if !inner.grants.contains(&grant) {
                     inner.grants.push(grant);
@@ -416,6 +418,10 @@ impl Approvals {
         let mut view = describe(id, &ticket);
         view["decision"] = json!(decision.name());
         view["resolved_by"] = json!(by);
+        if let Some(granted) = granted {
+            // What the session now lets pass: every `op` at or beneath `root`.
+            view["session_grant"] = granted;
+        }
         let subscribers = inner.subscribers.clone();
         drop(inner);
         self.record(&ticket.request, decision.name(), by);

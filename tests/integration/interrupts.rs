@@ -502,7 +502,14 @@ fn a_session_approval_covers_a_recursive_copy() {
     assert_ne!(code, 0, "the first mkdir is refused until approved");
     let t = pending(&f, 1).remove(0);
     assert_eq!((t["operation"].as_str(), t["path"].as_str()), (Some("mkdir"), Some("/host/secrets/dst")));
-    cli(&f, &["approve", &t["id"].to_string(), "--scope", "session"]);
+    let said = cli(&f, &["approve", &t["id"].to_string(), "--scope", "session"]);
+    // The approver is told what the session grant opens.
+    assert!(
+        said.trim_end().ends_with(
+            "; for this session every write at or beneath /host/secrets/dst passes, guarded there by: /host/secrets/**"
+        ),
+        "{said}"
+    );
     let (code, err) = finish(shell(&f.p("/host"), &copy), Duration::from_secs(20));
     assert_eq!(code, 0, "{err}");
     for i in 0..50 {
