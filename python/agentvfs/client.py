@@ -1,11 +1,27 @@
 """Clients for the agentvfs daemon's Unix sockets (JSON-RPC 2.0, one JSON object per line).
 
-`Client` is blocking and thread-safe; `AsyncClient` runs on asyncio's own Unix-socket
-streams. Both keep one connection open, because the daemon's read-before-write memory belongs
-to the connection (a file read on one connection counts as read for edits on that
-connection only), and both let several requests be in flight at once: a reader matches the
-daemon's replies to their requests by id, as replies may come out of order (a tool call
+`Client` is blocking and thread-safe; `AsyncClient` runs on asyncio's socket operations in the
+event loop (no threads). Both keep one connection open, because the daemon's read-before-write
+memory belongs to the connection (a file read on one connection counts as read for edits on
+that connection only), and both let several requests be in flight at once: a reader matches
+the daemon's replies to their requests by id, as replies may come out of order (a tool call
 waiting for an approval does not hold the others up).
+
+What the clients guard against:
+
+- A request the daemon could not read is refused before it is sent, with `RequestError`: a
+  line over the daemon's limit (`MAX_LINE`, 1 MiB), or a string that is not valid UTF-8 (a
+  lone surrogate, as `os.fsdecode` makes of a name that is not UTF-8). The daemon would
+  answer those with an error that names no request.
+- At most `MAX_IN_FLIGHT` (256, the daemon's limit) requests are in flight on a connection;
+  more wait their turn instead of being refused.
+- A call given up on before its reply (its `timeout` expires, its task is cancelled, its
+  thread is interrupted) closes its connection: only a disconnect makes the daemon withdraw
+  a call waiting for an approval, which would otherwise still run once approved. The other
+  calls in flight on that connection fail with `ConnectionError`; the next call opens a new
+  connection.
+- An error reply that names no request fails every call waiting on the connection with
+  `RpcError` and closes it, rather than leaving one waiting forever.
 
 The agent socket serves the agent's methods (tools, path mappings, uploads and downloads);
 the control socket also serves the approvers' (`interrupts/*`). Which path is which:
@@ -21,20 +37,33 @@ import os
 import socket as socketlib
 import tempfile
 import threading
+import time
 from typing import Any
 
 __all__ = [
+    "MAX_IN_FLIGHT",
+    "MAX_LINE",
     "AsyncClient",
     "Client",
+    "RequestError",
     "RpcError",
     "default_agent_socket",
     "default_control_socket",
     "resolve_socket",
 ]
 
-# The daemon refuses request lines over 1 MiB; asyncio's reader must accept replies of any
-# size (a download is one line), so its limit is raised well past what the daemon sends.
-_READ_LIMIT = 1 << 30
+MAX_LINE = 1 << 20
+"""The daemon's limit on a request line, in bytes without its newline (replies have none)."""
+
+MAX_IN_FLIGHT = 256
+"""The daemon's limit on requests in flight on one connection."""
+
+# The daemon's code for a request turned away as one too many in flight (also for a
+# connection past its connection limit, which is answered with no id and closed).
+_OVERLOADED = -32002
+# The daemon counts a request done just after writing its reply, so a request sent as soon as
+# a reply arrives can still meet the limit; it did not run, and is sent again after this pause.
+_RETRY_PAUSE = 0.01
 
 
 class RpcError(Exception):
@@ -45,6 +74,16 @@ class RpcError(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+class RequestError(ValueError):
+    """A request the client refused to send because the daemon could not read it: its line
+    is over `MAX_LINE` bytes (`size` is its length), or it holds a string that is not valid
+    UTF-8 (`size` is `None`)."""
+
+    def __init__(self, message: str, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 def default_control_socket() -> str:
@@ -72,10 +111,24 @@ def resolve_socket(socket: str | os.PathLike[str] | None) -> str:
 
 
 def _request_line(request_id: int, method: str, params: dict[str, Any] | None) -> bytes:
+    """The request's line, newline included, in UTF-8; `RequestError` for one the daemon
+    could not read."""
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:
         message["params"] = params
-    return (json.dumps(message, separators=(",", ":")) + "\n").encode()
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    try:
+        line = text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        msg = (
+            f"request not sent: it holds {e.object[e.start]!r}, which is not valid UTF-8 (a lone surrogate,"
+            " as os.fsdecode makes of a name that is not UTF-8)"
+        )
+        raise RequestError(msg) from None
+    if len(line) > MAX_LINE:
+        msg = f"request not sent: it is {len(line)} bytes, over the daemon's limit of {MAX_LINE} bytes (1 MiB) for one request"
+        raise RequestError(msg, len(line))
+    return line + b"\n"
 
 
 def _outcome(reply: dict[str, Any]) -> Any:
@@ -85,90 +138,198 @@ def _outcome(reply: dict[str, Any]) -> Any:
     return reply.get("result")
 
 
+def _overloaded(reply: dict[str, Any]) -> bool:
+    error = reply.get("error")
+    return isinstance(error, dict) and error.get("code") == _OVERLOADED
+
+
+def _unaddressed(reply: dict[str, Any], path: str) -> RpcError:
+    """The error for the calls waiting on a connection that got an error reply naming no
+    request (the daemon could not read one, or refused this peer)."""
+    err = reply["error"]
+    message = (
+        f"{err.get('message', '')} (an error reply from {path} that names no request: every call waiting on the"
+        " connection fails, and the connection is closed)"
+    )
+    return RpcError(int(err.get("code", 0)), message, err.get("data"))
+
+
+def _raised(error: BaseException) -> BaseException:
+    """A fresh exception for one of the calls a connection's end fails (they may raise it on
+    several threads at once)."""
+    if isinstance(error, RpcError):
+        return RpcError(error.code, error.message, error.data)
+    return ConnectionError(str(error))
+
+
+def _lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
+    """Adds `chunk` to `buffer` (which holds no whole line) and takes the whole lines out of
+    it, blank ones left out."""
+    start = len(buffer)
+    buffer += chunk
+    end = buffer.rfind(b"\n", start)
+    if end < 0:
+        return []
+    lines = [line for line in bytes(buffer[:end]).split(b"\n") if line.strip()]
+    del buffer[: end + 1]
+    return lines
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+class _Connection:
+    """One connection of a `Client`: its socket, the calls waiting on it (request id → the
+    event to set and the slot for the reply or the error) and its turns (`MAX_IN_FLIGHT`).
+    Only its own reader thread fails its calls for good and closes its socket."""
+
+    def __init__(self, sock: socketlib.socket) -> None:
+        self.sock = sock
+        self.waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self.turns = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        self.sending = threading.Lock()  # one line at a time; the reader closes the socket under it
+        self.error: BaseException | None = None  # why it ended, once it has
+        self.reader: threading.Thread | None = None
+
+
 class Client:
     """A blocking client on one connection; safe to share between threads."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._sock: socketlib.socket | None = None
-        self._lock = threading.Lock()  # guards the connection, sending and `_waiting`
+        self._lock = threading.Lock()  # guards `_conn`, and each connection's `waiting` and `error`
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
-        self._reader: threading.Thread | None = None
-        self._broken: Exception | None = None
+        self._conn: _Connection | None = None
 
-    def _connect(self) -> socketlib.socket:
-        if self._sock is None:
-            sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
-            sock.connect(self.path)
-            self._sock, self._broken = sock, None
-            self._reader = threading.Thread(target=self._read_replies, args=(sock,), daemon=True, name="agentvfs-client")
-            self._reader.start()
-        return self._sock
+    def _connection(self) -> _Connection:
+        with self._lock:
+            if self._conn is None:
+                sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+                try:
+                    sock.connect(self.path)
+                except OSError:
+                    sock.close()
+                    raise
+                conn = _Connection(sock)
+                conn.reader = threading.Thread(target=self._read_replies, args=(conn,), daemon=True, name="agentvfs-client")
+                conn.reader.start()
+                self._conn = conn
+            return self._conn
 
-    def _read_replies(self, sock: socketlib.socket) -> None:
-        buffer = b""
-        error: Exception = ConnectionError(f"the daemon closed the connection on {self.path}")
+    def _read_replies(self, conn: _Connection) -> None:
+        buffer = bytearray()
+        error: BaseException = ConnectionError(f"the daemon closed the connection on {self.path}")
         try:
-            while True:
-                chunk = sock.recv(1 << 20)
+            while conn.error is None:
+                chunk = conn.sock.recv(1 << 20)
                 if not chunk:
                     break
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        self._deliver(json.loads(line))
-        except OSError as e:
-            error = e
-        with self._lock:
-            if self._sock is sock:
-                self._sock = None
-            self._broken = error
-            waiting, self._waiting = self._waiting, {}
-        for event, slot in waiting.values():
-            slot.append({"__broken__": error})
-            event.set()
+                for line in _lines(buffer, chunk):
+                    self._deliver(conn, json.loads(line))
+        except (OSError, ValueError) as e:
+            error = ConnectionError(f"lost the connection to {self.path}: {e}")
+        self._fail(conn, error)
+        with conn.sending, self._lock:
+            conn.sock.close()
 
-    def _deliver(self, reply: dict[str, Any]) -> None:
-        if "id" not in reply or "method" in reply:
+    def _deliver(self, conn: _Connection, reply: Any) -> None:
+        if not isinstance(reply, dict) or "id" not in reply or "method" in reply:
             return  # a notification: this client subscribes to none
+        if reply["id"] is None and "error" in reply:
+            self._fail(conn, _unaddressed(reply, self.path))
+            return
         with self._lock:
-            waiter = self._waiting.pop(reply["id"], None) if isinstance(reply["id"], int) else None
+            waiter = conn.waiting.pop(reply["id"], None) if isinstance(reply["id"], int) else None
         if waiter is not None:
             waiter[1].append(reply)
             waiter[0].set()
 
-    def call(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-        """Sends one request and waits for its result (raises `RpcError` for an error)."""
-        event, slot = threading.Event(), []
+    def _fail(self, conn: _Connection, error: BaseException) -> None:
+        """Ends `conn` (once): the calls waiting on it fail with `error`, its socket is shut
+        down (its reader thread closes it), and the next call opens a new connection."""
         with self._lock:
-            sock = self._connect()
-            request_id = next(self._ids)
-            self._waiting[request_id] = (event, slot)
+            if conn.error is not None:
+                return
+            conn.error = error
+            if self._conn is conn:
+                self._conn = None
+            waiting, conn.waiting = conn.waiting, {}
             try:
-                sock.sendall(_request_line(request_id, method, params))
-            except OSError:
-                self._waiting.pop(request_id, None)
-                raise
-        if not event.wait(timeout):
-            with self._lock:
-                self._waiting.pop(request_id, None)
-            raise TimeoutError(f"no reply to {method} from {self.path} within {timeout}s")
-        reply = slot[0]
-        if "__broken__" in reply:
-            raise ConnectionError(f"lost the connection to {self.path}: {reply['__broken__']}")
-        return _outcome(reply)
-
-    def close(self) -> None:
-        with self._lock:
-            sock, self._sock = self._sock, None
-        if sock is not None:
-            try:
-                sock.shutdown(socketlib.SHUT_RDWR)
+                conn.sock.shutdown(socketlib.SHUT_RDWR)
             except OSError:
                 pass
-            sock.close()
+        for event, slot in waiting.values():
+            slot.append(error)
+            event.set()
+
+    def _abandon(self, conn: _Connection, request_id: int, method: str, why: str) -> bool:
+        """Closes `conn` for a call given up on before its reply, so that the daemon withdraws
+        it if it waits for an approval; `False` when its reply (or the connection's end) came
+        first."""
+        with self._lock:
+            if conn.waiting.pop(request_id, None) is None:
+                return False
+        self._fail(conn, ConnectionError(f"the connection to {self.path} was closed: a {method} call on it {why}"))
+        return True
+
+    def call(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        """Sends one request and waits for its result (raises `RpcError` for an error,
+        `RequestError` for a request the daemon could not read, `TimeoutError` when `timeout`
+        seconds pass first: the call is then abandoned and its connection closed)."""
+        request_id = next(self._ids)
+        line = _request_line(request_id, method, params)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            reply = self._exchange(request_id, line, method, timeout, deadline)
+            if not _overloaded(reply):
+                return _outcome(reply)
+            time.sleep(_RETRY_PAUSE)
+
+    def _exchange(self, request_id: int, line: bytes, method: str, timeout: float | None, deadline: float | None) -> Any:
+        late = f"no reply to {method} from {self.path} within {timeout}s"
+        event, slot = threading.Event(), []
+        while True:
+            conn = self._connection()
+            if not conn.turns.acquire(timeout=_left(deadline)):
+                raise TimeoutError(f"{late} (it was not sent: {MAX_IN_FLIGHT} requests were in flight)")
+            with self._lock:
+                if conn.error is None:
+                    conn.waiting[request_id] = (event, slot)
+                    break
+            conn.turns.release()  # that connection ended while the call waited its turn
+        try:
+            try:
+                with conn.sending:
+                    conn.sock.sendall(line)
+            except OSError as e:
+                self._fail(conn, ConnectionError(f"lost the connection to {self.path}: {e}"))
+            try:
+                answered = event.wait(_left(deadline))
+            except BaseException:
+                self._abandon(conn, request_id, method, "was interrupted")
+                raise
+            if not answered:
+                if self._abandon(conn, request_id, method, f"got no reply within {timeout}s"):
+                    msg = f"{late}; the call was abandoned and its connection closed (the daemon withdraws it if it waits for an approval)"
+                    raise TimeoutError(msg)
+                event.wait()  # its reply (or the connection's end) is being handed over
+        finally:
+            conn.turns.release()
+        outcome = slot[0]
+        if isinstance(outcome, BaseException):
+            raise _raised(outcome) from None
+        return outcome
+
+    def close(self) -> None:
+        """Closes the connection (calls waiting on it fail with `ConnectionError`); the next
+        call opens a new one."""
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            self._fail(conn, ConnectionError(f"the connection to {self.path} was closed by close()"))
+            if conn.reader is not None and conn.reader is not threading.current_thread():
+                conn.reader.join()
 
     def __enter__(self) -> Client:
         return self
@@ -177,73 +338,153 @@ class Client:
         self.close()
 
 
+class _AsyncConnection:
+    """One connection of an `AsyncClient`, on the event loop that opened it: its own socket
+    (so that it can be closed once that loop is closed), the calls waiting on it and its
+    turns (`MAX_IN_FLIGHT`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socketlib.socket) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.turns = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.sending = asyncio.Lock()  # one line at a time
+        self.error: BaseException | None = None  # why it ended, once it has
+        self.reader: asyncio.Task[None] | None = None
+
+
 class AsyncClient:
-    """An asyncio client on one connection (`asyncio.open_unix_connection`), for one event
-    loop; concurrent calls share the connection."""
+    """An asyncio client on one connection (a non-blocking socket driven by the loop's
+    `sock_recv` and `sock_sendall`), for one event loop; concurrent calls share the
+    connection."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._conn: _AsyncConnection | None = None
         self._connecting = asyncio.Lock()
         self._ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
 
-    async def _connect(self) -> asyncio.StreamWriter:
+    async def _connection(self) -> _AsyncConnection:
         async with self._connecting:
-            if self._writer is None or self._writer.is_closing():
-                reader, writer = await asyncio.open_unix_connection(self.path, limit=_READ_LIMIT)
-                self._writer = writer
-                self._reader_task = asyncio.get_running_loop().create_task(self._read_replies(reader, writer))
-            return self._writer
+            if self._conn is None:
+                loop = asyncio.get_running_loop()
+                sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+                try:
+                    sock.setblocking(False)
+                    await loop.sock_connect(sock, self.path)
+                except BaseException:
+                    sock.close()
+                    raise
+                conn = _AsyncConnection(loop, sock)
+                conn.reader = loop.create_task(self._read_replies(conn))
+                self._conn = conn
+            return self._conn
 
-    async def _read_replies(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_replies(self, conn: _AsyncConnection) -> None:
+        buffer = bytearray()
         error: BaseException = ConnectionError(f"the daemon closed the connection on {self.path}")
         try:
-            while True:
-                line = await reader.readline()
-                if not line:
+            while conn.error is None:
+                chunk = await conn.loop.sock_recv(conn.sock, 1 << 20)
+                if not chunk:
                     break
-                if not line.strip():
-                    continue
-                reply = json.loads(line)
-                if "id" not in reply or "method" in reply:
-                    continue
-                future = self._waiting.pop(reply["id"], None) if isinstance(reply["id"], int) else None
-                if future is not None and not future.done():
-                    future.set_result(reply)
+                for line in _lines(buffer, chunk):
+                    self._deliver(conn, json.loads(line))
         except (OSError, ValueError) as e:
-            error = e
+            error = ConnectionError(f"lost the connection to {self.path}: {e}")
+        except asyncio.CancelledError:
+            error = ConnectionError(f"the connection to {self.path} was closed with its event loop")
+            raise
         finally:
-            if self._writer is writer:
-                self._writer = None
-            waiting, self._waiting = self._waiting, {}
-            for future in waiting.values():
-                if not future.done():
-                    future.set_exception(ConnectionError(f"lost the connection to {self.path}: {error}"))
+            self._fail(conn, error)
+            async with conn.sending:  # a send under way ends first (its socket is shut down)
+                conn.sock.close()
+
+    def _deliver(self, conn: _AsyncConnection, reply: Any) -> None:
+        if not isinstance(reply, dict) or "id" not in reply or "method" in reply:
+            return  # a notification: this client subscribes to none
+        if reply["id"] is None and "error" in reply:
+            self._fail(conn, _unaddressed(reply, self.path))
+            return
+        future = conn.waiting.pop(reply["id"], None) if isinstance(reply["id"], int) else None
+        if future is not None and not future.done():
+            future.set_result(reply)
+
+    def _fail(self, conn: _AsyncConnection, error: BaseException) -> None:
+        """Ends `conn` (once): the calls waiting on it fail with `error`, its socket is shut
+        down (its reader closes it), and the next call opens a new connection."""
+        if conn.error is not None:
+            return
+        conn.error = error
+        if self._conn is conn:
+            self._conn = None
+        waiting, conn.waiting = conn.waiting, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(_raised(error))
+        try:
+            conn.sock.shutdown(socketlib.SHUT_RDWR)
+        except OSError:
+            pass
 
     async def call(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-        """Sends one request and awaits its result (raises `RpcError` for an error)."""
-        writer = await self._connect()
+        """Sends one request and awaits its result (raises `RpcError` for an error,
+        `RequestError` for a request the daemon could not read). A call cancelled, or out of
+        time, before its reply is abandoned and its connection closed."""
         request_id = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = future
+        line = _request_line(request_id, method, params)
+        exchange = self._call(request_id, line, method)
+        return _outcome(await (exchange if timeout is None else asyncio.wait_for(exchange, timeout)))
+
+    async def _call(self, request_id: int, line: bytes, method: str) -> dict[str, Any]:
+        while True:
+            conn = await self._connection()
+            async with conn.turns:
+                if conn.error is not None:
+                    continue  # that connection ended while the call waited its turn
+                reply = await self._exchange(conn, request_id, line, method)
+            if not _overloaded(reply):
+                return reply
+            await asyncio.sleep(_RETRY_PAUSE)
+
+    async def _exchange(self, conn: _AsyncConnection, request_id: int, line: bytes, method: str) -> dict[str, Any]:
+        future: asyncio.Future[dict[str, Any]] = conn.loop.create_future()
+        conn.waiting[request_id] = future
+        sent = False
         try:
-            writer.write(_request_line(request_id, method, params))
-            await writer.drain()
-            reply = await asyncio.wait_for(future, timeout)
+            async with conn.sending:
+                if conn.error is None:  # else `future` holds the error already
+                    sent = True
+                    try:
+                        await conn.loop.sock_sendall(conn.sock, line)
+                    except OSError as e:
+                        self._fail(conn, ConnectionError(f"lost the connection to {self.path}: {e}"))
+            return await future
         finally:
-            self._waiting.pop(request_id, None)
-        return _outcome(reply)
+            if conn.waiting.pop(request_id, None) is not None and sent:
+                # Given up on before its reply (cancelled, or out of time): only a disconnect
+                # makes the daemon withdraw a call waiting for an approval.
+                why = f"the connection to {self.path} was closed: a {method} call on it was abandoned"
+                self._fail(conn, ConnectionError(why))
+            elif future.done() and not future.cancelled():
+                future.exception()  # retrieved, for a call cancelled as its connection ended
 
     async def aclose(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except OSError:
-                pass
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            self._reader_task = None
+        """Closes the connection (calls waiting on it fail with `ConnectionError`)."""
+        conn = self._conn
+        if conn is not None:
+            self._fail(conn, ConnectionError(f"the connection to {self.path} was closed by aclose()"))
+            if conn.reader is not None and conn.reader is not asyncio.current_task():
+                await asyncio.wait([conn.reader])
+
+    def _discard(self) -> None:
+        """Closes the connection of a client whose event loop is closed (so its reader will
+        never run again), without that loop."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.error = conn.error or ConnectionError(f"the connection to {self.path} was closed with its event loop")
+            conn.sock.close()
+            if conn.reader is not None:
+                # A loop closed without cancelling its tasks leaves the reader pending for good;
+                # asyncio would log it as destroyed while pending once it is freed.
+                conn.reader._log_destroy_pending = False  # noqa: SLF001

@@ -7,7 +7,9 @@ Each method is one request on the agent socket: the file methods call the daemon
 entries, matches, raw command output) rather than rendered text, so Deep Agents'
 FilesystemMiddleware renders what the model sees, as it does for its own backends. Errors
 arrive in the result types' error fields with agentvfs's texts. `upload_files` and
-`download_files` move bytes through `vfs/upload` and `vfs/download`.
+`download_files` move bytes through `vfs/upload` and `vfs/download`. A request the daemon could
+not read (over its 1 MiB line limit, or with a string that is not valid UTF-8) is not sent:
+the method returns its error result instead (`invalid_path` for uploads and downloads).
 
 Approvals: when a call meets an `interrupt` rule and the backend was given an approver socket
 (the daemon's control socket, which the harness process may use and the agent may not), the
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import weakref
+import threading
 from typing import Any
 
 from deepagents.backends.protocol import (
@@ -44,7 +46,7 @@ from deepagents.backends.protocol import (
     WriteResult,
 )
 
-from agentvfs.client import AsyncClient, Client, RpcError, resolve_socket
+from agentvfs.client import AsyncClient, Client, RequestError, RpcError, resolve_socket
 
 __all__ = ["AgentvfsBackend", "DECISIONS"]
 
@@ -99,7 +101,8 @@ class AgentvfsBackend(SandboxBackendProtocol):
             sandbox). Without it, paused calls wait on the daemon for an approver.
         sandbox_id: The `id` Deep Agents shows; by default `agentvfs:<socket>`.
         timeout: Seconds to wait for any one reply (`None`: no limit; approvals and commands
-            are bounded by the daemon's own timeouts).
+            are bounded by the daemon's own timeouts). A call out of time raises
+            `TimeoutError` and closes its connection, so that the daemon withdraws it.
     """
 
     def __init__(
@@ -116,31 +119,44 @@ class AgentvfsBackend(SandboxBackendProtocol):
         self._id = sandbox_id or f"agentvfs:{self.socket}"
         self._client = Client(self.socket)
         self._approver = Client(approvals_socket) if approvals_socket else None
-        # One asyncio connection per event loop (a stream belongs to the loop it was opened on).
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncClient | None]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # One asyncio connection per event loop (a socket is driven by the loop it was opened
+        # on). A connection holds its loop, so those of closed loops are dropped explicitly.
+        self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncClient | None]] = {}
+        self._async_lock = threading.Lock()
 
     @property
     def id(self) -> str:
         return self._id
 
     def close(self) -> None:
-        """Closes the blocking connections (asyncio ones close with their loop)."""
+        """Closes the blocking connections, and the asyncio ones of closed event loops (those
+        of a loop that is still running close once it is closed, at the backend's next use)."""
         self._client.close()
         if self._approver is not None:
             self._approver.close()
+        with self._async_lock:
+            self._sweep()
 
     # -- talking to the daemon -------------------------------------------------------------
 
     def _aclients(self) -> tuple[AsyncClient, AsyncClient | None]:
         loop = asyncio.get_running_loop()
-        clients = self._async.get(loop)
-        if clients is None:
-            approver = AsyncClient(self.approvals_socket) if self.approvals_socket else None
-            clients = (AsyncClient(self.socket), approver)
-            self._async[loop] = clients
+        with self._async_lock:
+            self._sweep()
+            clients = self._async.get(loop)
+            if clients is None:
+                approver = AsyncClient(self.approvals_socket) if self.approvals_socket else None
+                clients = (AsyncClient(self.socket), approver)
+                self._async[loop] = clients
         return clients
+
+    def _sweep(self) -> None:
+        """Closes and drops the asyncio connections of closed event loops (each
+        `asyncio.run` is a loop of its own); the caller holds `_async_lock`."""
+        for loop in [loop for loop in self._async if loop.is_closed()]:
+            for client in self._async.pop(loop):
+                if client is not None:
+                    client._discard()  # noqa: SLF001
 
     def _params(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         params: dict[str, Any] = {"name": name, "arguments": arguments, "structured": True}
@@ -149,25 +165,31 @@ class AgentvfsBackend(SandboxBackendProtocol):
         return params
 
     def _tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        result = self._client.call("tools/call", self._params(name, arguments), self.timeout)
-        ticket = _structured(result)
-        if not ticket.get("interrupted"):
-            return result
-        decision = _pause(name, arguments, ticket)
-        if decision is not None and self._approver is not None:
-            self._approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-        return self._client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+        try:
+            result = self._client.call("tools/call", self._params(name, arguments), self.timeout)
+            ticket = _structured(result)
+            if not ticket.get("interrupted"):
+                return result
+            decision = _pause(name, arguments, ticket)
+            if decision is not None and self._approver is not None:
+                self._approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
+            return self._client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+        except RequestError as e:
+            return _unsent(name, e)
 
     async def _atool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         client, approver = self._aclients()
-        result = await client.call("tools/call", self._params(name, arguments), self.timeout)
-        ticket = _structured(result)
-        if not ticket.get("interrupted"):
-            return result
-        decision = _pause(name, arguments, ticket)
-        if decision is not None and approver is not None:
-            await approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-        return await client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+        try:
+            result = await client.call("tools/call", self._params(name, arguments), self.timeout)
+            ticket = _structured(result)
+            if not ticket.get("interrupted"):
+                return result
+            decision = _pause(name, arguments, ticket)
+            if decision is not None and approver is not None:
+                await approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
+            return await client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+        except RequestError as e:
+            return _unsent(name, e)
 
     # -- BackendProtocol ---------------------------------------------------------------------
 
@@ -233,8 +255,11 @@ class AgentvfsBackend(SandboxBackendProtocol):
         responses = []
         for path, content in files:
             reply: dict[str, Any] = {}
-            for params in _upload_pieces(path, content):
-                reply = self._client.call("vfs/upload", params, self.timeout)
+            try:
+                for params in _upload_pieces(path, content):
+                    reply = self._client.call("vfs/upload", params, self.timeout)
+            except RequestError:
+                reply = _UNSENT_FILE
             responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
         return responses
 
@@ -243,17 +268,34 @@ class AgentvfsBackend(SandboxBackendProtocol):
         responses = []
         for path, content in files:
             reply: dict[str, Any] = {}
-            for params in _upload_pieces(path, content):
-                reply = await client.call("vfs/upload", params, self.timeout)
+            try:
+                for params in _upload_pieces(path, content):
+                    reply = await client.call("vfs/upload", params, self.timeout)
+            except RequestError:
+                reply = _UNSENT_FILE
             responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
         return responses
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
-        return [_download(path, self._client.call("vfs/download", {"path": path}, self.timeout)) for path in paths]
+        responses = []
+        for path in paths:
+            try:
+                reply = self._client.call("vfs/download", {"path": path}, self.timeout)
+            except RequestError:
+                reply = _UNSENT_FILE
+            responses.append(_download(path, reply))
+        return responses
 
     async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         client, _ = self._aclients()
-        return [_download(path, await client.call("vfs/download", {"path": path}, self.timeout)) for path in paths]
+        responses = []
+        for path in paths:
+            try:
+                reply = await client.call("vfs/download", {"path": path}, self.timeout)
+            except RequestError:
+                reply = _UNSENT_FILE
+            responses.append(_download(path, reply))
+        return responses
 
 
 # -- approvals ---------------------------------------------------------------------------------
@@ -315,6 +357,22 @@ def _resolution(interrupt_id: int, decision: dict[str, Any]) -> dict[str, Any]:
 
 def _finish(name: str, arguments: dict[str, Any], ticket: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "arguments": arguments, "structured": True, "ticket": ticket["interrupt_id"]}
+
+
+# -- requests the daemon could not read --------------------------------------------------------
+
+# An upload or download whose request was not sent: only its path can make it unreadable
+# (a string that is not UTF-8, or a path near 1 MiB long; upload pieces leave room).
+_UNSENT_FILE: dict[str, Any] = {"error_code": "FS_INVALID_PATH"}
+
+
+def _unsent(name: str, error: RequestError) -> dict[str, Any]:
+    """A failed tool result for a call the client did not send, as the daemon could not have
+    read its request (over its 1 MiB limit, or with a string that is not valid UTF-8)."""
+    text = f"Error: {name} {error}"
+    if error.size is not None and name in ("write_file", "edit_file"):
+        text += "; large content can be written with upload_files, which sends a file in pieces"
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 # -- arguments ---------------------------------------------------------------------------------
