@@ -176,9 +176,11 @@ impl Branch {
                     }
                     Some(name) => Segment::Literal(name),
                     None => {
+                        // globset first: its error says what is wrong with the glob.
+                        let set = component_set(part)?;
                         let (regex, by_char) = component_regex(part)?;
                         let by_char = by_char.then(|| anchored(&regex)).transpose()?;
-                        Segment::Wildcard(part.clone(), component_set(part)?, by_char)
+                        Segment::Wildcard(part.clone(), set, by_char)
                     }
                 },
             };
@@ -417,43 +419,91 @@ fn component_regex(part: &str) -> Result<(String, bool), String> {
     Ok((out, by_char))
 }
 
-/// A class as globset reads it (see [`class_len`]: `!` or `^` negates, a leading `]` is a
-/// member, `a-z` a range, `[:name:]` a named class, `\` a plain member) as a regex class; a
-/// negated one leaves out `/` too, as globset's does.
+/// A class as a regex class, read exactly as globset's parser reads it (its ranges, then `/`
+/// left out, which globset's `literal_separator` does for a class that is not negated and a
+/// negated one excludes too): `!` or `^` negates, a leading `]` or `-` is a member, `x-y` is a
+/// range and a `-` right after a range ends it (`[a-c-e]` is `a` to `e`), `[:name:]` is one of
+/// globset's ASCII classes, and `\` is a plain member. Each character is written as `\x{…}`.
 fn class_regex(class: &str) -> String {
-    let inner = &class[1..class.len() - 1];
-    let (negated, inner) = match inner.strip_prefix(['!', '^']) {
-        Some(rest) => (true, rest),
-        None => (false, inner),
-    };
-    let member = |c: char| match c {
-        '\\' | '[' | ']' | '^' | '-' | '&' | '~' => format!("\\{c}"),
-        c => c.to_string(),
-    };
-    let chars: Vec<char> = inner.chars().collect();
-    let mut out = String::from(if negated { "[^/" } else { "[" });
-    let mut i = 0;
-    while i < chars.len() {
-        if chars[i] == '[' && chars.get(i + 1) == Some(&':') {
-            let rest: String = chars[i..].iter().collect();
-            if let Some(end) = rest.find(":]") {
-                if POSIX_CLASSES.contains(&&rest[2..end]) {
-                    out.push_str(&rest[..end + 2]);
-                    i += rest[..end + 2].chars().count();
-                    continue;
+    let body: Vec<char> = class[1..].chars().collect();
+    let negated = matches!(body.first(), Some('!' | '^'));
+    let mut i = usize::from(negated);
+    let mut ranges: Vec<(char, char)> = Vec::new();
+    let (mut first, mut in_range) = (true, false);
+    // `class_len` found the closing `]`, so the loop ends before the text does.
+    while let Some(&c) = body.get(i) {
+        i += 1;
+        match c {
+            ']' if !first => break,
+            ']' => ranges.push((']', ']')),
+            '-' if first => ranges.push(('-', '-')),
+            '-' if in_range => {
+                if let Some(last) = ranges.last_mut() {
+                    last.1 = '-';
                 }
+                in_range = false;
+            }
+            '-' => in_range = true,
+            '[' if !in_range && body.get(i) == Some(&':') => {
+                match posix_class(&body[i..]) {
+                    Some((named, used)) => {
+                        ranges.extend_from_slice(named);
+                        i += used;
+                    }
+                    None => ranges.push(('[', '[')),
+                }
+                in_range = false;
+            }
+            c => {
+                match ranges.last_mut() {
+                    Some(last) if in_range => last.1 = c,
+                    _ => ranges.push((c, c)),
+                }
+                in_range = false;
             }
         }
-        if chars.get(i + 1) == Some(&'-') && i + 2 < chars.len() {
-            out.push_str(&format!("{}-{}", member(chars[i]), member(chars[i + 2])));
-            i += 3;
-        } else {
-            out.push_str(&member(chars[i]));
-            i += 1;
-        }
+        first = false;
     }
-    out.push(']');
-    out
+    if in_range {
+        ranges.push(('-', '-'));
+    }
+    let members: String = ranges
+        .iter()
+        .map(|&(a, b)| match a == b {
+            true => format!("\\x{{{:X}}}", a as u32),
+            false => format!("\\x{{{:X}}}-\\x{{{:X}}}", a as u32, b as u32),
+        })
+        .collect();
+    match negated {
+        true => format!("[^/{members}]"),
+        false => format!("[{members}&&[^/]]"),
+    }
+}
+
+/// A POSIX class name after a class's `[`: `text` starts at its `:`. Its ranges (globset's
+/// ASCII definitions) and the characters it used, or `None` when it is none (the `[` is then
+/// a plain member).
+fn posix_class(text: &[char]) -> Option<(&'static [(char, char)], usize)> {
+    let name: String = text.iter().skip(1).take_while(|c| c.is_ascii_lowercase()).collect();
+    if name.len() > 8 || text.get(1 + name.len()..3 + name.len()) != Some(&[':', ']']) {
+        return None;
+    }
+    let ranges: &'static [(char, char)] = match name.as_str() {
+        "alnum" => &[('0', '9'), ('A', 'Z'), ('a', 'z')],
+        "alpha" => &[('A', 'Z'), ('a', 'z')],
+        "blank" => &[('\t', '\t'), (' ', ' ')],
+        "cntrl" => &[('\x00', '\x1f'), ('\x7f', '\x7f')],
+        "digit" => &[('0', '9')],
+        "graph" => &[('!', '~')],
+        "lower" => &[('a', 'z')],
+        "print" => &[(' ', '~')],
+        "punct" => &[('!', '/'), (':', '@'), ('[', '`'), ('{', '~')],
+        "space" => &[('\t', '\r'), (' ', ' ')],
+        "upper" => &[('A', 'Z')],
+        "xdigit" => &[('0', '9'), ('A', 'F'), ('a', 'f')],
+        _ => return None,
+    };
+    Some((ranges, 3 + name.len()))
 }
 
 /// The regex of a whole branch, as [`render`] writes its glob: `**` spans any number of
@@ -499,13 +549,11 @@ fn class_len(text: &str) -> Option<usize> {
         match bytes[i] {
             b']' if !first => return Some(i + 1),
             b'[' if bytes.get(i + 1) == Some(&b':') => {
-                if let Some(end) = text[i + 2..].find(":]") {
-                    let name = &text[i + 2..i + 2 + end];
-                    if POSIX_CLASSES.contains(&name) {
-                        i += end + 4;
-                        first = false;
-                        continue;
-                    }
+                let after: Vec<char> = text[i + 1..].chars().take(12).collect();
+                if let Some((_, used)) = posix_class(&after) {
+                    i += 1 + used;
+                    first = false;
+                    continue;
                 }
             }
             _ => {}
@@ -515,11 +563,6 @@ fn class_len(text: &str) -> Option<usize> {
     }
     None
 }
-
-const POSIX_CLASSES: [&str; 12] = [
-    "alnum", "alpha", "blank", "cntrl", "digit", "graph", "lower", "print", "punct", "space", "upper",
-    "xdigit",
-];
 
 /// Walks `text` the way globset's parser does, calling `visit(index, byte)` for each byte
 /// that is outside any class and not escaped; classes and escapes are skipped whole.

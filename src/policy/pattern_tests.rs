@@ -94,6 +94,11 @@ fn wildcards_match_characters_not_bytes() {
     assert!(is("/w/[à-ÿ]x", "/w/éx") && !is("/w/[à-ÿ]x", "/w/ax"));
     assert!(is("/**/[[:alpha:]]é", "/d/aé") && !is("/**/[[:alpha:]]é", "/d/1é"));
     assert!(is("/w/*é?", "/w/xxéü") && !is("/w/*é?", "/w/xxé"));
+    // A class that spans `/` (a range, a named class) still never matches it.
+    assert!(!is("/w/build[[:punct:]]*", "/w/build/é") && is("/w/build[[:punct:]]*", "/w/build.é"));
+    assert!(!is("/w/a[+-9]*", "/w/a/é") && is("/w/a[+-9]*", "/w/a5é"));
+    // A `-` right after a range ends it: `[a-c-e]` is `a` to `e`, as globset reads it.
+    assert!(is("/w/[a-c-e]é", "/w/dé"));
     // The subtree walk reads by characters too.
     let pattern = Pattern::parse("/w/sec?et/**").unwrap();
     assert!(pattern.reaches_subtree(&p("/w/sec€et")));
@@ -125,6 +130,11 @@ fn pattern_component(with_alternatives: bool) -> BoxedStrategy<String> {
         "[a-c]*",
         "[]a]",
         "[!-.]b",
+        // Ranges and named classes that span `/`, which globset leaves out of a class.
+        "[+-9]*",
+        "[[:punct:]]*",
+        "[a-c-e]",
+        "[-a]b",
     ];
     if with_alternatives {
         choices.extend(["{a,b}", r"{a,my\ dir}", "{a,b/k.pem}", "{*.pem,.env}", "{a,{b,ab}}"]);
