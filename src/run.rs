@@ -346,9 +346,26 @@ fn config_out_of_reach(
     mount_real: &Path,
     hosts: &[(VPath, PathBuf)],
 ) -> Result<()> {
-    use nix::unistd::{access, AccessFlags};
+    // As written and where its links lead: a link in the tree to a file outside it could be
+    // pointed elsewhere by the program as well.
     let real = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
-    let Some(at) = virtual_cwd(&real, mount_real, hosts) else { return Ok(()) };
+    for spelling in [file, real.as_path()] {
+        config_spelling_out_of_reach(file, spelling, socket, mountpoint, mount_real, hosts)?;
+    }
+    Ok(())
+}
+
+/// [`config_out_of_reach`] for one spelling of the file's path.
+fn config_spelling_out_of_reach(
+    file: &Path,
+    spelling: &Path,
+    socket: &Path,
+    mountpoint: &Path,
+    mount_real: &Path,
+    hosts: &[(VPath, PathBuf)],
+) -> Result<()> {
+    use nix::unistd::{access, AccessFlags};
+    let Some(at) = virtual_cwd(spelling, mount_real, hosts) else { return Ok(()) };
     let inside = in_mount(mountpoint, &at);
     if std::fs::symlink_metadata(&inside).is_err() {
         return Ok(());
@@ -409,7 +426,7 @@ fn supervise(
     mask.add(nix::sys::signal::Signal::SIGTTOU);
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("sigprocmask")?;
     let terminal = job::Terminal::open();
-    let give = terminal.as_ref().is_some_and(job::Terminal::ours_in_front);
+    let give = terminal.as_ref().is_some_and(job::Terminal::for_the_sandbox);
     let terminal_fd = terminal.as_ref().filter(|_| give).map(job::Terminal::raw);
     let passed = passed.to_vec();
     let mut command = std::process::Command::new(bwrap);
@@ -474,9 +491,17 @@ fn supervise(
             job.continued();
             continue;
         }
-        // What the terminal sends goes to its foreground group, the sandbox's when it holds
-        // the terminal; only signals sent to this process itself are passed on.
-        if signo == libc::SIGCHLD || signo == libc::SIGTTOU || info.ssi_code == libc::SI_KERNEL {
+        if signo == libc::SIGCHLD || signo == libc::SIGTTOU {
+            continue;
+        }
+        // What the terminal sends goes to its foreground group: the sandbox's when it holds
+        // the terminal, which then has it already; else this job's, and it is passed on to
+        // every process of the sandbox, as if it were in front.
+        if info.ssi_code == libc::SI_KERNEL {
+            if !job.holds_terminal() {
+                // SAFETY: kill has no memory effects.
+                unsafe { libc::kill(-pid.as_raw(), signo) };
+            }
             continue;
         }
         let program = init.and_then(first_child).or(init);

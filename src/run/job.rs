@@ -34,6 +34,16 @@ impl Terminal {
         self.front() == Some(self.ours)
     }
 
+    /// Whether the sandbox should get the terminal: the caller's job holds it, and the
+    /// program's input and output are the terminal. With either redirected (`agentvfs run … |
+    /// less`, `… < /dev/null &` in a script) the program is not interactive, and taking the
+    /// terminal would stop the caller's other commands that use it (a pager stopped that way
+    /// would stop draining the pipe, and the program with it).
+    pub fn for_the_sandbox(&self) -> bool {
+        // SAFETY: isatty only asks about the descriptors.
+        self.ours_in_front() && unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 }
+    }
+
     /// The terminal's foreground process group.
     fn front(&self) -> Option<libc::pid_t> {
         // SAFETY: a valid descriptor.
@@ -97,12 +107,20 @@ impl Job {
         job
     }
 
+    /// Whether the sandbox holds the terminal (what the terminal sends goes to it then).
+    pub fn holds_terminal(&self) -> bool {
+        self.given
+    }
+
     /// Bubblewrap stopped with `signal` (the terminal's Ctrl-Z, or a read or write on the
-    /// terminal from the background): takes the terminal back and stops this process with
-    /// the same signal, so the caller's shell sees the job stopped. Resumes the sandbox at
-    /// once when this process could not be stopped: the kernel discards SIGTSTP for an
-    /// orphaned process group (no job-control shell above it, as under `tmux new 'agentvfs
-    /// run …'`), where Ctrl-Z must do nothing rather than leave the sandbox stopped for good.
+    /// terminal from the background): takes the terminal back if the sandbox held it and
+    /// stops this process with the same signal, so the caller's shell sees the job stopped.
+    /// Where this process cannot be stopped (the kernel discards SIGTSTP, SIGTTIN and SIGTTOU
+    /// for an orphaned process group: no job-control shell above it, as under `tmux new
+    /// 'agentvfs run …'`), nobody would continue the sandbox: after Ctrl-Z it is continued at
+    /// once (Ctrl-Z does nothing there, as for any program), and after a read or write of the
+    /// terminal it is sent SIGHUP and SIGCONT, what the kernel sends a stopped group that
+    /// becomes orphaned.
     pub fn stopped(&mut self, signal: libc::c_int) {
         if let Some(t) = &self.terminal {
             let front = t.front();
@@ -118,8 +136,12 @@ impl Job {
         // SAFETY: kill and getpid touch no memory.
         unsafe { libc::kill(libc::getpid(), raise) };
         // Continued (SIGCONT is blocked here, so it waits as pending): the signal loop
-        // resumes the sandbox. Not stopped: a discarded SIGTSTP is Ctrl-Z ignored.
-        if !continue_pending() && raise == libc::SIGTSTP {
+        // resumes the sandbox. Not stopped: the signal was discarded.
+        if !continue_pending() && raise != libc::SIGSTOP {
+            if raise != libc::SIGTSTP {
+                // SAFETY: kill touches no memory.
+                unsafe { libc::kill(-self.group, libc::SIGHUP) };
+            }
             self.continued();
         }
     }
@@ -129,12 +151,16 @@ impl Job {
     /// it, if that group still exists), and continues the sandbox.
     pub fn continued(&mut self) {
         if let Some(t) = &self.terminal {
-            if t.ours_in_front() {
+            // In front again (`fg`): the sandbox gets the terminal back, if it had it or
+            // should; in the background (`bg`): it has none to take back later.
+            let front_again = t.ours_in_front() && (self.given || t.for_the_sandbox());
+            let inside = self.front_inside.take();
+            if front_again {
                 // SAFETY: kill with signal 0 only checks that the group exists.
-                let inside = self.front_inside.take().filter(|g| unsafe { libc::kill(-g, 0) } == 0);
+                let inside = inside.filter(|g| unsafe { libc::kill(-g, 0) } == 0);
                 t.give(inside.unwrap_or(self.group));
-                self.given = true;
             }
+            self.given = front_again;
         }
         // SAFETY: kill touches no memory.
         unsafe { libc::kill(-self.group, libc::SIGCONT) };

@@ -422,6 +422,13 @@ fn a_config_file_the_program_could_change_is_refused() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is /host/ro/agent.toml in the tree"), "{err}");
 
+    // A link in the tree to a config outside it: the program could point the link elsewhere.
+    let linked = s.f.host_root.join("linked.toml");
+    std::os::unix::fs::symlink(&s.config, &linked).unwrap();
+    let (code, _, err) = cli(&["run", "--config", linked.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is /host/linked.toml in the tree"), "{err}");
+
     let guarded = s.f.host_root.join("guarded/agent.toml");
     std::fs::write(&guarded, &text).unwrap();
     let (code, _, err) = cli(&["run", "--config", guarded.to_str().unwrap(), "--", "true"], &sudo);
@@ -502,6 +509,23 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     tmux.line("shell", "yo");
     tmux.wait_for("shell", "bg:yo");
 
+    // Stopped and sent on with `bg`, a run that ends leaves the terminal to the shell.
+    tmux.line("shell", &s.run_as_nobody("sh -c 'echo started; sleep 2; echo bg-done'"));
+    tmux.wait_for("shell", "started");
+    tmux.keys("shell", &["C-z"]);
+    let stopped = |screen: &str| screen.lines().any(|l| l.contains("Stopped") && l.contains("bg-done"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stopped(&tmux.screen("shell")) {
+        assert!(Instant::now() < deadline, "{}", tmux.screen("shell"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A read of the terminal in front while the run ends in the background keeps it.
+    tmux.line("shell", "bg; read v; echo got-$v");
+    tmux.wait_for("shell", "bg-done\n");
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.line("shell", "zz");
+    tmux.wait_for("shell", "got-zz");
+
     let status = s.f.scratch.path().join("orphan.status");
     tmux.start("orphan", &s.script(&s.run_as_nobody("sh -c 'echo ready; read x; echo got:$x'"), &status));
     tmux.wait_for("orphan", "ready");
@@ -510,4 +534,32 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     tmux.line("orphan", "still");
     tmux.wait_for("orphan", "got:still");
     assert_eq!(exit_status(&status), 0, "{}", tmux.screen("orphan"));
+}
+
+/// With its output piped (`agentvfs run … | less`), the program is not interactive: the
+/// sandbox does not take the terminal, so a pager reading the terminal keeps draining the
+/// pipe, and Ctrl-C, which then goes to the caller's job, is passed on to the program.
+#[test]
+fn a_piped_run_leaves_the_terminal_to_the_pager_and_passes_ctrl_c_on() {
+    let s = Setup::new();
+    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 0, "{err}");
+    let tmux = Tmux::new(s.f.scratch.path());
+    tmux.start("shell", "PS1='$ ' exec bash --norc --noprofile -i");
+    tmux.wait_for("shell", "$ ");
+    // Far more than a pipe holds: with the terminal taken, less would stop and the run hang.
+    tmux.line("shell", &format!("{} | less", s.run_as_nobody("sh -c 'seq 1 200000'")));
+    tmux.wait_for("shell", "1\n2\n3\n");
+    tmux.keys("shell", &["q"]);
+    tmux.line("shell", "echo after-less");
+    tmux.wait_for("shell", "after-less\n");
+    tmux.line("shell", &format!("{} | cat", s.run_as_nobody("sh -c 'echo sleeping; exec sleep 100'")));
+    tmux.wait_for("shell", "sleeping");
+    crate::harness::within("sleep 100", Duration::from_secs(20), || processes(&["sleep", "100"]) == 1);
+    tmux.keys("shell", &["C-c"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.line("shell", "echo status-${PIPESTATUS[0]}");
+    tmux.wait_for("shell", "status-130");
+    crate::harness::soon("no sleep left", || processes(&["sleep", "100"]) == 0);
 }
