@@ -52,8 +52,14 @@ fn a_database_that_goes_away_answers_eio_and_comes_back_by_itself() {
 /// pool hands out none made before the server was found gone.
 #[test]
 fn after_a_server_restart_no_operation_fails_on_an_old_connection() {
+    for layout in ["", "layout = \"langgraph\""] {
+        after_a_restart(layout);
+    }
+}
+
+fn after_a_restart(layout: &str) {
     let server = TestServer::start().unwrap();
-    let a = Daemon::start_with(&namespace("restart"), &server.url());
+    let a = Daemon::start_configured(&namespace("restart"), &server.url(), layout);
     // Several connections in the pool: writes from several threads at once.
     std::thread::scope(|scope| {
         for t in 0..8 {

@@ -143,12 +143,15 @@ impl PgSettings {
         self.lost.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// What a server error means to a filesystem caller, with the server named. An error
-    /// without a server's code (the connection broke) or of class 57 (the server shuts down or
-    /// restarts) means the server was lost.
+    /// What a server error means to a filesystem caller, with the server named. A closed
+    /// connection, an I/O error, or the server ending connections (57P01 `admin_shutdown`,
+    /// 57P02 `crash_shutdown`, 57P03 `cannot_connect_now`) means the server was lost; a
+    /// statement timeout or a cancel (57014) does not.
     pub(super) fn error(&self, e: postgres::Error) -> FsError {
         let code = e.code().cloned();
-        if code.as_ref().is_none_or(|c| c.code().starts_with("57")) {
+        let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+        let ended = matches!(&code, Some(c) if ["57P01", "57P02", "57P03"].contains(&c.code()));
+        if e.is_closed() || io || ended {
             self.server_lost();
         }
         let errno = match &code {

@@ -121,6 +121,24 @@ fn pool(settings: &Arc<PgSettings>) -> r2d2::Pool<Manager> {
         .build_unchecked(Manager { settings: settings.clone() })
 }
 
+/// A connection from `pool` made since the server was last found gone: an older one is
+/// stale (the server that made it may have closed it), and goes back to the pool, which drops
+/// it (`has_broken`).
+fn fresh_connection(
+    pool: &r2d2::Pool<Manager>,
+    settings: &PgSettings,
+) -> FsResult<r2d2::PooledConnection<Manager>> {
+    loop {
+        let conn = pool.get().map_err(|e| {
+            unreachable_line(&settings.server(), &e);
+            FsError::new(Errno::EIO, format!("postgres {}: no connection: {e}", settings.server()))
+        })?;
+        if conn.generation == settings.generation() {
+            return Ok(conn);
+        }
+    }
+}
+
 /// Where r2d2 reports connection failures: one rate-limited line each, naming the server.
 #[derive(Debug)]
 struct PoolErrors {
@@ -223,16 +241,7 @@ impl Inner {
 
     /// A connection as it is, for statements that know of no draft.
     fn pooled(&self) -> FsResult<r2d2::PooledConnection<Manager>> {
-        loop {
-            let conn = self.pool.get().map_err(|e| {
-                unreachable_line(&self.settings.server(), &e);
-                FsError::new(Errno::EIO, format!("postgres {}: no connection: {e}", self.settings.server()))
-            })?;
-            if conn.generation == self.settings.generation() {
-                return Ok(conn);
-            }
-            // Stale: back to the pool, which drops it (`has_broken`); the next is newer.
-        }
+        fresh_connection(&self.pool, &self.settings)
     }
 
     /// Runs `f` on a connection outside a transaction (each statement sees its own snapshot).

@@ -33,7 +33,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::store::Sql;
 use super::{notify, Conn, Manager, PgSettings};
-use crate::error::{Errno, FsError, FsResult};
+use crate::error::FsResult;
 use file::Shared;
 pub(super) use schema::SIDE_TABLES;
 
@@ -101,10 +101,7 @@ fn quote(text: &str) -> String {
 
 impl Inner {
     fn conn(&self) -> FsResult<r2d2::PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| {
-            super::unreachable_line(&self.settings.server(), &e);
-            FsError::new(Errno::EIO, format!("postgres {}: no connection: {e}", self.settings.server()))
-        })
+        super::fresh_connection(&self.pool, &self.settings)
     }
 
     /// Runs `f` on a connection outside a transaction.
