@@ -304,6 +304,11 @@ class Client:
                     conn.sock.sendall(line)
             except OSError as e:
                 self._fail(conn, ConnectionError(f"lost the connection to {self.path}: {e}"))
+            except BaseException:
+                # Interrupted mid-line (Ctrl-C): the rest of the line is not sent, so the next
+                # request would be read as its tail. The connection cannot be used again.
+                self._fail(conn, ConnectionError(f"the connection to {self.path} was closed: a {method} call was interrupted while it was sent"))
+                raise
             try:
                 answered = event.wait(_left(deadline))
             except BaseException:

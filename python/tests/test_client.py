@@ -364,3 +364,27 @@ def test_calls_past_the_daemons_limit_wait_their_turn(daemon: Daemon, mode: str)
         backend.close()
     assert results == [WriteResult(path=p) for p in paths]
     assert len(list((daemon.host_root / "guarded").iterdir())) == count
+
+
+def test_a_call_interrupted_while_it_is_sent_leaves_no_half_line(daemon: Daemon) -> None:
+    """A call interrupted in the middle of sending its line (Ctrl-C) closes the connection:
+    the next request would otherwise be read as the tail of the half-sent one."""
+    client = Client(str(daemon.agent_socket))
+    client.call("ping")
+    conn = client._connection()
+    real = conn.sock
+
+    class Interrupted:
+        def sendall(self, data: bytes) -> None:
+            real.send(data[: len(data) // 2])
+            raise KeyboardInterrupt
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    conn.sock = Interrupted()  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        client.call("tools/list")
+    conn.sock = real
+    assert client.call("ping") == {}
+    client.close()
