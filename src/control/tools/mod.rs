@@ -154,13 +154,28 @@ impl ToolOutput {
                     Some("image") => json!({"type": "image", "data": data, "mimeType": mime_type}),
                     Some("audio") => json!({"type": "audio", "data": data, "mimeType": mime_type}),
                     _ => json!({"type": "resource", "resource": {
-                        "uri": format!("file://{path}"), "mimeType": mime_type, "blob": data
+                        "uri": file_uri(path), "mimeType": mime_type, "blob": data
                     }}),
                 },
             })
             .collect();
         json!({"content": content, "isError": self.is_error, "structuredContent": Value::Object(self.structured.clone())})
     }
+}
+
+/// `file://` and `path` with every byte but the unreserved ones and `/` percent-encoded
+/// (RFC 3986), so that a name with a space, `#`, `?` or `%` still makes a valid URI.
+fn file_uri(path: &str) -> String {
+    let mut uri = String::from("file://");
+    for byte in path.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                uri.push(byte as char)
+            }
+            _ => uri.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    uri
 }
 
 /// Everything a tool call may use.

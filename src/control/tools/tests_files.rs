@@ -389,6 +389,9 @@ fn read_file_errors_and_media() {
         out.to_mcp()["content"][0],
         json!({"type": "resource", "resource": {"uri": "file:///d.PDF", "mimeType": "application/pdf", "blob": "JVBERi0="}})
     );
+    fx.put("/a b#é.pdf", b"%PDF-");
+    let out = fx.call(&read_file::SPEC, read("/a b#é.pdf"));
+    assert_eq!(out.to_mcp()["content"][0]["resource"]["uri"], json!("file:///a%20b%23%C3%A9.pdf"));
     fx.put("/s.wav", b"RIFF");
     let out = fx.call(&read_file::SPEC, read("/s.wav"));
     assert_eq!(out.to_mcp()["content"][0]["type"], json!("audio"), "{:?}", out.content);
