@@ -86,11 +86,12 @@ pub fn line(v: &Value) -> String {
         String::new()
     };
     format!(
-        "#{} {} {}{} {who}{retry} expires in {}",
+        "#{} {} {}{}{} {who}{retry} expires in {}",
         field(&v["id"]),
         field(&v["class"]),
         field(&v["path"]),
         v.get("resolved").map(|r| format!(" (-> {})", field(r))).unwrap_or_default(),
+        v.get("other_path").map(|o| format!(" (with {})", field(o))).unwrap_or_default(),
         duration_text(left)
     )
 }

@@ -173,6 +173,14 @@ pub struct Engine {
     unfinished: parking_lot::Mutex<HashMap<u64, (Permit, u64)>>,
 }
 
+/// An interrupt refusal of one path of a rename or link, told its other path (for the ticket).
+fn naming(mut err: FsError, other: &VPath) -> FsError {
+    if let Some(interrupted) = err.interrupt.as_mut() {
+        interrupted.other = Some(other.clone());
+    }
+    err
+}
+
 fn wants_read(flags: i32) -> bool {
     matches!(flags & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
 }
@@ -290,8 +298,9 @@ impl Engine {
             let context =
                 format!("{} {} {} (waits for approval)", decision, refusal.op.as_str(), refusal.path);
             let mut err = FsError::denied(errno, rule, context);
-            err.interrupt =
-                Some(Box::new(Interrupted { operation: operation.to_string(), refusal, names: ctx.names }));
+            let interrupted =
+                Interrupted { operation: operation.to_string(), refusal, names: ctx.names, other: None };
+            err.interrupt = Some(Box::new(interrupted));
             return err;
         }
         let command = match ctx.door {
@@ -561,9 +570,9 @@ impl Engine {
         let ctx =
             &Ctx { names: Some(crate::policy::approvals::retry::names_key(existing, new_path)), ..*ctx };
         let _adding = self.names.read();
-        let from = self.check(ctx, "link", Op::Write, existing, false)?;
-        let to = self.check_new(ctx, "link", new_path, false)?;
-        self.check_read_kept(ctx, "link", existing, new_path, false)?;
+        let from = self.check(ctx, "link", Op::Write, existing, false).map_err(|e| naming(e, new_path))?;
+        let to = self.check_new(ctx, "link", new_path, false).map_err(|e| naming(e, existing))?;
+        self.check_read_kept(ctx, "link", existing, new_path, false).map_err(|e| naming(e, new_path))?;
         let attr = self.router.link(&from, &to)?;
         self.note_change(ctx, existing);
         self.note_change(ctx, new_path);

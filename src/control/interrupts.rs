@@ -196,6 +196,7 @@ pub fn call(
                 uid: peer.uid,
                 command: String::new(),
                 names: None,
+                other: None,
                 tool: Some(ToolCall {
                     name: name.to_string(),
                     arguments: args.clone(),

@@ -84,7 +84,7 @@ impl FuseDoor {
     }
 
     fn refuse_until_approved(&self, ctx: &Ctx, interrupted: Interrupted) -> FsError {
-        let Interrupted { operation, refusal, names } = interrupted;
+        let Interrupted { operation, refusal, names, other } = interrupted;
         let request = Request {
             door: "fuse",
             operation,
@@ -96,6 +96,7 @@ impl FuseDoor {
             command: command_line(ctx.caller.pid),
             tool: None,
             names,
+            other,
         };
         let what = format!("{} {} {}", request.operation, request.op.as_str(), request.path);
         let message = match self.engine.gate.approvals.submit_retry(request, ctx.request) {
@@ -122,7 +123,7 @@ impl FuseDoor {
         W: Fn(&FuseDoor, &Ctx) -> FsResult<T> + Send + 'static,
         S: FnOnce(&FuseDoor, FsResult<T>, R) + Send + 'static,
     {
-        let Interrupted { operation, refusal, names } = interrupted;
+        let Interrupted { operation, refusal, names, other } = interrupted;
         let request = Request {
             door: "fuse",
             operation,
@@ -134,6 +135,7 @@ impl FuseDoor {
             command: command_line(ctx.caller.pid),
             tool: None,
             names,
+            other,
         };
         let door = self.clone();
         let unique = ctx.request;

@@ -40,6 +40,8 @@ pub struct Interrupted {
     pub refusal: Refusal,
     /// For a rename or link, its two paths ([`retry::names_key`]).
     pub names: Option<u64>,
+    /// For a rename or link, its path other than the one judged, for the ticket.
+    pub other: Option<VPath>,
 }
 
 /// What a ticket asks about.
@@ -61,6 +63,8 @@ pub struct Request {
     /// For a rename or link at the mount, its two paths ([`retry::names_key`]): its approved
     /// retry must join the same two.
     pub names: Option<u64>,
+    /// For a rename or link, its path other than `path` (shown as `other_path`).
+    pub other: Option<VPath>,
 }
 
 /// The tool call a ticket asks about.
@@ -667,6 +671,9 @@ fn describe(id: ApprovalId, t: &Ticket) -> Value {
         "expires_in_seconds": t.deadline.saturating_duration_since(Instant::now()).as_secs_f64(),
         "retry": t.retry,
     });
+    if let Some(other) = &r.other {
+        v["other_path"] = json!(other.as_str());
+    }
     if let Some(call) = &r.tool {
         v["tool"] = json!({"name": call.name, "arguments": call.arguments});
         if let Some(resolved) = &call.resolved {

@@ -22,6 +22,7 @@ fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) ->
             socket: "agent",
         }),
         names: None,
+        other: None,
     }
 }
 

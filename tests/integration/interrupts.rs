@@ -291,6 +291,10 @@ fn an_approved_rename_lets_only_that_rename_through() {
     assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
     let t = pending(&f, 1).remove(0);
     assert_eq!(t["operation"].as_str(), Some("rename"), "{t}");
+    // The ticket names where the file would go.
+    assert_eq!(t["other_path"].as_str(), Some("/host/approved"), "{t}");
+    let listed = cli(&f, &["interrupts"]);
+    assert!(listed.contains("/host/secrets/k (with /host/approved)"), "{listed}");
     resolve(&f, json!({"id": t["id"], "decision": "approve"}));
     pending(&f, 0);
     // Elsewhere: refused, with a ticket of its own.
