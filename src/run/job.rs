@@ -133,8 +133,7 @@ impl Job {
             libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => signal,
             _ => libc::SIGSTOP,
         };
-        // SAFETY: kill and getpid touch no memory.
-        unsafe { libc::kill(libc::getpid(), raise) };
+        raise_unblocked(raise);
         // Continued (SIGCONT is blocked here, so it waits as pending): the signal loop
         // resumes the sandbox. Not stopped: the signal was discarded.
         if !continue_pending() && raise != libc::SIGSTOP {
@@ -167,8 +166,8 @@ impl Job {
     }
 
     /// The sandbox ended: the terminal goes back to the caller's job, and what of that job
-    /// stopped while the sandbox held it (a pager reading the terminal in `agentvfs run … |
-    /// less`) is continued.
+    /// stopped while the sandbox held it (another command of the job that used the terminal)
+    /// is continued.
     pub fn ended(&mut self) {
         let Some(t) = &self.terminal else { return };
         if self.given && t.front() != Some(t.ours) {
@@ -176,6 +175,23 @@ impl Job {
             // SAFETY: kill touches no memory; SIGCONT to a running process does nothing.
             unsafe { libc::kill(0, libc::SIGCONT) };
         }
+    }
+}
+
+/// Sends this process `signal` with it unblocked for the moment (SIGTTOU is blocked here,
+/// so that the terminal can be handed over from the background): its default action, a stop,
+/// happens before the `kill` returns, unless the kernel discards it (an orphaned group).
+fn raise_unblocked(signal: libc::c_int) {
+    // SAFETY: the set is initialised by sigemptyset before use; sigprocmask, kill and getpid
+    // touch nothing else.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, &mut before);
+        libc::kill(libc::getpid(), signal);
+        libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
     }
 }
 

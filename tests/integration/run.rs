@@ -509,6 +509,19 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     tmux.line("shell", "yo");
     tmux.wait_for("shell", "bg:yo");
 
+    // Started in the background, a program that sets the terminal's modes stops the job
+    // (SIGTTOU) until `fg`, and then goes on.
+    tmux.line("shell", &format!("{} &", s.run_as_nobody("sh -c 'stty -echo; stty echo; echo modes-set'")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stopped = |screen: &str| screen.lines().any(|l| l.contains("Stopped") && l.contains("modes-set"));
+    while !stopped(&tmux.screen("shell")) {
+        assert!(Instant::now() < deadline, "{}", tmux.screen("shell"));
+        tmux.keys("shell", &["Enter"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    tmux.line("shell", "fg");
+    tmux.wait_for("shell", "modes-set\n");
+
     // Stopped and sent on with `bg`, a run that ends leaves the terminal to the shell.
     tmux.line("shell", &s.run_as_nobody("sh -c 'echo started; sleep 2; echo bg-done'"));
     tmux.wait_for("shell", "started");
