@@ -173,9 +173,11 @@ pub struct Engine {
     unfinished: parking_lot::Mutex<HashMap<u64, (Permit, u64)>>,
 }
 
-/// An interrupt refusal of one path of a rename or link, told its other path (for the ticket).
-fn naming(mut err: FsError, other: &VPath) -> FsError {
+/// An interrupt refusal of one of the two paths of a rename or link, told the other one (for
+/// the ticket).
+fn naming(mut err: FsError, a: &VPath, b: &VPath) -> FsError {
     if let Some(interrupted) = err.interrupt.as_mut() {
+        let other = if interrupted.refusal.path == *a { b } else { a };
         interrupted.other = Some(other.clone());
     }
     err
@@ -570,9 +572,13 @@ impl Engine {
         let ctx =
             &Ctx { names: Some(crate::policy::approvals::retry::names_key(existing, new_path)), ..*ctx };
         let _adding = self.names.read();
-        let from = self.check(ctx, "link", Op::Write, existing, false).map_err(|e| naming(e, new_path))?;
-        let to = self.check_new(ctx, "link", new_path, false).map_err(|e| naming(e, existing))?;
-        self.check_read_kept(ctx, "link", existing, new_path, false).map_err(|e| naming(e, new_path))?;
+        let judged = || -> FsResult<_> {
+            let from = self.check(ctx, "link", Op::Write, existing, false)?;
+            let to = self.check_new(ctx, "link", new_path, false)?;
+            self.check_read_kept(ctx, "link", existing, new_path, false)?;
+            Ok((from, to))
+        };
+        let (from, to) = judged().map_err(|e| naming(e, existing, new_path))?;
         let attr = self.router.link(&from, &to)?;
         self.note_change(ctx, existing);
         self.note_change(ctx, new_path);

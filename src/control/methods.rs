@@ -513,8 +513,8 @@ fn judged(rules: &RuleSet, op: Op, vpath: &VPath, is_dir: bool) -> Value {
         let v = rules.decide(Op::Read, &a, true);
         hiding(&v).then_some((a, v))
     });
-    let own_read = rules.decide(Op::Read, vpath, is_dir);
     let verdict = rules.decide(op, vpath, is_dir);
+    let own_read = if op == Op::Read { verdict } else { rules.decide(Op::Read, vpath, is_dir) };
     let (verdict, hidden, effect) = match above {
         // Its own denial says enough (`/s/**` hides both `/s` and `/s/x`).
         Some((dir, v)) if verdict.mode != Mode::Deny => {

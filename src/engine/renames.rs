@@ -26,22 +26,25 @@ impl Engine {
         let _moving = self.names.write();
         let from_carries = self.gate.rename_may_change_verdicts(from, to);
         let from_is_dir = self.is_dir_for_rename(from, to, from_carries)?;
-        let from_permit =
-            self.check(ctx, "rename", Op::Write, from, from_is_dir).map_err(|e| naming(e, to))?;
-        let to_permit = self.check_new(ctx, "rename", to, from_is_dir).map_err(|e| naming(e, from))?;
         let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
-        // An exchange also moves the node at `to` to `from`, judged the same way.
-        self.check_read_kept(ctx, "rename", from, to, from_is_dir).map_err(|e| naming(e, to))?;
-        let (to_is_dir, to_carries) = if exchange {
-            let to_carries = self.gate.rename_may_change_verdicts(to, from);
-            let to_is_dir = self.is_dir_for_rename(to, from, to_carries)?;
-            self.check(ctx, "rename", Op::Write, to, to_is_dir).map_err(|e| naming(e, from))?;
-            self.check(ctx, "rename", Op::Write, from, to_is_dir).map_err(|e| naming(e, to))?;
-            self.check_read_kept(ctx, "rename", to, from, to_is_dir).map_err(|e| naming(e, from))?;
-            (to_is_dir, to_carries)
-        } else {
-            (false, false)
+        let judged = || -> FsResult<_> {
+            let from_permit = self.check(ctx, "rename", Op::Write, from, from_is_dir)?;
+            let to_permit = self.check_new(ctx, "rename", to, from_is_dir)?;
+            self.check_read_kept(ctx, "rename", from, to, from_is_dir)?;
+            // An exchange also moves the node at `to` to `from`, judged the same way.
+            let (to_is_dir, to_carries) = if exchange {
+                let to_carries = self.gate.rename_may_change_verdicts(to, from);
+                let to_is_dir = self.is_dir_for_rename(to, from, to_carries)?;
+                self.check(ctx, "rename", Op::Write, to, to_is_dir)?;
+                self.check(ctx, "rename", Op::Write, from, to_is_dir)?;
+                self.check_read_kept(ctx, "rename", to, from, to_is_dir)?;
+                (to_is_dir, to_carries)
+            } else {
+                (false, false)
+            };
+            Ok((from_permit, to_permit, to_is_dir, to_carries))
         };
+        let (from_permit, to_permit, to_is_dir, to_carries) = judged().map_err(|e| naming(e, from, to))?;
         self.router.check_rename(&from_permit, &to_permit)?;
         if from_is_dir && from_carries {
             self.check_carried(ctx, &from_permit, from, to)?;

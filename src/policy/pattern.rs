@@ -405,10 +405,10 @@ fn component_regex(part: &str) -> Result<(String, bool), String> {
                 i += 1;
             }
             '[' => {
-                let len = class_len(&part[i..]).ok_or("unclosed character class")?;
-                out.push_str(&class_regex(&part[i..i + len]));
+                let class = Class::parse(&part[i..]).ok_or("unclosed character class")?;
+                out.push_str(&class.regex());
                 by_char = true;
-                i += len;
+                i += class.len;
             }
             c => {
                 out.push_str(&regex::escape(c.encode_utf8(&mut [0; 4])));
@@ -419,64 +419,84 @@ fn component_regex(part: &str) -> Result<(String, bool), String> {
     Ok((out, by_char))
 }
 
-/// A class as a regex class, read exactly as globset's parser reads it (its ranges, then `/`
-/// left out, which globset's `literal_separator` does for a class that is not negated and a
-/// negated one excludes too): `!` or `^` negates, a leading `]` or `-` is a member, `x-y` is a
-/// range and a `-` right after a range ends it (`[a-c-e]` is `a` to `e`), `[:name:]` is one of
-/// globset's ASCII classes, and `\` is a plain member. Each character is written as `\x{…}`.
-fn class_regex(class: &str) -> String {
-    let body: Vec<char> = class[1..].chars().collect();
-    let negated = matches!(body.first(), Some('!' | '^'));
-    let mut i = usize::from(negated);
-    let mut ranges: Vec<(char, char)> = Vec::new();
-    let (mut first, mut in_range) = (true, false);
-    // `class_len` found the closing `]`, so the loop ends before the text does.
-    while let Some(&c) = body.get(i) {
-        i += 1;
-        match c {
-            ']' if !first => break,
-            ']' => ranges.push((']', ']')),
-            '-' if first => ranges.push(('-', '-')),
-            '-' if in_range => {
-                if let Some(last) = ranges.last_mut() {
-                    last.1 = '-';
-                }
-                in_range = false;
-            }
-            '-' => in_range = true,
-            '[' if !in_range && body.get(i) == Some(&':') => {
-                match posix_class(&body[i..]) {
-                    Some((named, used)) => {
-                        ranges.extend_from_slice(named);
-                        i += used;
+/// A class as globset's parser reads it, parsed once for both questions asked of it: where it
+/// ends ([`scan`]) and what it matches ([`Class::regex`]). `!` or `^` negates, a leading `]` or
+/// `-` is a member, `x-y` is a range and a `-` right after a range ends it (`[a-c-e]` is `a` to
+/// `e`), `[:name:]` is one of globset's ASCII classes, and `\` is a plain member.
+struct Class {
+    /// Its length in bytes, from the `[` to the closing `]` included.
+    len: usize,
+    negated: bool,
+    ranges: Vec<(char, char)>,
+}
+
+impl Class {
+    /// The class at the start of `text` (`text[0] == '['`), or `None` when it is not closed.
+    fn parse(text: &str) -> Option<Class> {
+        let body: Vec<(usize, char)> = text.char_indices().skip(1).collect();
+        let negated = matches!(body.first(), Some((_, '!' | '^')));
+        let mut i = usize::from(negated);
+        let mut ranges: Vec<(char, char)> = Vec::new();
+        let (mut first, mut in_range) = (true, false);
+        loop {
+            let &(at, c) = body.get(i)?;
+            i += 1;
+            match c {
+                ']' if !first => {
+                    if in_range {
+                        // A `-` just before the closing `]` is a member.
+                        ranges.push(('-', '-'));
                     }
-                    None => ranges.push(('[', '[')),
+                    return Some(Class { len: at + 1, negated, ranges });
                 }
-                in_range = false;
-            }
-            c => {
-                match ranges.last_mut() {
-                    Some(last) if in_range => last.1 = c,
-                    _ => ranges.push((c, c)),
+                ']' => ranges.push((']', ']')),
+                '-' if first => ranges.push(('-', '-')),
+                '-' if in_range => {
+                    if let Some(last) = ranges.last_mut() {
+                        last.1 = '-';
+                    }
+                    in_range = false;
                 }
-                in_range = false;
+                '-' => in_range = true,
+                '[' if !in_range && body.get(i).is_some_and(|&(_, c)| c == ':') => {
+                    let rest: Vec<char> = body[i..].iter().take(12).map(|&(_, c)| c).collect();
+                    match posix_class(&rest) {
+                        Some((named, used)) => {
+                            ranges.extend_from_slice(named);
+                            i += used;
+                        }
+                        None => ranges.push(('[', '[')),
+                    }
+                    in_range = false;
+                }
+                c => {
+                    match ranges.last_mut() {
+                        Some(last) if in_range => last.1 = c,
+                        _ => ranges.push((c, c)),
+                    }
+                    in_range = false;
+                }
             }
+            first = false;
         }
-        first = false;
     }
-    if in_range {
-        ranges.push(('-', '-'));
-    }
-    let members: String = ranges
-        .iter()
-        .map(|&(a, b)| match a == b {
-            true => format!("\\x{{{:X}}}", a as u32),
-            false => format!("\\x{{{:X}}}-\\x{{{:X}}}", a as u32, b as u32),
-        })
-        .collect();
-    match negated {
-        true => format!("[^/{members}]"),
-        false => format!("[{members}&&[^/]]"),
+
+    /// The class as a Unicode regex class: its ranges with `/` left out, as globset's
+    /// `literal_separator` leaves it out of a class that is not negated and a negated one
+    /// excludes it too. Each character is written as `\x{…}`.
+    fn regex(&self) -> String {
+        let members: String = self
+            .ranges
+            .iter()
+            .map(|&(a, b)| match a == b {
+                true => format!("\\x{{{:X}}}", a as u32),
+                false => format!("\\x{{{:X}}}-\\x{{{:X}}}", a as u32, b as u32),
+            })
+            .collect();
+        match self.negated {
+            true => format!("[^/{members}]"),
+            false => format!("[{members}&&[^/]]"),
+        }
     }
 }
 
@@ -535,35 +555,6 @@ fn anchored(regex: &str) -> Result<ByChar, String> {
     Regex::new(&format!("(?s)^(?:{regex})$")).map(ByChar).map_err(|e| e.to_string())
 }
 
-/// The length (in bytes, from `text[0] == '['`) of a class, as globset reads it: `!` or `^`
-/// may open it, a `]` right after that is a member, `[:name:]` is a named class, and a
-/// backslash is a plain member. `None` when it is not closed.
-fn class_len(text: &str) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let mut i = 1;
-    if matches!(bytes.get(i), Some(b'!') | Some(b'^')) {
-        i += 1;
-    }
-    let mut first = true;
-    while i < bytes.len() {
-        match bytes[i] {
-            b']' if !first => return Some(i + 1),
-            b'[' if bytes.get(i + 1) == Some(&b':') => {
-                let after: Vec<char> = text[i + 1..].chars().take(12).collect();
-                if let Some((_, used)) = posix_class(&after) {
-                    i += 1 + used;
-                    first = false;
-                    continue;
-                }
-            }
-            _ => {}
-        }
-        first = false;
-        i += text[i..].chars().next().map_or(1, char::len_utf8);
-    }
-    None
-}
-
 /// Walks `text` the way globset's parser does, calling `visit(index, byte)` for each byte
 /// that is outside any class and not escaped; classes and escapes are skipped whole.
 fn scan(text: &str, mut visit: impl FnMut(usize, u8) -> Result<(), String>) -> Result<(), String> {
@@ -579,7 +570,7 @@ fn scan(text: &str, mut visit: impl FnMut(usize, u8) -> Result<(), String>) -> R
                 i += 1 + escaped.len_utf8();
             }
             b'[' => {
-                let len = class_len(&text[i..]).ok_or("unclosed character class")?;
+                let len = Class::parse(&text[i..]).ok_or("unclosed character class")?.len;
                 if text[i..i + len].contains('/') {
                     return Err("a character class never matches '/': split the pattern instead".into());
                 }
