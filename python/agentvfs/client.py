@@ -143,9 +143,21 @@ def _overloaded(reply: dict[str, Any]) -> bool:
     return isinstance(error, dict) and error.get("code") == _OVERLOADED
 
 
+def _addressee(reply: Any, path: str) -> int | RpcError | None:
+    """Whom a message from the daemon is for: the id of the request it answers; an `RpcError`
+    for every call waiting on the connection when it is an error naming no request (the daemon
+    could not read one, or refused this peer); `None` for anything else (a notification: this
+    client subscribes to none)."""
+    if not isinstance(reply, dict) or "id" not in reply or "method" in reply:
+        return None
+    if reply["id"] is None and "error" in reply:
+        return _unaddressed(reply, path)
+    return reply["id"] if isinstance(reply["id"], int) else None
+
+
 def _unaddressed(reply: dict[str, Any], path: str) -> RpcError:
     """The error for the calls waiting on a connection that got an error reply naming no
-    request (the daemon could not read one, or refused this peer)."""
+    request."""
     err = reply["error"]
     message = (
         f"{err.get('message', '')} (an error reply from {path} that names no request: every call waiting on the"
@@ -234,13 +246,12 @@ class Client:
             conn.sock.close()
 
     def _deliver(self, conn: _Connection, reply: Any) -> None:
-        if not isinstance(reply, dict) or "id" not in reply or "method" in reply:
-            return  # a notification: this client subscribes to none
-        if reply["id"] is None and "error" in reply:
-            self._fail(conn, _unaddressed(reply, self.path))
+        to = _addressee(reply, self.path)
+        if isinstance(to, RpcError):
+            self._fail(conn, to)
             return
         with self._lock:
-            waiter = conn.waiting.pop(reply["id"], None) if isinstance(reply["id"], int) else None
+            waiter = conn.waiting.pop(to, None) if to is not None else None
         if waiter is not None:
             waiter[1].append(reply)
             waiter[0].set()
@@ -406,12 +417,11 @@ class AsyncClient:
                 conn.sock.close()
 
     def _deliver(self, conn: _AsyncConnection, reply: Any) -> None:
-        if not isinstance(reply, dict) or "id" not in reply or "method" in reply:
-            return  # a notification: this client subscribes to none
-        if reply["id"] is None and "error" in reply:
-            self._fail(conn, _unaddressed(reply, self.path))
+        to = _addressee(reply, self.path)
+        if isinstance(to, RpcError):
+            self._fail(conn, to)
             return
-        future = conn.waiting.pop(reply["id"], None) if isinstance(reply["id"], int) else None
+        future = conn.waiting.pop(to, None) if to is not None else None
         if future is not None and not future.done():
             future.set_result(reply)
 

@@ -314,43 +314,20 @@ fn an_approved_rename_lets_only_that_rename_through() {
 /// Moving into protection, or within it, is not.
 #[test]
 fn a_file_cannot_be_renamed_out_of_its_read_protection_unasked() {
-    let rules = "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/ronly/**\"]\nmode = \"interrupt\"\n\n\
-                 [[rules]]\noperations = [\"read\"]\npaths = [\"/host/shut/**\"]\nmode = \"deny\"\nhide = false\n";
-    let f = Fixture::new(&format!("{rules}\n[interrupts]\ntimeout_seconds = 300\n"));
-    for dir in ["ronly", "shut"] {
-        std::fs::create_dir(f.host_root.join(dir)).unwrap();
-    }
-    existing(&f, "ronly/f", "guarded\n");
-    existing(&f, "shut/g", "shut\n");
-    existing(&f, "plain", "plain\n");
-    let (code, err) = finish(shell(&f.p("/host"), "mv ronly/f out"), Duration::from_secs(10));
-    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
-    let t = pending(&f, 1).remove(0);
-    assert_eq!(
-        (t["operation"].as_str(), t["class"].as_str(), t["path"].as_str(), t["retry"].as_bool()),
-        (Some("rename"), Some("read"), Some("/host/ronly/f"), Some(true)),
-        "{t}"
-    );
-    let (code, err) = finish(shell(&f.p("/host"), "mv shut/g out2"), Duration::from_secs(10));
-    assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
-    assert_eq!(host_text(&f, "ronly/f"), "guarded\n");
-    assert_eq!(host_text(&f, "shut/g"), "shut\n");
-    // Into protection, and within it: no question.
-    let (code, err) =
-        finish(shell(&f.p("/host"), "mv plain ronly/p && mv ronly/p ronly/q"), Duration::from_secs(10));
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(host_text(&f, "ronly/q"), "plain\n");
-    // Approved, the retry moves it.
-    resolve(&f, json!({"id": t["id"], "decision": "approve"}));
-    let (code, err) = finish(shell(&f.p("/host"), "mv ronly/f out"), Duration::from_secs(10));
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(host_text(&f, "out"), "guarded\n");
+    named_out_of_read_protection("mv", "rename");
 }
 
 /// A hard link gives the file a name outside its read protection as a rename does (`ln
 /// ronly/f out; rm ronly/f` is `mv`), so it is asked about the same way.
 #[test]
 fn a_file_cannot_be_linked_out_of_its_read_protection_unasked() {
+    named_out_of_read_protection("ln", "link");
+}
+
+/// `command` (`mv` or `ln`) giving a read-guarded file a name outside its protection asks (a
+/// ticket for `operation`, class read), or is refused under a `hide = false` denial; giving
+/// one into or within protection does not; approved, the retry goes through.
+fn named_out_of_read_protection(command: &str, operation: &str) {
     let rules = "[[rules]]\noperations = [\"read\"]\npaths = [\"/host/ronly/**\"]\nmode = \"interrupt\"\n\n\
                  [[rules]]\noperations = [\"read\"]\npaths = [\"/host/shut/**\"]\nmode = \"deny\"\nhide = false\n";
     let f = Fixture::new(&format!("{rules}\n[interrupts]\ntimeout_seconds = 300\n"));
@@ -360,26 +337,28 @@ fn a_file_cannot_be_linked_out_of_its_read_protection_unasked() {
     existing(&f, "ronly/f", "guarded\n");
     existing(&f, "shut/g", "shut\n");
     existing(&f, "plain", "plain\n");
-    let (code, err) = finish(shell(&f.p("/host"), "ln ronly/f out"), Duration::from_secs(10));
+    let run = |script: String| finish(shell(&f.p("/host"), &script), Duration::from_secs(10));
+    let (code, err) = run(format!("{command} ronly/f out"));
     assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
     assert!(!f.host_root.join("out").exists());
     let t = pending(&f, 1).remove(0);
     assert_eq!(
         (t["operation"].as_str(), t["class"].as_str(), t["path"].as_str(), t["retry"].as_bool()),
-        (Some("link"), Some("read"), Some("/host/ronly/f"), Some(true)),
+        (Some(operation), Some("read"), Some("/host/ronly/f"), Some(true)),
         "{t}"
     );
-    let (code, err) = finish(shell(&f.p("/host"), "ln shut/g out2"), Duration::from_secs(10));
+    let (code, err) = run(format!("{command} shut/g out2"));
     assert!(code != 0 && err.contains("Permission denied"), "{code} {err}");
     assert!(!f.host_root.join("out2").exists());
+    assert_eq!(host_text(&f, "ronly/f"), "guarded\n");
+    assert_eq!(host_text(&f, "shut/g"), "shut\n");
     // Into protection, and within it: no question.
-    let (code, err) =
-        finish(shell(&f.p("/host"), "ln plain ronly/p && ln ronly/p ronly/q"), Duration::from_secs(10));
+    let (code, err) = run(format!("{command} plain ronly/p && {command} ronly/p ronly/q"));
     assert_eq!(code, 0, "{err}");
     assert_eq!(host_text(&f, "ronly/q"), "plain\n");
-    // Approved, the retry links it.
+    // Approved, the retry goes through.
     resolve(&f, json!({"id": t["id"], "decision": "approve"}));
-    let (code, err) = finish(shell(&f.p("/host"), "ln ronly/f out"), Duration::from_secs(10));
+    let (code, err) = run(format!("{command} ronly/f out"));
     assert_eq!(code, 0, "{err}");
     assert_eq!(host_text(&f, "out"), "guarded\n");
 }

@@ -164,32 +164,27 @@ fn check_prints_routes_and_rules() {
 #[test]
 fn missing_dev_fuse_is_reported_clearly() {
     let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
-    // A private mount namespace whose /dev lacks the fuse device.
-    let script = format!(
-        "mount -t tmpfs none /dev && exec {BIN} mount --config {} {}",
-        cfg.display(),
-        s.path().join("mnt").display()
-    );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    // Starts the daemon in a private mount namespace after `prepare` changed its /dev; exits 1
+    // with this error.
+    let start_after = |prepare: &str| {
+        let script = format!(
+            "{prepare} && exec {BIN} mount --config {} {}",
+            cfg.display(),
+            s.path().join("mnt").display()
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A /dev that lacks the fuse device.
+    let err = start_after("mount -t tmpfs none /dev");
     assert!(err.contains("/dev/fuse is missing"), "{err}");
     // Something else in its place (a container's bind of /dev/null) is named as such, not
-    // left to fail at mount() with EINVAL; nothing is left mounted.
-    let script = format!(
-        "mount --bind /dev/null /dev/fuse && exec {BIN} mount --config {} {}",
-        cfg.display(),
-        s.path().join("mnt").display()
-    );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    // left to fail at mount() with EINVAL.
+    let err = start_after("mount --bind /dev/null /dev/fuse");
     assert!(
         err.contains("/dev/fuse is not the FUSE device (it is device 1:3, the FUSE device is 10:229)"),
         "{err}"

@@ -33,6 +33,9 @@ cwd = "/host"
 /// `setpriv` in front of a command: nobody (65534:65534), no other groups.
 const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
 
+/// The environment of `sudo` run by nobody: `agentvfs run` as root then acts for nobody.
+const SUDO_NOBODY: [(&str, &str); 2] = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+
 /// A tmux server of one test (its own socket), killed with every session when dropped.
 struct Tmux {
     socket: PathBuf,
@@ -57,6 +60,13 @@ impl Tmux {
         let mut args = vec!["send-keys", "-t", name];
         args.extend_from_slice(keys);
         assert!(self.tmux(&args).status.success());
+    }
+
+    /// Starts session `name` running an interactive bash (prompt `$ `, job control on), and
+    /// waits for its prompt.
+    fn bash(&self, name: &str) {
+        self.start(name, "PS1='$ ' exec bash --norc --noprofile -i");
+        self.wait_for(name, "$ ");
     }
 
     /// Types `line` and Enter.
@@ -126,6 +136,13 @@ impl Setup {
         format!("trap : INT; {command}; echo $? > {}; sleep 600", status.display())
     }
 
+    /// Makes nobody's home in the tree once, through sudo (nobody finds it afterwards).
+    fn make_home(&self) {
+        let (code, _, err) =
+            cli(&["run", "--config", self.config.to_str().unwrap(), "--", "true"], &SUDO_NOBODY);
+        assert_eq!(code, 0, "{err}");
+    }
+
     fn control_socket(&self) -> PathBuf {
         self.f.scratch.path().join("agentvfs.sock")
     }
@@ -189,7 +206,7 @@ fn a_program_runs_on_a_terminal_as_the_agent_user_inside_the_gated_tree() {
     let (code, _, err) = cli(&["run", "--config", config, "--", "true"], &[]);
     assert_eq!(code, 1);
     assert!(err.contains("refuses to run a program as root: an agent must not be root"), "{err}");
-    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let sudo = SUDO_NOBODY;
     let (code, out, err) =
         cli(&["run", "--config", config, "--", "sh", "-c", "id -u; id -g; echo $HOME; pwd"], &sudo);
     assert_eq!((code, out.as_str()), (0, "65534\n65534\n/home/nobody\n/host\n"), "{err}");
@@ -310,10 +327,7 @@ fn a_program_runs_on_a_terminal_as_the_agent_user_inside_the_gated_tree() {
 #[test]
 fn ctrl_c_and_signals_reach_the_program_everything_it_started_ends_with_it_and_its_status_comes_back() {
     let s = Setup::new();
-    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
-    // The home is made once through sudo; nobody finds it afterwards.
-    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
-    assert_eq!(code, 0, "{err}");
+    s.make_home();
     let tmux = Tmux::new(s.f.scratch.path());
     let three = s.f.scratch.path().join("three.status");
     tmux.start("three", &s.script(&s.run_as_nobody("sh -c 'exit 3'"), &three));
@@ -388,7 +402,7 @@ fn a_home_through_a_symlink_is_refused_not_followed() {
     let config = s.config.to_str().unwrap();
     let text = std::fs::read_to_string(&s.config).unwrap() + "\n[run]\nhome = \"/host/link/me\"\n";
     std::fs::write(&s.config, text).unwrap();
-    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let sudo = SUDO_NOBODY;
     let (code, _, err) = cli(&["run", "--config", config, "--", "true"], &sudo);
     assert_eq!(code, 1, "{err}");
     assert!(
@@ -404,7 +418,7 @@ fn a_home_through_a_symlink_is_refused_not_followed() {
 #[test]
 fn a_config_file_the_program_could_change_is_refused() {
     let s = Setup::new();
-    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+    let sudo = SUDO_NOBODY;
     let text = std::fs::read_to_string(&s.config).unwrap();
     let writable = s.f.host_root.join("agent.toml");
     std::fs::write(&writable, &text).unwrap();
@@ -443,9 +457,7 @@ fn a_config_file_the_program_could_change_is_refused() {
 #[test]
 fn a_signal_to_the_programs_process_group_stays_in_the_sandbox() {
     let s = Setup::new();
-    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
-    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
-    assert_eq!(code, 0, "{err}");
+    s.make_home();
     // The caller's script runs as the same user (a signal needs that), without job control.
     let dir = s.f.scratch.path().join("caller");
     std::fs::create_dir(&dir).unwrap();
@@ -476,12 +488,9 @@ fn a_signal_to_the_programs_process_group_stays_in_the_sandbox() {
 #[test]
 fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     let s = Setup::new();
-    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
-    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
-    assert_eq!(code, 0, "{err}");
+    s.make_home();
     let tmux = Tmux::new(s.f.scratch.path());
-    tmux.start("shell", "PS1='$ ' exec bash --norc --noprofile -i");
-    tmux.wait_for("shell", "$ ");
+    tmux.bash("shell");
     tmux.line("shell", &s.run_as_nobody("sh -c 'echo ready; read x; echo got:$x'"));
     tmux.wait_for("shell", "ready");
     std::thread::sleep(Duration::from_millis(300));
@@ -555,12 +564,9 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
 #[test]
 fn a_piped_run_leaves_the_terminal_to_the_pager_and_passes_ctrl_c_on() {
     let s = Setup::new();
-    let sudo = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
-    let (code, _, err) = cli(&["run", "--config", s.config.to_str().unwrap(), "--", "true"], &sudo);
-    assert_eq!(code, 0, "{err}");
+    s.make_home();
     let tmux = Tmux::new(s.f.scratch.path());
-    tmux.start("shell", "PS1='$ ' exec bash --norc --noprofile -i");
-    tmux.wait_for("shell", "$ ");
+    tmux.bash("shell");
     // Far more than a pipe holds: with the terminal taken, less would stop and the run hang.
     tmux.line("shell", &format!("{} | less", s.run_as_nobody("sh -c 'seq 1 200000'")));
     tmux.wait_for("shell", "1\n2\n3\n");
