@@ -152,6 +152,10 @@ enum Command {
     /// defaults.
     #[command(name = "run-program", hide = true)]
     RunProgram {
+        /// The sandbox holds the terminal: the program gets a process group of its own that
+        /// holds it.
+        #[arg(long)]
+        terminal: bool,
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
@@ -405,7 +409,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let request = crate::run::Request { socket: &socket, config: loaded.as_ref(), argv: &command };
             crate::run::run(&request)
         }
-        Command::RunProgram { command } => Ok(crate::run::exec_program(&command)),
+        Command::RunProgram { terminal, command } => Ok(crate::run::exec_program(&command, terminal)),
         Command::Mcp { socket, config } => {
             mcp_bridge(&socket_path(socket.as_ref(), config.as_ref(), Socket::Agent)?)
         }

@@ -25,7 +25,10 @@ use crate::control::client::Client;
 use crate::exec::{self, Options, RunAs, TopEntry, RESERVED};
 use crate::vpath::VPath;
 
+mod inside;
 mod job;
+
+pub use inside::exec_program;
 
 /// Where the agent socket is inside the sandbox (`AGENTVFS_SOCKET` names it there).
 pub const SANDBOX_SOCKET: &str = "/run/agentvfs/agent.sock";
@@ -314,7 +317,15 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     env.push(("HOME", OsString::from(home.as_str())));
     env.push(("PATH", path));
     env.push(("AGENTVFS_SOCKET", OsString::from(SANDBOX_SOCKET)));
-    let mut program = vec![OsString::from(SANDBOX_BIN), OsString::from(SHIM), OsString::from("--")];
+    // The sandbox gets the terminal as a shell's job would (see `job`); the program inside then
+    // gets a process group of its own that holds it (see `inside`).
+    let terminal = job::Terminal::open();
+    let give = terminal.as_ref().is_some_and(job::Terminal::for_the_sandbox);
+    let mut program = vec![OsString::from(SANDBOX_BIN), OsString::from(SHIM)];
+    if give {
+        program.push(OsString::from("--terminal"));
+    }
+    program.push(OsString::from("--"));
     program.extend(argv.iter().cloned());
     let options = Options {
         network: run_config.network,
@@ -330,7 +341,7 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     args.extend(exec::bwrap_args(&entries, &raw, &options));
     let mut passed: Vec<RawFd> = raw.values().copied().chain(ro_binds.iter().map(|(fd, _)| *fd)).collect();
     passed.push(info_write.as_raw_fd());
-    supervise(&bwrap, &args, &passed, info_read, info_write)
+    supervise(&bwrap, &args, &passed, (info_read, info_write), (terminal, give))
 }
 
 /// Refuses a `--config` file the program could change: it says which socket, home, variables
@@ -410,8 +421,8 @@ fn supervise(
     bwrap: &Path,
     args: &[OsString],
     passed: &[RawFd],
-    info: OwnedFd,
-    info_write: OwnedFd,
+    (info, info_write): (OwnedFd, OwnedFd),
+    (terminal, give): (Option<job::Terminal>, bool),
 ) -> Result<ExitCode> {
     use nix::sys::signal::{SigSet, SigmaskHow};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -424,9 +435,10 @@ fn supervise(
     // may hand the terminal back and forth from the background.
     mask.add(nix::sys::signal::Signal::SIGCONT);
     mask.add(nix::sys::signal::Signal::SIGTTOU);
+    // SIGTSTP (Ctrl-Z reaches this process when the sandbox does not hold the terminal), so
+    // that the sandbox stops first and this process with it, not this process alone.
+    mask.add(nix::sys::signal::Signal::SIGTSTP);
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("sigprocmask")?;
-    let terminal = job::Terminal::open();
-    let give = terminal.as_ref().is_some_and(job::Terminal::for_the_sandbox);
     let terminal_fd = terminal.as_ref().filter(|_| give).map(job::Terminal::raw);
     let passed = passed.to_vec();
     let mut command = std::process::Command::new(bwrap);
@@ -465,6 +477,7 @@ fn supervise(
     let _ = std::io::Read::read_to_string(&mut std::fs::File::from(info), &mut text);
     let init: Option<i32> =
         serde_json::from_str::<Value>(&text).ok().and_then(|v| v["child-pid"].as_i64()).map(|p| p as i32);
+    job.init_is(init);
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
     loop {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -494,6 +507,10 @@ fn supervise(
         if signo == libc::SIGCHLD || signo == libc::SIGTTOU {
             continue;
         }
+        if signo == libc::SIGTSTP {
+            job.stop();
+            continue;
+        }
         // What the terminal sends goes to its foreground group: the sandbox's when it holds
         // the terminal, which then has it already; else this job's, and it is passed on to
         // every process of the sandbox, as if it were in front.
@@ -504,39 +521,12 @@ fn supervise(
             }
             continue;
         }
-        let program = init.and_then(first_child).or(init);
+        let program = init.and_then(job::first_child).or(init);
         if let Some(pid) = program {
             // SAFETY: kill has no memory effects.
             unsafe { libc::kill(pid, signo) };
         }
     }
-}
-
-/// The first child of process `pid` (bubblewrap's init has one: the program).
-fn first_child(pid: i32) -> Option<i32> {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-    children.split_whitespace().next()?.parse().ok()
-}
-
-/// Inside the sandbox, before the program: puts back the default actions of SIGINT and
-/// SIGQUIT (bubblewrap ignores them, and an ignored signal stays ignored across `exec`),
-/// refuses `TIOCSTI` to it and everything it starts ([`crate::exec::no_tiocsti`]), then
-/// becomes the program. Returns only on failure.
-pub fn exec_program(argv: &[OsString]) -> ExitCode {
-    let Some((program, args)) = argv.split_first() else { return ExitCode::from(2) };
-    // SAFETY: resetting dispositions to their default touches no memory.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-    }
-    // The program shares the caller's terminal: it must not type into it.
-    if let Err(e) = crate::exec::no_tiocsti::install() {
-        eprintln!("agentvfs run: cannot keep the program from typing into your terminal: {e}");
-        return ExitCode::from(126);
-    }
-    let error = std::process::Command::new(program).args(args).exec();
-    eprintln!("agentvfs run: {}: {error}", crate::display::escape(&program.to_string_lossy()));
-    ExitCode::from(if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
 }
 
 /// How the approver's and operator's commands (`approve`, `reject`, `interrupts`, `status`,

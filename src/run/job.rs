@@ -89,6 +89,11 @@ pub struct Job {
     /// ends), and the group inside it that held the terminal when it stopped.
     given: bool,
     front_inside: Option<libc::pid_t>,
+    /// bubblewrap's init (the sandbox's pid 1), once known, and whether the program runs under
+    /// a monitor of its own that gave it a group of its own ([`super::inside`]: when the
+    /// sandbox was given the terminal at the start).
+    init: Option<libc::pid_t>,
+    monitored: bool,
 }
 
 impl Job {
@@ -98,7 +103,7 @@ impl Job {
     pub fn started(group: libc::pid_t, terminal: Option<Terminal>, given: bool) -> Job {
         // SAFETY: setpgid touches no memory; EACCES once the child has exec'd is expected.
         unsafe { libc::setpgid(group, group) };
-        let job = Job { group, terminal, given, front_inside: None };
+        let job = Job { group, terminal, given, front_inside: None, init: None, monitored: given };
         if given {
             if let Some(t) = &job.terminal {
                 t.give(group);
@@ -107,9 +112,38 @@ impl Job {
         job
     }
 
+    /// bubblewrap reported its init's pid.
+    pub fn init_is(&mut self, init: Option<libc::pid_t>) {
+        self.init = init;
+    }
+
+    /// The group that gets the terminal when the sandbox gets it back and no group inside held
+    /// it at the stop: the program's own under a monitor (the monitor's child), else the
+    /// sandbox's.
+    fn front_group(&self) -> libc::pid_t {
+        let program = self.init.filter(|_| self.monitored).and_then(first_child).and_then(first_child);
+        // SAFETY: getpgid only reads the process table.
+        let group = program.map(|p| unsafe { libc::getpgid(p) });
+        group.filter(|&g| g > 0).unwrap_or(self.group)
+    }
+
     /// Whether the sandbox holds the terminal (what the terminal sends goes to it then).
     pub fn holds_terminal(&self) -> bool {
         self.given
+    }
+
+    /// This process was sent SIGTSTP (the terminal's Ctrl-Z when the sandbox does not hold
+    /// it, as in `agentvfs run … | less`, or a `kill -TSTP`): passes it to the sandbox and the
+    /// program's own group; their stop then stops this process ([`Job::stopped`]).
+    pub fn stop(&self) {
+        // SAFETY: kill touches no memory.
+        unsafe {
+            libc::kill(-self.group, libc::SIGTSTP);
+            let front = self.front_group();
+            if front != self.group {
+                libc::kill(-front, libc::SIGTSTP);
+            }
+        }
     }
 
     /// Bubblewrap stopped with `signal` (the terminal's Ctrl-Z, or a read or write on the
@@ -157,7 +191,7 @@ impl Job {
             if front_again {
                 // SAFETY: kill with signal 0 only checks that the group exists.
                 let inside = inside.filter(|g| unsafe { libc::kill(-g, 0) } == 0);
-                t.give(inside.unwrap_or(self.group));
+                t.give(inside.unwrap_or_else(|| self.front_group()));
             }
             self.given = front_again;
         }
@@ -202,4 +236,10 @@ fn continue_pending() -> bool {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGCONT) == 1
     }
+}
+
+/// The first child of process `pid` (bubblewrap's init has one: the program, or its monitor).
+pub(super) fn first_child(pid: i32) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
 }

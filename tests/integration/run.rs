@@ -92,6 +92,16 @@ impl Tmux {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+    /// Presses Enter (a shell reports a background job's stop at its next prompt) until the
+    /// screen of `name` satisfies `seen`, for up to 20 s.
+    fn enter_until(&self, name: &str, seen: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !seen(&self.screen(name)) {
+            assert!(Instant::now() < deadline, "{}", self.screen(name));
+            self.keys(name, &["Enter"]);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 impl Drop for Tmux {
@@ -506,13 +516,7 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     tmux.wait_for("shell", "rc=0");
 
     tmux.line("shell", &format!("{} &", s.run_as_nobody("sh -c 'read y; echo bg:$y'")));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let stopped = |screen: &str| screen.lines().any(|l| l.contains("Stopped") && l.contains("bg:$y"));
-    while !stopped(&tmux.screen("shell")) {
-        assert!(Instant::now() < deadline, "{}", tmux.screen("shell"));
-        tmux.keys("shell", &["Enter"]);
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    tmux.enter_until("shell", |screen| screen.lines().any(|l| l.contains("Stopped") && l.contains("bg:$y")));
     tmux.line("shell", "fg");
     std::thread::sleep(Duration::from_millis(300));
     tmux.line("shell", "yo");
@@ -521,13 +525,9 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     // Started in the background, a program that sets the terminal's modes stops the job
     // (SIGTTOU) until `fg`, and then goes on.
     tmux.line("shell", &format!("{} &", s.run_as_nobody("sh -c 'stty -echo; stty echo; echo modes-set'")));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let stopped = |screen: &str| screen.lines().any(|l| l.contains("Stopped") && l.contains("modes-set"));
-    while !stopped(&tmux.screen("shell")) {
-        assert!(Instant::now() < deadline, "{}", tmux.screen("shell"));
-        tmux.keys("shell", &["Enter"]);
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    tmux.enter_until("shell", |screen| {
+        screen.lines().any(|l| l.contains("Stopped") && l.contains("modes-set"))
+    });
     tmux.line("shell", "fg");
     tmux.wait_for("shell", "modes-set\n");
 
@@ -560,7 +560,8 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
 
 /// With its output piped (`agentvfs run … | less`), the program is not interactive: the
 /// sandbox does not take the terminal, so a pager reading the terminal keeps draining the
-/// pipe, and Ctrl-C, which then goes to the caller's job, is passed on to the program.
+/// pipe, and Ctrl-C and Ctrl-Z, which then go to the caller's job, are passed on to the
+/// program.
 #[test]
 fn a_piped_run_leaves_the_terminal_to_the_pager_and_passes_ctrl_c_on() {
     let s = Setup::new();
@@ -576,9 +577,70 @@ fn a_piped_run_leaves_the_terminal_to_the_pager_and_passes_ctrl_c_on() {
     tmux.line("shell", &format!("{} | cat", s.run_as_nobody("sh -c 'echo sleeping; exec sleep 100'")));
     tmux.wait_for("shell", "sleeping");
     crate::harness::within("sleep 100", Duration::from_secs(20), || processes(&["sleep", "100"]) == 1);
+    // Ctrl-Z, which goes to the caller's job too, stops the program with it; `fg` goes on.
+    let sleep = pids(&["sleep", "100"])[0];
+    let state = || {
+        let stat = std::fs::read_to_string(format!("/proc/{sleep}/stat")).unwrap_or_default();
+        stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()).unwrap_or('?')
+    };
+    tmux.keys("shell", &["C-z"]);
+    tmux.wait_for("shell", "Stopped");
+    crate::harness::soon("the program stopped", || state() == 'T');
+    tmux.line("shell", "fg");
+    crate::harness::soon("the program goes on", || state() == 'S');
     tmux.keys("shell", &["C-c"]);
     std::thread::sleep(Duration::from_millis(300));
     tmux.line("shell", "echo status-${PIPESTATUS[0]}");
     tmux.wait_for("shell", "status-130");
     crate::harness::soon("no sleep left", || processes(&["sleep", "100"]) == 0);
+}
+
+/// The program leads a process group of its own inside the sandbox, and that group holds the
+/// terminal: a job-control shell inside finds the terminal's group when it starts and hands it
+/// back when it exits (with the group bubblewrap's, outside the PID namespace, dash's `exit`
+/// failed with "Cannot set tty process group" and status 2), and its own jobs stop, continue
+/// and end as on any terminal.
+#[test]
+fn a_shell_inside_leads_its_own_group_and_hands_the_terminal_back() {
+    let s = Setup::new();
+    s.make_home();
+    let tmux = Tmux::new(s.f.scratch.path());
+    tmux.bash("shell");
+    tmux.line("shell", &s.run_as_nobody("dash -i"));
+    tmux.line("shell", "echo \"in-$((6*7)) $(ps -o pgid= -p $$ | tr -d ' ')=$$\"");
+    let screen = tmux.wait_for("shell", "in-42 ");
+    // dash's own group, and its pid: the same number, seen inside.
+    let line = screen.lines().find_map(|l| l.split_once("in-42 ")).unwrap_or_else(|| panic!("{screen}")).1;
+    let (group, pid) = line.split_once('=').unwrap_or_else(|| panic!("{screen}"));
+    assert_eq!(group, pid, "{screen}");
+    tmux.line("shell", "sleep 103");
+    crate::harness::within("sleep 103", Duration::from_secs(20), || processes(&["sleep", "103"]) == 1);
+    tmux.keys("shell", &["C-z"]);
+    tmux.wait_for("shell", "Stopped");
+    tmux.line("shell", "echo still-$((1+1))");
+    tmux.wait_for("shell", "still-2");
+    tmux.line("shell", "fg");
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.keys("shell", &["C-c"]);
+    crate::harness::soon("no sleep left", || processes(&["sleep", "103"]) == 0);
+    tmux.line("shell", "exit 3");
+    tmux.line("shell", "echo outer-rc=$?");
+    let screen = tmux.wait_for("shell", "outer-rc=");
+    assert!(screen.contains("outer-rc=3"), "{screen}");
+    assert!(!screen.contains("Cannot set tty process group"), "{screen}");
+
+    // Stopped, sent on with `bg` (where its read of the terminal stops it), then `fg`: the
+    // terminal goes back to the program's own group, not the sandbox's, which it is not in.
+    tmux.line("shell", "clear");
+    tmux.line("shell", &s.run_as_nobody("sh -c 'echo started; sleep 1; read v; echo got-$v'"));
+    tmux.wait_for("shell", "\nstarted");
+    tmux.keys("shell", &["C-z"]);
+    tmux.wait_for("shell", "Stopped");
+    tmux.line("shell", "bg");
+    // Stopped again, by the read (bash says "Stopped" for SIGTTIN too).
+    tmux.enter_until("shell", |screen| screen.matches("Stopped").count() >= 2);
+    tmux.line("shell", "fg");
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.line("shell", "zz");
+    tmux.wait_for("shell", "got-zz");
 }

@@ -1,0 +1,153 @@
+//! Inside `agentvfs run`'s sandbox, before the program: its signals put back, `TIOCSTI`
+//! refused, and, when the sandbox was given the terminal, the program started in a process
+//! group of its own inside the sandbox's PID namespace, with this process (the monitor)
+//! passing its stops out to `agentvfs run` and its continues back in.
+//!
+//! Why a group inside: the sandbox's own group is led by bubblewrap, outside the PID
+//! namespace, so inside it has no number (`getpgrp` and `tcgetpgrp` answer 0). A job-control
+//! shell notes the terminal's group when it starts and hands the terminal back to it when it
+//! exits; dash's `exit` then fails ("Cannot set tty process group") and exits 2. A group led
+//! by the program has its number on both sides.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+/// Puts back the default actions of SIGINT and SIGQUIT (bubblewrap ignores them, and an
+/// ignored signal stays ignored across `exec`), refuses `TIOCSTI` to the program and
+/// everything it starts ([`crate::exec::no_tiocsti`]), then becomes the program, or, with
+/// `terminal` (the sandbox holds the caller's terminal), starts it in a group of its own that
+/// gets the terminal and stays its parent ([`monitor`]). Returns the program's status.
+pub fn exec_program(argv: &[OsString], terminal: bool) -> ExitCode {
+    let Some((program, args)) = argv.split_first() else { return ExitCode::from(2) };
+    // SAFETY: resetting dispositions to their default touches no memory.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+    }
+    // The program shares the caller's terminal: it must not type into it.
+    if let Err(e) = crate::exec::no_tiocsti::install() {
+        eprintln!("agentvfs run: cannot keep the program from typing into your terminal: {e}");
+        return ExitCode::from(126);
+    }
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    // SAFETY: isatty only asks about the descriptor.
+    let error = if terminal && unsafe { libc::isatty(0) } == 1 {
+        match monitor(command) {
+            Ok(code) => return code,
+            Err(e) => e,
+        }
+    } else {
+        command.exec()
+    };
+    eprintln!("agentvfs run: {}: {error}", crate::display::escape(&program.to_string_lossy()));
+    ExitCode::from(if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+}
+
+/// Starts `command` as the leader of a new process group that gets the terminal (fd 0), then
+/// waits for it: a stop of the program stops this process's group (bubblewrap's, which
+/// `agentvfs run` waits for, and so the caller's job) with the same signal; a continue of
+/// this process continues the program's group; what `agentvfs run` passes on goes to the
+/// program's group. Ends with the program's status, or by the signal that ended it.
+fn monitor(mut command: std::process::Command) -> std::io::Result<ExitCode> {
+    let mut waited = SigSet::empty();
+    // What `agentvfs run` passes on to the program goes on to the program's group.
+    for signal in super::FORWARDED {
+        waited.add(signal);
+    }
+    waited.add(Signal::SIGCHLD);
+    waited.add(Signal::SIGCONT);
+    // Only these wait (for `wait` below); the stops this process raises on itself must not.
+    waited.thread_set_mask().map_err(std::io::Error::from)?;
+    // SAFETY: the default action (SIG_IGN would reap the program unseen).
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    // SAFETY: between fork and exec only async-signal-safe calls on this (child) process: the
+    // group, the terminal (SIGTTOU blocked meanwhile, so that the hand-over from what is for
+    // that moment a group without the terminal is let through), and an empty signal mask.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTTOU);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::tcsetpgrp(0, libc::getpid());
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let child = match command.spawn() {
+        Ok(child) => Pid::from_raw(child.id() as i32),
+        Err(e) => {
+            let _ = waited.thread_unblock();
+            return Err(e);
+        }
+    };
+    // As shells do, from both sides: neither order of the child's exec and this call leaves
+    // the group unmade. EACCES once the child has exec'd is expected.
+    let _ = nix::unistd::setpgid(child, child);
+    let program_group = Pid::from_raw(-child.as_raw());
+    loop {
+        let signal = waited.wait().map_err(std::io::Error::from)?;
+        match signal {
+            Signal::SIGCHLD => loop {
+                match waitpid(child, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::Exited(_, code)) => return Ok(ExitCode::from(code.clamp(0, 255) as u8)),
+                    Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(end_by(signal)),
+                    Ok(WaitStatus::Stopped(_, signal)) => stop_with(signal),
+                    Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => break,
+                    Ok(_) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            },
+            // Continued (`fg`, `bg`): the program goes on too.
+            Signal::SIGCONT => {
+                let _ = nix::sys::signal::kill(program_group, Signal::SIGCONT);
+            }
+            passed => {
+                let _ = nix::sys::signal::kill(program_group, passed);
+            }
+        }
+    }
+}
+
+/// The program stopped with `signal`: stops this process's group (bubblewrap's, this process
+/// included) with it, as the terminal would have stopped that group had it held the terminal,
+/// so that `agentvfs run` sees the stop and passes it on. Returns once continued.
+fn stop_with(signal: Signal) {
+    let raised = match signal {
+        Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU => signal,
+        _ => Signal::SIGSTOP,
+    };
+    // At its default action for the moment (the program may have been started with the stop
+    // signals ignored, as this process was): the stop happens before `kill` returns.
+    // SAFETY: signal touches no memory of ours.
+    let before = unsafe { libc::signal(raised as libc::c_int, libc::SIG_DFL) };
+    let _ = nix::sys::signal::kill(Pid::from_raw(0), raised);
+    // SAFETY: as above; `before` is what signal returned.
+    unsafe { libc::signal(raised as libc::c_int, before) };
+}
+
+/// Ends this process by `signal`, the way the program ended, so that bubblewrap and
+/// `agentvfs run` report the same (128 + its number); with no core dump of this process.
+fn end_by(signal: Signal) -> ExitCode {
+    let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: setrlimit reads the struct; signal and sigprocmask touch no memory of ours.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+        libc::signal(signal as libc::c_int, libc::SIG_DFL);
+    }
+    let mut set = SigSet::empty();
+    set.add(signal);
+    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+    let _ = nix::sys::signal::raise(signal);
+    ExitCode::from((128 + signal as i32).clamp(0, 255) as u8)
+}
