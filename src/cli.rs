@@ -401,12 +401,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             interrupts::resolved(&remote.call("interrupts/resolve", Some(params))?, remote.json)
         }
         Command::Run { socket, config, command } => {
-            let loaded = config.as_deref().map(Config::load).transpose()?;
-            let socket = match &loaded {
-                Some(c) => c.agent_socket.clone(),
-                None => socket_path(socket.as_ref(), None, Socket::Agent)?,
+            // The config is read by `run` itself, as the invoking user (see there).
+            let socket = match config {
+                Some(_) => None,
+                None => Some(socket_path(socket.as_ref(), None, Socket::Agent)?),
             };
-            let request = crate::run::Request { socket: &socket, config: loaded.as_ref(), argv: &command };
+            let request = crate::run::Request {
+                socket: socket.as_deref(),
+                config_file: config.as_deref(),
+                argv: &command,
+            };
             crate::run::run(&request)
         }
         Command::RunProgram { terminal, command } => Ok(crate::run::exec_program(&command, terminal)),

@@ -183,10 +183,7 @@ fn ensure_home(mountpoint: &Path, home: &VPath, user: &User, as_root: bool) -> R
 fn drop_to(user: &User) -> Result<()> {
     use nix::unistd::{Gid, Uid};
     let gid = Gid::from_raw(user.gid);
-    match user.name.as_deref().and_then(|n| std::ffi::CString::new(n).ok()) {
-        Some(name) => nix::unistd::initgroups(&name, gid).context("initgroups")?,
-        None => nix::unistd::setgroups(&[gid]).context("setgroups")?,
-    }
+    set_groups(user)?;
     nix::unistd::setresgid(gid, gid, gid).context("setresgid")?;
     let uid = Uid::from_raw(user.uid);
     nix::unistd::setresuid(uid, uid, uid).context("setresuid")?;
@@ -198,11 +195,96 @@ fn drop_to(user: &User) -> Result<()> {
 
 /// What `agentvfs run` was asked.
 pub struct Request<'a> {
-    /// The agent socket.
-    pub socket: &'a Path,
-    /// The config `--config` named (`[run]`, `[exec] cwd`), if any.
-    pub config: Option<&'a Config>,
+    /// The agent socket, unless `config_file` names it.
+    pub socket: Option<&'a Path>,
+    /// The config `--config` named (its agent socket, `[run]`, `[exec] cwd`), if any.
+    pub config_file: Option<&'a Path>,
     pub argv: &'a [OsString],
+}
+
+/// What the daemon told `run` before anything is done for the program, asked as the user.
+struct Asked {
+    config: Option<Config>,
+    socket: PathBuf,
+    paths: Value,
+}
+
+/// Reads the config and asks the daemon, as `user` (with root's effective ids switched to the
+/// user's for the while, under sudo): the config file is one the user may read, and the
+/// daemon judges the user's role, before the home is made as root. The socket must be the
+/// agent socket (the control socket bound into the sandbox would let the program approve its
+/// own interrupts) and, under sudo, served by root: the mountpoint it names is where the home
+/// is made as root.
+fn ask_as_user(request: &Request, user: &User, sudo: bool) -> Result<Asked> {
+    let _as_user = if sudo { Some(AsUser::become_(user)?) } else { None };
+    let config = request.config_file.map(Config::load).transpose()?;
+    let socket = match (&config, request.socket) {
+        (Some(c), _) => c.agent_socket.clone(),
+        (None, Some(s)) => s.to_path_buf(),
+        (None, None) => bail!("no agent socket: give --socket or --config"),
+    };
+    let mut client = Client::connect(&socket)?;
+    if sudo {
+        let server =
+            client.server_uid().with_context(|| format!("asking who serves {}", socket.display()))?;
+        if server != 0 {
+            bail!(
+                "{} is served by uid {server}, not root: under sudo, agentvfs run makes the home as root                  where the daemon says the tree is, so it trusts only a daemon run by root. Run it without                  sudo, or give the socket of root's daemon",
+                socket.display()
+            );
+        }
+    }
+    client
+        .call("ping", None)
+        .with_context(|| format!("uid {} cannot use the agent socket {}", user.uid, socket.display()))?;
+    let paths = client.call("vfs/paths", None)?;
+    if paths["socket"] != "agent" {
+        bail!(
+            "{} is the daemon's control socket (the approvers'), not its agent socket: the program would              answer its own interrupts there. Give the agent socket (`agent_socket` in the daemon's config)",
+            socket.display()
+        );
+    }
+    Ok(Asked { config, socket, paths })
+}
+
+/// Root's effective ids switched to a user's (groups, gid, uid) until dropped; the real and
+/// saved ids stay root's, so that they can be switched back.
+struct AsUser {
+    gid: nix::unistd::Gid,
+    groups: Vec<nix::unistd::Gid>,
+}
+
+impl AsUser {
+    fn become_(user: &User) -> Result<AsUser> {
+        let saved =
+            AsUser { gid: nix::unistd::getegid(), groups: nix::unistd::getgroups().context("getgroups")? };
+        set_groups(user)?;
+        nix::unistd::setegid(user.gid.into()).context("setegid")?;
+        nix::unistd::seteuid(user.uid.into()).context("seteuid")?;
+        Ok(saved)
+    }
+}
+
+impl Drop for AsUser {
+    fn drop(&mut self) {
+        let back = nix::unistd::seteuid(nix::unistd::Uid::from_raw(0))
+            .and_then(|()| nix::unistd::setegid(self.gid))
+            .and_then(|()| nix::unistd::setgroups(&self.groups));
+        if back.is_err() {
+            // Nothing below may run with half of root's ids: `run` goes on only as root.
+            eprintln!("agentvfs run: cannot switch back to root's ids");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The user's supplementary groups, from the user database (else only its gid).
+fn set_groups(user: &User) -> Result<()> {
+    let gid = nix::unistd::Gid::from_raw(user.gid);
+    match user.name.as_deref().and_then(|n| std::ffi::CString::new(n).ok()) {
+        Some(name) => nix::unistd::initgroups(&name, gid).context("initgroups"),
+        None => nix::unistd::setgroups(&[gid]).context("setgroups"),
+    }
 }
 
 /// Runs the request: the program's exit status, or why it could not be started.
@@ -220,12 +302,12 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     let bwrap = exec::which("bwrap")
         .ok_or_else(|| anyhow!("bubblewrap (bwrap) is not installed; install the `bubblewrap` package"))?;
 
-    let paths = Client::connect(request.socket)?.call("vfs/paths", None)?;
+    let Asked { config, socket, paths } = ask_as_user(request, &user, euid == 0)?;
     let mountpoint = paths["mountpoint"]
         .as_str()
         .map(PathBuf::from)
         .ok_or_else(|| anyhow!("the daemon's vfs/paths answer names no mountpoint"))?;
-    let run_config = request.config.map(|c| c.run.clone()).unwrap_or_default();
+    let run_config = config.as_ref().map(|c| c.run.clone()).unwrap_or_default();
     let component = user.name.clone().filter(|n| !n.is_empty() && !n.contains('/') && n != "." && n != "..");
     let home = match &run_config.home {
         Some(home) => home.clone(),
@@ -252,7 +334,7 @@ pub fn run(request: &Request) -> Result<ExitCode> {
             Some((route, root.canonicalize().unwrap_or(root)))
         })
         .collect();
-    let default_cwd = match request.config {
+    let default_cwd = match &config {
         Some(c) => c.exec.cwd.clone(),
         None => {
             paths["execute"]["cwd"].as_str().and_then(|c| VPath::parse(c).ok()).unwrap_or_else(
@@ -286,17 +368,13 @@ pub fn run(request: &Request) -> Result<ExitCode> {
         }
     };
 
-    // The user must be an agent: what the program inside will talk to.
-    Client::connect(request.socket).and_then(|mut c| c.call("ping", None)).with_context(|| {
-        format!("uid {} cannot use the agent socket {}", user.uid, request.socket.display())
-    })?;
-    if let Some(file) = request.config.and_then(|c| c.file.as_deref()) {
-        config_out_of_reach(file, request.socket, &mountpoint, &mount_real, &hosts)?;
+    if let Some(file) = config.as_ref().and_then(|c| c.file.as_deref()) {
+        config_out_of_reach(file, &socket, &mountpoint, &mount_real, &hosts)?;
     }
 
     let sources = exec::open_sources(&mountpoint, &entries);
-    let socket_fd = open_path(request.socket, true)
-        .with_context(|| format!("opening the agent socket {}", request.socket.display()))?;
+    let socket_fd =
+        open_path(&socket, true).with_context(|| format!("opening the agent socket {}", socket.display()))?;
     let binary_fd = open_path(Path::new("/proc/self/exe"), true).context("opening this program's binary")?;
     let raw: HashMap<String, RawFd> = sources.iter().map(|(n, fd)| (n.clone(), fd.as_raw_fd())).collect();
     let ro_binds = [(socket_fd.as_raw_fd(), SANDBOX_SOCKET), (binary_fd.as_raw_fd(), SANDBOX_BIN)];

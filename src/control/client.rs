@@ -71,6 +71,12 @@ impl Client {
         Ok(Client { path: path.to_path_buf(), stream, lines: LineReader::new(reader, MAX_REPLY), next_id: 1 })
     }
 
+    /// The uid of the process that listens on the socket (`SO_PEERCRED`): whom this client is
+    /// talking to.
+    pub fn server_uid(&self) -> std::io::Result<u32> {
+        Ok(super::server::peer_credentials(&self.stream)?.uid)
+    }
+
     /// Sends one request and waits for its result.
     pub fn call(&mut self, method: &str, params: Option<Value>) -> Result<Value, ClientError> {
         let id = self.next_id;

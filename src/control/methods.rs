@@ -160,7 +160,13 @@ impl State {
                 transfer::download(&env, &params)
             }
             "vfs/status" => Ok(self.status()),
-            "vfs/paths" => Ok(paths(&self.config, &self.mountpoint)),
+            "vfs/paths" => {
+                let mut answer = paths(&self.config, &self.mountpoint);
+                // Which socket answered: `agentvfs run` binds only the agent socket into its
+                // sandbox, and a control socket there would let the program approve itself.
+                answer["socket"] = json!(peer.socket.as_str());
+                Ok(answer)
+            }
             "vfs/explain" => {
                 let params = proto::params_object(params)?;
                 let operation = string_param(&params, "operation")?;

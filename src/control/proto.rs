@@ -65,7 +65,7 @@
 //!
 //! | method | role | params | result |
 //! |---|---|---|---|
-//! | `vfs/paths` | agent | — | `{mountpoint, routes: [{virtual, shell, backend, location}], prompt}` |
+//! | `vfs/paths` | agent | — | `{mountpoint, routes: [{virtual, shell, backend, location}], execute, prompt, socket}` (`socket`: `agent` or `control`, the socket that answered) |
 //! | `vfs/explain` | agent | `{operation: "read"\|"write", path}` (a trailing `/` judges a directory) | `{operation, path, directory, decision, hidden, effect, rule, rule_text, as_directory?}` |
 //! | `vfs/upload` | agent | `{path, content (base64), more?}`; pieces with `more: true` are staged in the session, the last writes the file atomically | `{path, size}` (`{path, staged}` for a staged piece), or `{path, error_code, message}` |
 //! | `vfs/download` | agent | `{path}` | `{path, content (base64), size}`, or `{path, error_code, message}` |

@@ -309,7 +309,9 @@ fn peer_groups(stream: &UnixStream) -> Vec<u32> {
     }
 }
 
-fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
+/// Who is on the other end of `stream` (`SO_PEERCRED`, and `SO_PEERGROUPS`): for a client's
+/// stream, the process that listens.
+pub(super) fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: `cred` and `len` are valid for writes of the sizes given.

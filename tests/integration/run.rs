@@ -120,7 +120,12 @@ struct Setup {
 
 impl Setup {
     fn new() -> Setup {
-        let f = Fixture::new(RULES);
+        Setup::edited(str::to_string)
+    }
+
+    /// Like [`Setup::new`], with the daemon's config text passed through `edit` first.
+    fn edited(edit: impl Fn(&str) -> String) -> Setup {
+        let f = Fixture::with_config(RULES, edit);
         let scratch = f.scratch.path().to_path_buf();
         let bin = scratch.join("agentvfs");
         assert!(Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
@@ -643,4 +648,93 @@ fn a_shell_inside_leads_its_own_group_and_hands_the_terminal_back() {
     std::thread::sleep(Duration::from_millis(300));
     tmux.line("shell", "zz");
     tmux.wait_for("shell", "got-zz");
+}
+
+/// A daemon's stand-in, run by nobody: answers `ping` and `vfs/paths` (naming `mountpoint`)
+/// on the socket `socket`, for as long as it lives.
+const FAKE_DAEMON: &str = r#"
+import json, os, socket, sys
+path, mountpoint = sys.argv[1], sys.argv[2]
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+os.chmod(path, 0o666)
+server.listen(8)
+while True:
+    conn, _ = server.accept()
+    for line in conn.makefile("rb"):
+        request = json.loads(line)
+        result = {"mountpoint": mountpoint, "routes": [], "execute": None, "socket": "agent"}
+        if request["method"] != "vfs/paths":
+            result = {}
+        reply = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+        conn.sendall((json.dumps(reply) + "\n").encode())
+"#;
+
+/// `run` binds the socket it talks to into the sandbox, and under sudo makes the home as root
+/// where that socket's daemon says the tree is: so it talks only to the agent socket (given
+/// the control socket of a user who is an approver too, the program could answer its own
+/// interrupts), under sudo only to a daemon run by root, and reads its config file as the user.
+#[test]
+fn run_talks_only_to_an_agent_socket_served_by_root_and_reads_as_the_user() {
+    let with_approver = |t: &str| {
+        t.replace("agents = [\"nobody\"]", "agents = [\"nobody\"]\napprovers = [\"root\", \"nobody\"]")
+    };
+    let s = Setup::edited(with_approver);
+    s.make_home();
+    let scratch = s.f.scratch.path();
+    let as_nobody = |args: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{AS_NOBODY} {} run {args} -- true", s.bin.display()))
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let control = s.control_socket();
+    let (code, err) = as_nobody(&format!("--socket {}", control.display()));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is the daemon's control socket (the approvers'), not its agent socket"), "{err}");
+    let named = scratch.join("control-as-agent.toml");
+    let unused = scratch.join("unused.sock");
+    std::fs::write(&named, format!("agent_socket = {control:?}\nsocket = {unused:?}\n")).unwrap();
+    let (code, err) = as_nobody(&format!("--config {}", named.display()));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is the daemon's control socket"), "{err}");
+
+    // Under sudo, a socket of the user's own naming a directory of root's as the tree.
+    let victim = scratch.join("victim");
+    let fake = scratch.join("fake");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::create_dir(&fake).unwrap();
+    std::os::unix::fs::chown(&fake, Some(65534), Some(65534)).unwrap();
+    let script = fake.join("daemon.py");
+    std::fs::write(&script, FAKE_DAEMON).unwrap();
+    let socket = fake.join("agent.sock");
+    let mut daemon = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"])
+        .arg(&script)
+        .arg(&socket)
+        .arg(&victim)
+        .spawn()
+        .unwrap();
+    crate::harness::within("the stand-in's socket", Duration::from_secs(20), || socket.exists());
+    let config = fake.join("run.toml");
+    std::fs::write(&config, format!("agent_socket = {socket:?}\n[run]\nhome = \"/made\"\n")).unwrap();
+    let (code, _, err) = cli(&["run", "--config", config.to_str().unwrap(), "--", "true"], &SUDO_NOBODY);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(!victim.join("made").exists(), "made as root outside any tree");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is served by uid 65534, not root"), "{err}");
+
+    // A config file the user may not read is not read for them.
+    let secret = scratch.join("secret.toml");
+    std::fs::write(&secret, "TOP-SECRET-LINE\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, _, err) = cli(&["run", "--config", secret.to_str().unwrap(), "--", "true"], &SUDO_NOBODY);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Permission denied") && !err.contains("TOP-SECRET"), "{err}");
 }
