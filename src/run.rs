@@ -419,7 +419,7 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     args.extend(exec::bwrap_args(&entries, &raw, &options));
     let mut passed: Vec<RawFd> = raw.values().copied().chain(ro_binds.iter().map(|(fd, _)| *fd)).collect();
     passed.push(info_write.as_raw_fd());
-    supervise(&bwrap, &args, &passed, (info_read, info_write), (terminal, give))
+    supervise(&bwrap, &args, &passed, (info_read, info_write), (terminal, give), run_config.network)
 }
 
 /// Refuses a `--config` file the program could change: it says which socket, home, variables
@@ -501,6 +501,7 @@ fn supervise(
     passed: &[RawFd],
     (info, info_write): (OwnedFd, OwnedFd),
     (terminal, give): (Option<job::Terminal>, bool),
+    network: bool,
 ) -> Result<ExitCode> {
     use nix::sys::signal::{SigSet, SigmaskHow};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -519,6 +520,16 @@ fn supervise(
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("sigprocmask")?;
     let terminal_fd = terminal.as_ref().filter(|_| give).map(job::Terminal::raw);
     let passed = passed.to_vec();
+    let scope = match exec::confine::AbstractSockets::new() {
+        Ok(scope) => Some(scope),
+        Err(why) => {
+            if network {
+                eprintln!("agentvfs run: warning: the host's abstract unix sockets stay reachable: {why}");
+            }
+            None
+        }
+    };
+    let scope_fd = scope.as_ref().map(exec::confine::AbstractSockets::raw);
     let mut command = std::process::Command::new(bwrap);
     command.args(args).env_clear();
     // SAFETY: between fork and exec only async-signal-safe calls on this (child) process.
@@ -533,13 +544,16 @@ fn supervise(
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-            // The TIOCSTI filter goes on bubblewrap itself, so that its init (the sandbox's
-            // pid 1, which shares the terminal) has it too: a program could otherwise make
-            // the init call the ioctl for it, through ptrace (same user, no Yama needed).
+            // The filter and the scope go on bubblewrap itself, so that its init (the
+            // sandbox's pid 1, which shares the terminal) has them too: a program could
+            // otherwise make the init call for it, through ptrace (same user, no Yama needed).
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            crate::exec::no_tiocsti::install()?;
+            exec::confine::install()?;
+            if let Some(fd) = scope_fd {
+                exec::confine::apply(fd)?;
+            }
             // Only the descriptors bubblewrap binds (it closes them once bound) cross the exec.
             exec::pass_only(&passed)
         });

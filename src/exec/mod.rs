@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::ExecConfig;
 
+pub mod confine;
 pub mod identity;
-pub mod no_tiocsti;
 
 /// Top-level names that belong to the sandbox's system layout; an entry of the virtual tree
 /// with one of these names is not shown (it would hide the host's programs or the kernel's
@@ -236,6 +236,9 @@ pub fn bwrap_args(
         push(&[b"--ro-bind-try", path.as_bytes(), path.as_bytes()]);
     }
     push(&[b"--proc", b"/proc", b"--dev", b"/dev"]);
+    // bubblewrap's /dev/shm is its own directory (root's, 0755 while it runs as root): POSIX
+    // shared memory needs a sticky world-writable one, capped as /tmp is.
+    push(&[b"--perms", b"1777", b"--size", TMP_BYTES.as_bytes(), b"--tmpfs", b"/dev/shm"]);
     let mut has_tmp = false;
     for entry in entries {
         let dest = format!("/{}", entry.name());
@@ -326,14 +329,32 @@ impl Plan<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env_clear();
-        // SAFETY: prctl and fcntl are async-signal-safe and touch only this (forked) process.
-        // If the daemon thread waiting for this command dies (the daemon crashed), the sandbox
-        // dies with it instead of running on. The bind sources are opened close-on-exec, so
-        // no other child inherits them; only bubblewrap gets them, here.
+        // Without the scope, abstract sockets are still kept in: the network namespace is the
+        // sandbox's own unless `[exec] network` is on.
+        let scope = confine::AbstractSockets::new().ok();
+        let scope_fd = scope.as_ref().map(confine::AbstractSockets::raw);
+        // SAFETY: prctl, fcntl, signal, seccomp and Landlock calls are async-signal-safe and
+        // touch only this (forked) process. If the daemon thread waiting for this command dies
+        // (the daemon crashed), the sandbox dies with it instead of running on. The bind
+        // sources are opened close-on-exec, so no other child inherits them; only bubblewrap
+        // gets them, here.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // The command starts with every signal at its default, whatever the daemon's
+                // parent left ignored (only SIGPIPE is put back otherwise).
+                for signal in 1..32 {
+                    if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                        libc::signal(signal, libc::SIG_DFL);
+                    }
+                }
+                // As root, bubblewrap may take both without no_new_privs (which would keep
+                // setpriv's switch of user from the sandbox's setup).
+                confine::install()?;
+                if let Some(fd) = scope_fd {
+                    confine::apply(fd)?;
                 }
                 // Nothing the daemon holds reaches the sandbox (a descriptor of a host
                 // directory would be a way out of it), except the bind sources.

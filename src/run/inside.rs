@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 
 /// Puts back the default actions of SIGINT and SIGQUIT (bubblewrap ignores them, and an
 /// ignored signal stays ignored across `exec`), refuses `TIOCSTI` to the program and
-/// everything it starts ([`crate::exec::no_tiocsti`]), then becomes the program, or, with
+/// everything it starts ([`crate::exec::confine`]), then becomes the program, or, with
 /// `terminal` (the sandbox holds the caller's terminal), starts it in a group of its own that
 /// gets the terminal and stays its parent ([`monitor`]). Returns the program's status.
 pub fn exec_program(argv: &[OsString], terminal: bool) -> ExitCode {
@@ -30,7 +30,7 @@ pub fn exec_program(argv: &[OsString], terminal: bool) -> ExitCode {
         libc::signal(libc::SIGQUIT, libc::SIG_DFL);
     }
     // The program shares the caller's terminal: it must not type into it.
-    if let Err(e) = crate::exec::no_tiocsti::install() {
+    if let Err(e) = crate::exec::confine::install() {
         eprintln!("agentvfs run: cannot keep the program from typing into your terminal: {e}");
         return ExitCode::from(126);
     }

@@ -603,3 +603,39 @@ fn check_says_who_execute_runs_as_and_refuses_root() {
     let line = text.lines().count() + 1;
     assert!(!ok && out.contains(&format!(":{line}: [exec] uid = 0 would run commands as root")), "{out}");
 }
+
+/// A socket in the host's abstract namespace, named for this test process, listening while it
+/// lives.
+pub fn abstract_listener(tag: &str) -> (std::os::unix::net::UnixListener, String) {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("agentvfs-test-{tag}-{}", std::process::id());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    (std::os::unix::net::UnixListener::bind_addr(&address).unwrap(), name)
+}
+
+/// A shell command that prints `connected`, or `refused ERRNO`, for a connection to the
+/// abstract socket `name`; then the answer of `keyctl` for the session keyring (`keys -1 ERRNO`).
+pub fn probe_sockets_and_keys(name: &str) -> String {
+    let script = format!(
+        "import ctypes, socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0{name}')\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('keys', libc.syscall(250, 0, -3, 0), ctypes.get_errno())"
+    );
+    format!("python3 -c \"{script}\"")
+}
+
+/// With the network on, the host's abstract unix sockets (a D-Bus session bus, X11's) would be
+/// reachable by name: a Landlock scope keeps connections inside the sandbox. The kernel's
+/// keyrings are not namespaced: the key calls are refused. `/dev/shm` is writable, as POSIX
+/// shared memory needs.
+#[test]
+fn abstract_sockets_keyrings_and_shared_memory() {
+    let f = Fixture::new(&format!("{RULES}{EXEC}network = true\n"));
+    let (_listener, name) = abstract_listener("execute");
+    let text = run(&f, &probe_sockets_and_keys(&name));
+    assert_eq!(
+        text,
+        format!("refused {}\nkeys -1 {}\n\n[Command succeeded with exit code 0]", libc::EPERM, libc::EPERM)
+    );
+    let shm =
+        run(&f, "stat -c %a /dev/shm; python3 -c 'import multiprocessing as m; m.Lock(); print(\"locked\")'");
+    assert_eq!(shm, "1777\nlocked\n\n[Command succeeded with exit code 0]");
+}

@@ -738,3 +738,20 @@ fn run_talks_only_to_an_agent_socket_served_by_root_and_reads_as_the_user() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("Permission denied") && !err.contains("TOP-SECRET"), "{err}");
 }
+
+/// The program's network is the host's (`[run] network`'s default), but not the host's
+/// abstract unix sockets, which a Landlock scope keeps out of reach; and the kernel's
+/// keyrings (the caller's session keyring among them) are refused to it.
+#[test]
+fn the_program_reaches_no_abstract_socket_of_the_hosts_and_no_keyring() {
+    let s = Setup::new();
+    let (_listener, name) = crate::execute::abstract_listener("run");
+    let probe = crate::execute::probe_sockets_and_keys(&name);
+    let config = s.config.to_str().unwrap();
+    let (code, out, err) = cli(&["run", "--config", config, "--", "sh", "-c", &probe], &SUDO_NOBODY);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, format!("refused {}\nkeys -1 {}\n", libc::EPERM, libc::EPERM).as_str()),
+        "{err}"
+    );
+}
