@@ -90,6 +90,9 @@ pub struct Plan<'a> {
     pub mountpoint: &'a Path,
     pub config: &'a ExecConfig,
     pub entries: Vec<TopEntry>,
+    /// Who the command runs as (uid, gid): `[exec]`'s identity, or the calling agent's own
+    /// ([`Plan::user_for`]).
+    pub user: (u32, u32),
 }
 
 /// How a command ended.
@@ -287,6 +290,17 @@ pub fn bwrap_args(
 }
 
 impl Plan<'_> {
+    /// Who a command of `caller` (the agent socket's peer: uid, gid) runs as: a caller that is
+    /// not root runs its commands as itself, so that a command never reaches more of the tree
+    /// than the caller's own file tools, which are judged by its permissions; root's (a harness
+    /// run as root) run as `[exec]`'s identity, never root.
+    pub fn user_for(config: &ExecConfig, caller: Option<(u32, u32)>) -> (u32, u32) {
+        match caller {
+            Some((uid, gid)) if uid != 0 => (uid, if gid == 0 { 65534 } else { gid }),
+            _ => (config.identity.uid, config.identity.gid),
+        }
+    }
+
     fn open_sources(&self) -> HashMap<String, OwnedFd> {
         open_sources(self.mountpoint, &self.entries)
     }
@@ -296,13 +310,13 @@ impl Plan<'_> {
     pub fn bwrap_args(&self, command: &str, sources: &HashMap<String, RawFd>) -> Vec<OsString> {
         let env = [("HOME", OsString::from("/tmp")), ("LANG", OsString::from("C.UTF-8"))];
         let argv = [OsString::from("/bin/sh"), OsString::from("-c"), OsString::from(command)];
-        let identity = &self.config.identity;
+        let (uid, gid) = self.user;
         let options = Options {
             network: self.config.network,
             new_session: true,
             cwd: self.config.cwd.as_str(),
             env: &env,
-            run_as: RunAs::Switch { uid: identity.uid, gid: identity.gid },
+            run_as: RunAs::Switch { uid, gid },
             ro_binds: &[],
             argv: &argv,
         };
@@ -439,6 +453,7 @@ mod tests {
                 TopEntry::Bind("workspace".into()),
                 TopEntry::Symlink { name: "w".into(), target: b"/workspace".to_vec() },
             ],
+            user: Plan::user_for(&config, Some((0, 0))),
         };
         let sources = HashMap::from([("workspace".to_string(), 7)]);
         let args: Vec<String> =
@@ -453,10 +468,21 @@ mod tests {
         assert!(!text.contains("/root") && !text.contains("/home"), "{text}");
         assert_eq!(&args[args.len() - 3..], ["/bin/sh", "-c", "echo hi"]);
         config.network = true;
-        let plan = Plan { mountpoint: Path::new("/m"), config: &config, entries: vec![] };
+        let plan = Plan { mountpoint: Path::new("/m"), config: &config, entries: vec![], user: (1000, 100) };
         let text: Vec<String> =
             plan.bwrap_args("x", &HashMap::new()).iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(!text.contains(&"--unshare-net".to_string()));
+    }
+
+    #[test]
+    fn a_caller_that_is_not_root_runs_as_itself() {
+        let mut config = ExecConfig::defaults(&[]);
+        config.identity = identity::Identity::resolve(Some(1000), Some(100), None, None);
+        assert_eq!(Plan::user_for(&config, None), (1000, 100));
+        assert_eq!(Plan::user_for(&config, Some((0, 0))), (1000, 100));
+        assert_eq!(Plan::user_for(&config, Some((0, 5))), (1000, 100));
+        assert_eq!(Plan::user_for(&config, Some((1001, 1002))), (1001, 1002));
+        assert_eq!(Plan::user_for(&config, Some((1001, 0))), (1001, 65534), "never group root");
     }
 
     #[test]

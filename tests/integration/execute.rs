@@ -639,3 +639,27 @@ fn abstract_sockets_keyrings_and_shared_memory() {
         run(&f, "stat -c %a /dev/shm; python3 -c 'import multiprocessing as m; m.Lock(); print(\"locked\")'");
     assert_eq!(shm, "1777\nlocked\n\n[Command succeeded with exit code 0]");
 }
+
+/// A command never reaches more of the tree than its caller's own file tools, which are judged
+/// by the caller's permissions: called by an agent that is not root, it runs as that agent
+/// (uid and primary gid); called by root (a harness run as root), as `[exec]`'s user.
+#[test]
+fn a_command_of_an_agent_that_is_not_root_runs_as_that_agent() {
+    let config = format!("{RULES}{EXEC}uid = 4242\ngid = 4243\n\n[control]\nagents = [\"nobody\"]\n");
+    let f = Fixture::new(&config);
+    std::fs::set_permissions(f.scratch.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    assert_eq!(run(&f, "id -u; id -g"), "4242\n4243\n\n[Command succeeded with exit code 0]");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "call", "--socket"])
+        .arg(f.scratch.path().join("agentvfs-agent.sock"))
+        .args(["execute", r#"{"command": "id -u; id -g"}"#])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text,
+        "65534\n65534\n\n[Command succeeded with exit code 0]\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -211,7 +211,8 @@ fn run(env: &ToolEnv, a: &Value) -> ToolOutput {
         Ok(e) => e,
         Err(e) => return ToolOutput::error(ErrorCode::Io, format!("Error: Execution not available. {e}")),
     };
-    let plan = Plan { mountpoint: &exec.mountpoint, config, entries };
+    let caller = env.fs.ctx.principal.map(|p| (p.uid, p.gid));
+    let plan = Plan { mountpoint: &exec.mountpoint, config, entries, user: Plan::user_for(config, caller) };
     // Twice the limit per stream: `\r\n` folding may halve what was captured, and the
     // `[stderr] ` prefixes only add, so the cut the format makes is always inside the capture.
     let capture = config.max_output_bytes.saturating_mul(2).saturating_add(16);
