@@ -27,6 +27,7 @@ use crate::vpath::VPath;
 
 mod inside;
 mod job;
+mod reach;
 
 pub use inside::exec_program;
 
@@ -369,7 +370,7 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     };
 
     if let Some(file) = config.as_ref().and_then(|c| c.file.as_deref()) {
-        config_out_of_reach(file, &socket, &mountpoint, &mount_real, &hosts)?;
+        reach::config_out_of_reach(file, &socket, &mountpoint, &mount_real, &hosts)?;
     }
 
     let sources = exec::open_sources(&mountpoint, &entries);
@@ -420,63 +421,6 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     let mut passed: Vec<RawFd> = raw.values().copied().chain(ro_binds.iter().map(|(fd, _)| *fd)).collect();
     passed.push(info_write.as_raw_fd());
     supervise(&bwrap, &args, &passed, (info_read, info_write), (terminal, give), run_config.network)
-}
-
-/// Refuses a `--config` file the program could change: it says which socket, home, variables
-/// and network the next `agentvfs run` gives its program, so a program that may rewrite it
-/// would choose its own next sandbox. Out of reach means not in the tree (outside the mount and
-/// every host route), hidden there (the daemon hides its own config), or not writable there:
-/// by the rules (a deny, or an interrupt, which a human answers) or by the user's permissions
-/// on the file and on every directory on its way. Run as the user.
-fn config_out_of_reach(
-    file: &Path,
-    socket: &Path,
-    mountpoint: &Path,
-    mount_real: &Path,
-    hosts: &[(VPath, PathBuf)],
-) -> Result<()> {
-    // As written and where its links lead: a link in the tree to a file outside it could be
-    // pointed elsewhere by the program as well.
-    let real = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
-    for spelling in [file, real.as_path()] {
-        config_spelling_out_of_reach(file, spelling, socket, mountpoint, mount_real, hosts)?;
-    }
-    Ok(())
-}
-
-/// [`config_out_of_reach`] for one spelling of the file's path.
-fn config_spelling_out_of_reach(
-    file: &Path,
-    spelling: &Path,
-    socket: &Path,
-    mountpoint: &Path,
-    mount_real: &Path,
-    hosts: &[(VPath, PathBuf)],
-) -> Result<()> {
-    use nix::unistd::{access, AccessFlags};
-    let Some(at) = virtual_cwd(spelling, mount_real, hosts) else { return Ok(()) };
-    let inside = in_mount(mountpoint, &at);
-    if std::fs::symlink_metadata(&inside).is_err() {
-        return Ok(());
-    }
-    let params = serde_json::json!({"operation": "write", "path": at.as_str()});
-    let verdict = Client::connect(socket)?.call("vfs/explain", Some(params))?;
-    if verdict["decision"] != "allow" {
-        return Ok(());
-    }
-    // Writing the file, or a directory on its way (where it, or a directory holding it, could
-    // be renamed away and made again), changes it.
-    let writable = |p: &Path| access(p, AccessFlags::W_OK).is_ok();
-    if !writable(&inside) && !at.ancestors().any(|a| writable(&in_mount(mountpoint, &a))) {
-        return Ok(());
-    }
-    bail!(
-        "the config file {} is {} in the tree, and the program could change it (and with it what the next \
-         `agentvfs run` gives its program: socket, home, environment, network). Keep it outside the tree, \
-         or deny writes to it with a rule",
-        crate::display::escape(&file.to_string_lossy()),
-        crate::display::escape(at.as_str())
-    )
 }
 
 /// The signals this process takes on the program's behalf.

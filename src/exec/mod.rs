@@ -242,6 +242,9 @@ pub fn bwrap_args(
     // bubblewrap's /dev/shm is its own directory (root's, 0755 while it runs as root): POSIX
     // shared memory needs a sticky world-writable one, capped as /tmp is.
     push(&[b"--perms", b"1777", b"--size", TMP_BYTES.as_bytes(), b"--tmpfs", b"/dev/shm"]);
+    // The rest of /dev is bubblewrap's own tmpfs, uncapped: read-only (its device nodes still
+    // work; /dev/shm and /dev/pts are mounts of their own).
+    push(&[b"--remount-ro", b"/dev"]);
     let mut has_tmp = false;
     for entry in entries {
         let dest = format!("/{}", entry.name());

@@ -625,7 +625,7 @@ pub fn probe_sockets_and_keys(name: &str) -> String {
 /// With the network on, the host's abstract unix sockets (a D-Bus session bus, X11's) would be
 /// reachable by name: a Landlock scope keeps connections inside the sandbox. The kernel's
 /// keyrings are not namespaced: the key calls are refused. `/dev/shm` is writable, as POSIX
-/// shared memory needs.
+/// shared memory needs; the rest of `/dev` is not.
 #[test]
 fn abstract_sockets_keyrings_and_shared_memory() {
     let f = Fixture::new(&format!("{RULES}{EXEC}network = true\n"));
@@ -635,9 +635,12 @@ fn abstract_sockets_keyrings_and_shared_memory() {
         text,
         format!("refused {}\nkeys -1 {}\n\n[Command succeeded with exit code 0]", libc::EPERM, libc::EPERM)
     );
-    let shm =
-        run(&f, "stat -c %a /dev/shm; python3 -c 'import multiprocessing as m; m.Lock(); print(\"locked\")'");
-    assert_eq!(shm, "1777\nlocked\n\n[Command succeeded with exit code 0]");
+    let shm = run(
+        &f,
+        "stat -c %a /dev/shm; python3 -c 'import multiprocessing as m; m.Lock(); print(\"locked\")'; \
+         touch /dev/x 2>&1 | grep -o 'Read-only file system'; echo hi > /dev/null && echo null",
+    );
+    assert_eq!(shm, "1777\nlocked\nRead-only file system\nnull\n\n[Command succeeded with exit code 0]");
 }
 
 /// A command never reaches more of the tree than its caller's own file tools, which are judged

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::harness::{scratch, sh, status_at, Mount, SmallDisk};
+use crate::harness::{scratch, sh, status_at, HostMount, Mount};
 
 /// A config with `/` memory and `/db` → sqlite at `database` (`extra` lines in its route).
 fn sqlite_config(dir: &Path, database: &Path, extra: &str) -> PathBuf {
@@ -127,7 +127,7 @@ fn write_file(path: &Path, content: &[u8]) -> Result<(), (&'static str, std::io:
 #[test]
 fn a_full_disk_fails_the_write_that_fills_it_and_loses_nothing_acknowledged() {
     let work = scratch();
-    let disk = SmallDisk::new(&work.path().join("small"), 24);
+    let disk = HostMount::small_disk(&work.path().join("small"), 24);
     let database = disk.0.join("store.db");
     let cfg = sqlite_config(work.path(), &database, "");
     // Space an administrator can free later (a full disk is mended from outside the store:
@@ -190,7 +190,7 @@ fn a_full_disk_fails_the_write_that_fills_it_and_loses_nothing_acknowledged() {
 #[test]
 fn data_that_cannot_be_stored_at_close_is_dropped_loudly_and_the_view_follows() {
     let work = scratch();
-    let disk = SmallDisk::new(&work.path().join("small"), 24);
+    let disk = HostMount::small_disk(&work.path().join("small"), 24);
     let database = disk.0.join("store.db");
     let cfg = sqlite_config(work.path(), &database, "");
     let mount = Mount::start(&cfg, &work.path().join("mnt"));

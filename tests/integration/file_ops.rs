@@ -5,7 +5,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::harness::{call_tool, sh_ok, Fixture, SmallDisk, ROUTES};
+use crate::harness::{call_tool, sh_ok, Fixture, HostMount, ROUTES};
 
 fn errno_of(e: std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(-1)
@@ -353,7 +353,10 @@ fn fsync_of_a_directory_succeeds_on_every_route() {
 #[test]
 fn files_with_one_inode_number_on_two_filesystems_in_a_host_root_stay_apart() {
     let fx = Fixture::new("");
-    let disks = (SmallDisk::new(&fx.host_root.join("a"), 4), SmallDisk::new(&fx.host_root.join("b"), 4));
+    let disks = (
+        HostMount::small_disk(&fx.host_root.join("a"), 4),
+        HostMount::small_disk(&fx.host_root.join("b"), 4),
+    );
     fs::write(fx.host_root.join("a/f"), "on a").unwrap();
     fs::write(fx.host_root.join("b/f"), "on b").unwrap();
     let host_ino = |p: &str| fs::metadata(fx.host_root.join(p)).unwrap().ino();

@@ -368,24 +368,30 @@ impl Drop for BusyCpus {
     }
 }
 
-/// A small tmpfs of its own, unmounted even when the test panics.
-pub struct SmallDisk(pub PathBuf);
+/// A mount on the host a test makes (a small tmpfs, a bind mount), unmounted even when the
+/// test panics.
+pub struct HostMount(pub PathBuf);
 
-impl SmallDisk {
-    pub fn new(dir: &Path, megabytes: u32) -> SmallDisk {
+impl HostMount {
+    /// A tmpfs of `megabytes` at `dir` (made if missing).
+    pub fn small_disk(dir: &Path, megabytes: u32) -> HostMount {
         std::fs::create_dir_all(dir).unwrap();
         let size = format!("size={megabytes}m");
-        assert!(Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap()
-            .success());
-        SmallDisk(dir.to_path_buf())
+        HostMount::mount(&["-t", "tmpfs", "-o", &size, "tmpfs"], dir)
+    }
+
+    /// `source` bound at `at` (an existing directory).
+    pub fn bind(source: &Path, at: &Path) -> HostMount {
+        HostMount::mount(&["--bind", source.to_str().unwrap()], at)
+    }
+
+    fn mount(args: &[&str], at: &Path) -> HostMount {
+        assert!(Command::new("mount").args(args).arg(at).status().unwrap().success());
+        HostMount(at.to_path_buf())
     }
 }
 
-impl Drop for SmallDisk {
+impl Drop for HostMount {
     fn drop(&mut self) {
         if Command::new("umount").arg(&self.0).status().map(|s| !s.success()).unwrap_or(true) {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();

@@ -458,6 +458,22 @@ fn a_config_file_the_program_could_change_is_refused() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is /host/linked.toml in the tree"), "{err}");
 
+    // A directory of the user's outside the tree, bind-mounted under the host route's root
+    // (which the route follows): the same file, in the tree under another path.
+    let outside = s.f.scratch.path().join("configs");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::chown(&outside, Some(65534), Some(65534)).unwrap();
+    let bound = outside.join("agent.toml");
+    std::fs::write(&bound, &text).unwrap();
+    std::os::unix::fs::chown(&bound, Some(65534), Some(65534)).unwrap();
+    let (code, _, err) = cli(&["run", "--config", bound.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 0, "not in the tree yet: {err}");
+    std::fs::create_dir(s.f.host_root.join("bound")).unwrap();
+    let _bind = crate::harness::HostMount::bind(&outside, &s.f.host_root.join("bound"));
+    let (code, _, err) = cli(&["run", "--config", bound.to_str().unwrap(), "--", "true"], &sudo);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is /host/bound/agent.toml in the tree"), "{err}");
+
     let guarded = s.f.host_root.join("guarded/agent.toml");
     std::fs::write(&guarded, &text).unwrap();
     let (code, _, err) = cli(&["run", "--config", guarded.to_str().unwrap(), "--", "true"], &sudo);
