@@ -698,6 +698,11 @@ impl Engine {
         handle.file.write(offset, data)
     }
 
+    /// The kernel writes back cached pages (see [`OpenFile::write_back`]).
+    pub fn write_back(&self, handle: &OpenHandle, offset: u64, data: &[u8]) -> FsResult<u32> {
+        handle.file.write_back(offset, data)
+    }
+
     /// Before a write by a process that may not keep a file's set-ID bits (it lacks
     /// `CAP_FSETID`), when the kernel leaves clearing them to the daemon (a write it does not
     /// do through its page cache or a backing file): clears the set-user-ID bit, and the

@@ -17,7 +17,8 @@ pub(super) struct MemFile {
     readable: bool,
     writable: bool,
     /// O_APPEND: every write lands at the current end, whatever offset the caller sent
-    /// (what pwrite does on Linux, so the host backend behaves the same).
+    /// (what pwrite does on Linux, so the host backend behaves the same); not the kernel's
+    /// write-back of cached pages ([`OpenFile::write_back`]).
     append: bool,
 }
 
@@ -32,6 +33,24 @@ impl MemFile {
             writable: mode == libc::O_WRONLY || mode == libc::O_RDWR,
             append: flags & libc::O_APPEND != 0,
         })
+    }
+
+    /// Writes `data` at `offset`, or at the current end when `append`.
+    fn write_at(&self, offset: u64, data: &[u8], append: bool) -> FsResult<u32> {
+        if !self.writable {
+            return Err(Errno::EBADF.into());
+        }
+        if u32::try_from(data.len()).is_err() {
+            return Err(Errno::EINVAL.into());
+        }
+        let mut t = self.tree.write();
+        let len = t.node(self.ino).file()?.len();
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let offset = if append { len } else { offset };
+        // Short when the cap is reached midway, as on tmpfs: the caller's next write gets ENOSPC.
+        Ok(t.write(self.ino, offset, data)? as u32)
     }
 }
 
@@ -58,20 +77,12 @@ impl OpenFile for MemFile {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
-        if !self.writable {
-            return Err(Errno::EBADF.into());
-        }
-        if u32::try_from(data.len()).is_err() {
-            return Err(Errno::EINVAL.into());
-        }
-        let mut t = self.tree.write();
-        let len = t.node(self.ino).file()?.len();
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let offset = if self.append { len } else { offset };
-        // Short when the cap is reached midway, as on tmpfs: the caller's next write gets ENOSPC.
-        Ok(t.write(self.ino, offset, data)? as u32)
+        self.write_at(offset, data, self.append)
+    }
+
+    /// At `offset` even through an `O_APPEND` handle: the pages are the file's at their place.
+    fn write_back(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.write_at(offset, data, false)
     }
 
     fn flush(&self) -> FsResult<()> {

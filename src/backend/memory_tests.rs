@@ -105,6 +105,9 @@ fn access_modes_and_append() {
     assert_eq!(errno(wo.read(0, 1)), Errno::EBADF);
     assert_eq!(wo.write(0, b"de").unwrap(), 2);
     assert_eq!(ro.read(0, 10).unwrap(), b"abcde");
+    // The kernel's write-back of cached pages (mmap) lands where the pages belong.
+    assert_eq!(wo.write_back(1, b"B").unwrap(), 1);
+    assert_eq!(ro.read(0, 10).unwrap(), b"aBcde");
     b.mkdir("d", 0o755, &ALICE).unwrap();
     assert_eq!(errno(b.open("d", libc::O_WRONLY)), Errno::EISDIR);
     assert_eq!(errno(b.open("d", libc::O_RDWR)), Errno::EISDIR);

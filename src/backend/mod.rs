@@ -206,6 +206,12 @@ pub trait OpenFile: Send + Sync {
     fn read(&self, offset: u64, size: u32) -> FsResult<Vec<u8>>;
     /// Writes all of `data` at `offset` (extending the file as needed) and returns its length.
     fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32>;
+    /// Writes back pages of the kernel's cache (`FUSE_WRITE_CACHE`: a store through `mmap`):
+    /// `data` belongs at `offset` whatever the handle's open flags, since the kernel sends it
+    /// on any handle of the file that writes, an `O_APPEND` one included.
+    fn write_back(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.write(offset, data)
+    }
     /// Called on every `close()` of a descriptor. After it returns, what was written is durable
     /// for backends that promise durability (sqlite).
     fn flush(&self) -> FsResult<()>;

@@ -502,7 +502,11 @@ impl Filesystem for FuseDoor {
                 // file with those bits until its attributes expire.
                 self.invalidate_attributes(ino.0);
             }
-            self.engine.write(&f.handle, offset, data)
+            if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                self.engine.write_back(&f.handle, offset, data)
+            } else {
+                self.engine.write(&f.handle, offset, data)
+            }
         });
         match written {
             Ok(n) => reply.written(n),

@@ -15,6 +15,7 @@ mod interrupts;
 mod langgraph_store;
 mod lifecycle;
 mod listings;
+mod local_differences;
 mod memory_cap;
 mod model;
 mod pauses;
