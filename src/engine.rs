@@ -535,7 +535,9 @@ impl Engine {
         }
         let (attr, file) = self.router.create(&permit, mode, flags, &ctx.caller)?;
         self.note_change(ctx, path);
-        Ok((attr, OpenHandle { path: path.clone(), file, writable: true }))
+        // Writable as its access mode says, as an `open`'s: a size change the process makes
+        // by name goes through its handle only if that handle writes.
+        Ok((attr, OpenHandle { path: path.clone(), file, writable: wants_write(flags) }))
     }
 
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {

@@ -207,3 +207,14 @@ fn a_write_without_fsetid_clears_set_id_bits_as_a_local_filesystem_does() {
         e.unlink(&ctx(), &p("/w/prog")).unwrap();
     }
 }
+
+#[test]
+fn a_created_handle_writes_as_its_access_mode_says() {
+    let e = engine(vec![]);
+    for (name, flags, writable) in
+        [("r", libc::O_RDONLY, false), ("w", libc::O_WRONLY, true), ("rw", libc::O_RDWR, true)]
+    {
+        let (_, h) = e.create(&ctx(), &p(&format!("/w/{name}")), 0o644, flags).unwrap();
+        assert_eq!(h.writable, writable, "{name}");
+    }
+}

@@ -45,3 +45,33 @@ fn an_mmap_store_through_an_append_descriptor_lands_at_its_offset() {
         assert_eq!(&data[9998..], b"aaend", "{route}");
     }
 }
+
+/// A process that holds a file open only for reading (made with `O_CREAT|O_RDONLY`, with or
+/// without `O_TRUNC`, or opened `O_RDONLY|O_TRUNC`) truncates it by name, or opens it again
+/// with `O_TRUNC`, as on a local filesystem: the size change does not fail on the handle that
+/// cannot write.
+#[test]
+fn a_process_holding_a_file_only_for_reading_truncates_it() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (fx, routes) = fixture();
+    for route in routes {
+        for (i, flags) in [libc::O_CREAT, libc::O_CREAT | libc::O_TRUNC].into_iter().enumerate() {
+            let f = fx.p(&format!("{route}/ro{i}"));
+            let reader = fs::OpenOptions::new().read(true).custom_flags(flags).mode(0o644).open(&f).unwrap();
+            fs::OpenOptions::new().write(true).open(&f).unwrap().write_all(b"hello world").unwrap();
+            nix::unistd::truncate(&f, 5).unwrap_or_else(|e| panic!("{route} {flags:#o}: truncate: {e}"));
+            assert_eq!(fs::read(&f).unwrap(), b"hello", "{route}");
+            let trunc = fs::OpenOptions::new().write(true).custom_flags(libc::O_TRUNC).open(&f);
+            drop(trunc.unwrap_or_else(|e| panic!("{route} {flags:#o}: O_WRONLY|O_TRUNC: {e}")));
+            assert_eq!(fs::metadata(&f).unwrap().len(), 0, "{route}");
+            drop(reader);
+        }
+        let f = fx.p(&format!("{route}/ro0"));
+        fs::write(&f, b"again").unwrap();
+        let trunc = fs::OpenOptions::new().read(true).custom_flags(libc::O_TRUNC).open(&f);
+        let _held = trunc.unwrap_or_else(|e| panic!("{route}: O_RDONLY|O_TRUNC: {e}"));
+        assert_eq!(fs::metadata(&f).unwrap().len(), 0, "{route}: O_RDONLY|O_TRUNC truncates");
+        nix::unistd::truncate(&f, 3).unwrap_or_else(|e| panic!("{route}: truncate: {e}"));
+        assert_eq!(fs::read(&f).unwrap(), b"\0\0\0", "{route}");
+    }
+}

@@ -550,6 +550,13 @@ impl OpenFile for HostFile {
             }
         }
         if let Some(size) = changes.size {
+            // A size change may come through a descriptor that only reads (the truncation of
+            // an `O_RDONLY|O_TRUNC` open), which ftruncate refuses: it takes one that writes.
+            let writer = match self.flags & libc::O_ACCMODE {
+                libc::O_RDONLY => Some(sys::reopen(fd, libc::O_WRONLY)?),
+                _ => None,
+            };
+            let fd = writer.as_ref().map_or(fd, |w| w.as_fd());
             if unsafe { libc::ftruncate(fd.as_raw_fd(), size as i64) } < 0 {
                 return Err(FsError::errno(Errno::last()));
             }
@@ -621,5 +628,15 @@ mod tests {
         let flags = nix::fcntl::fcntl(backing.fd.as_raw_fd(), nix::fcntl::F_GETFL).unwrap();
         assert_eq!(backing.flags & libc::O_ACCMODE, flags & libc::O_ACCMODE);
         assert_eq!(sys::identity_ino(backing.opened), attr_g.ino);
+    }
+
+    #[test]
+    fn a_size_change_through_a_reading_descriptor_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"hello").unwrap();
+        let host = HostBackend::new(dir.path()).unwrap();
+        let reader = host.open("f", libc::O_RDONLY).unwrap();
+        assert_eq!(reader.setattr(&SetAttr { size: Some(2), ..SetAttr::default() }).unwrap().size, 2);
+        assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"he");
     }
 }
