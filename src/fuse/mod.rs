@@ -389,11 +389,18 @@ impl Filesystem for FuseDoor {
         let (name, newname, flags) = (name.to_owned(), newname.to_owned(), flags.bits());
         let work = move |d: &FuseDoor, c: &Ctx| {
             let (from, to) = (d.child(parent, &name)?, d.child(newparent, &newname)?);
-            let replacing = flags & (crate::backend::RENAME_EXCHANGE | crate::backend::RENAME_NOREPLACE) == 0;
             // Held from before the rename: an open may meet the new file under the name while
-            // the rename is under way.
-            let held = if replacing { d.hold_replaced(&to) } else { None };
-            d.engine.rename(c, &from, &to, flags).inspect_err(|_| d.release_replaced(held))?;
+            // the rename is under way. An exchange replaces both names' files.
+            let held = match flags {
+                f if f & crate::backend::RENAME_NOREPLACE != 0 => [None, None],
+                f if f & crate::backend::RENAME_EXCHANGE != 0 => {
+                    [d.hold_replaced(&to), d.hold_replaced(&from)]
+                }
+                _ => [d.hold_replaced(&to), None],
+            };
+            d.engine
+                .rename(c, &from, &to, flags)
+                .inspect_err(|_| held.into_iter().for_each(|h| d.release_replaced(h)))?;
             Ok((from, to))
         };
         self.serve_naming(ctx(req), reply, work, move |d, result, reply: ReplyEmpty| match result {

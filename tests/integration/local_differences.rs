@@ -75,3 +75,53 @@ fn a_process_holding_a_file_only_for_reading_truncates_it() {
         assert_eq!(fs::read(&f).unwrap(), b"\0\0\0", "{route}");
     }
 }
+
+/// An `open` that races a `renameat2(RENAME_EXCHANGE)` of its name gets one of the two files,
+/// whole, as on a local filesystem, never an error (as with a rename over its name).
+#[test]
+fn an_open_racing_an_exchange_of_its_name_gets_one_of_the_two_files() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (fx, routes) = fixture();
+    for route in routes {
+        let (x, y) = (fx.p(&format!("{route}/x")), fx.p(&format!("{route}/y")));
+        let (xs, ys) = (vec![b'X'; 5000], vec![b'Y'; 7000]);
+        fs::write(&x, &xs).unwrap();
+        fs::write(&y, &ys).unwrap();
+        let stop = AtomicBool::new(false);
+        let (mut opens, mut errors, mut wrong) = (0, Vec::new(), 0);
+        std::thread::scope(|s| {
+            let swapper = s.spawn(|| {
+                let name = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+                let (a, b) = (name(&x), name(&y));
+                let mut swaps = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let r = unsafe {
+                        libc::renameat2(
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                    assert_eq!(r, 0, "exchange: {}", std::io::Error::last_os_error());
+                    swaps += 1;
+                }
+                swaps
+            });
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+            while std::time::Instant::now() < until {
+                match fs::read(&x) {
+                    Ok(data) => wrong += usize::from(data != xs && data != ys),
+                    Err(e) => errors.push(e.to_string()),
+                }
+                opens += 1;
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(swapper.join().unwrap() >= 100, "{route}: too few exchanges raced the opens");
+        });
+        assert!(errors.is_empty(), "{route}: {} of {opens} opens failed: {:?}", errors.len(), &errors[..1]);
+        assert_eq!(wrong, 0, "{route}: {opens} opens read neither file whole");
+    }
+}
