@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use parking_lot::{Mutex, RwLock};
 
 use super::{
-    split_parent, Attr, Backend, Caller, DirEntry, FileKind, OpenFile, SetAttr, StatFs, TimeSet,
-    RENAME_EXCHANGE, RENAME_NOREPLACE,
+    check_xattr_namespace, split_parent, Attr, Backend, Caller, DirEntry, FileKind, OpenFile, SetAttr,
+    StatFs, TimeSet, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 use crate::error::{Errno, FsError, FsResult};
 
@@ -731,12 +731,13 @@ impl Backend for MemoryBackend {
     }
 }
 
-/// Linux rejects empty and over-long attribute names with ERANGE.
+/// Linux rejects empty and over-long attribute names with ERANGE, and names outside the
+/// namespaces the store keeps as [`check_xattr_namespace`] says.
 fn check_xattr_name(name: &str) -> FsResult<()> {
     if name.is_empty() || name.len() > XATTR_NAME_MAX {
         return Err(Errno::ERANGE.into());
     }
-    Ok(())
+    check_xattr_namespace(name)
 }
 
 #[cfg(test)]

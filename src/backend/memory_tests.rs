@@ -696,6 +696,8 @@ fn xattrs() {
     assert_eq!(errno(b.setxattr("f", "user.c", b"x", 2)), Errno::ENODATA);
     assert_eq!(errno(b.setxattr("f", "user.c", b"x", 4)), Errno::EINVAL);
     assert_eq!(errno(b.setxattr("f", "", b"x", 0)), Errno::ERANGE);
+    assert_eq!(errno(b.setxattr("f", "bogus.x", b"x", 0)), Errno::EOPNOTSUPP);
+    assert_eq!(errno(b.getxattr("f", "system.x")), Errno::EOPNOTSUPP);
     assert_eq!(errno(b.setxattr("f", "user.big", &vec![0; 65537], 0)), Errno::E2BIG);
     b.setxattr("f", "user.a", b"one", 2).unwrap();
     assert_eq!(b.getxattr("f", "user.a").unwrap(), b"one");

@@ -357,6 +357,19 @@ pub trait Backend: Send + Sync {
     fn watch(&self, _report: Box<dyn Fn(RemoteChange) + Send + Sync>) {}
 }
 
+/// Whether a store of its own (memory, sqlite, postgres) keeps an extended attribute of this
+/// name: as on tmpfs and ext4, those of the `user.`, `trusted.` and `security.` namespaces
+/// (the kernel itself lets only a privileged caller reach `trusted.`). Another namespace, or
+/// none, answers EOPNOTSUPP; a namespace's prefix alone, EINVAL.
+pub fn check_xattr_namespace(name: &str) -> FsResult<()> {
+    let rest = ["user.", "trusted.", "security."].iter().find_map(|prefix| name.strip_prefix(prefix));
+    match rest {
+        None => Err(FsError::errno(Errno::EOPNOTSUPP)),
+        Some("") => Err(FsError::errno(Errno::EINVAL)),
+        Some(_) => Ok(()),
+    }
+}
+
 /// `name` in the directory `dir` (both route-relative, `dir` empty for the root): the
 /// inverse of [`split_parent`].
 pub fn join_child(dir: &str, name: &str) -> String {

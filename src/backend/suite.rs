@@ -366,6 +366,16 @@ pub fn xattrs(b: &dyn Backend) {
     assert_eq!(errno(b.removexattr("f", "user.a")), Errno::ENODATA);
     assert_eq!(b.listxattr("f").unwrap(), b"user.b\0");
     assert_eq!(errno(b.getxattr("none", "user.a")), Errno::ENOENT);
+    // The namespaces tmpfs and ext4 keep, and no others.
+    b.setxattr("f", "trusted.t", b"t", 0).unwrap();
+    b.setxattr("f", "security.s", b"s", 0).unwrap();
+    for name in ["bogus.x", "system.x", "x"] {
+        assert_eq!(errno(b.setxattr("f", name, b"1", 0)), Errno::EOPNOTSUPP, "{name}");
+        assert_eq!(errno(b.getxattr("f", name)), Errno::EOPNOTSUPP, "{name}");
+        assert_eq!(errno(b.removexattr("f", name)), Errno::EOPNOTSUPP, "{name}");
+    }
+    assert_eq!(errno(b.setxattr("f", "user.", b"1", 0)), Errno::EINVAL);
+    assert_eq!(b.listxattr("f").unwrap(), b"security.s\0trusted.t\0user.b\0");
     // Removing the file removes its attributes.
     b.unlink("f").unwrap();
     put(b, "f", b"");

@@ -562,6 +562,7 @@ pub fn check_xattr(name: &str, value: &[u8], flags: i32) -> FsResult<()> {
     if name.is_empty() || name.len() > XATTR_NAME_MAX {
         return Err(err(Errno::ERANGE));
     }
+    super::check_xattr_namespace(name)?;
     if value.len() > XATTR_SIZE_MAX {
         return Err(err(Errno::E2BIG));
     }
@@ -570,6 +571,7 @@ pub fn check_xattr(name: &str, value: &[u8], flags: i32) -> FsResult<()> {
 
 /// Extended attribute `name` of the node at `path` (ENODATA if it has none).
 pub fn getxattr_in<T: Tree + ?Sized>(t: &T, root: u64, path: &str, name: &str) -> FsResult<Vec<u8>> {
+    super::check_xattr_namespace(name)?;
     t.get_xattr(resolve(t, root, path)?, name)?.ok_or_else(|| err(Errno::ENODATA))
 }
 
@@ -605,6 +607,7 @@ pub fn setxattr_in<T: Tree + ?Sized>(
 
 /// Removes extended attribute `name` of the node at `path`; returns its inode.
 pub fn removexattr_in<T: Tree + ?Sized>(t: &T, root: u64, path: &str, name: &str) -> FsResult<u64> {
+    super::check_xattr_namespace(name)?;
     let ino = resolve(t, root, path)?;
     if !t.delete_xattr(ino, name)? {
         return Err(err(Errno::ENODATA));

@@ -125,3 +125,40 @@ fn an_open_racing_an_exchange_of_its_name_gets_one_of_the_two_files() {
         assert_eq!(wrong, 0, "{route}: {opens} opens read neither file whole");
     }
 }
+
+/// Extended attributes of the namespaces a local filesystem keeps are kept; another namespace
+/// answers EOPNOTSUPP, as tmpfs and ext4 do.
+#[test]
+fn extended_attributes_outside_the_known_namespaces_are_not_supported() {
+    use std::os::unix::ffi::OsStrExt;
+    let fx = Fixture::new(&format!("{MEMD}\n[fuse]\nxattrs = true\n"));
+    fs::set_permissions(fx.scratch.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for route in ROUTES.iter().copied().chain(["/memd"]) {
+        let f = fx.p(&format!("{route}/xa"));
+        fs::write(&f, b"").unwrap();
+        let path = std::ffi::CString::new(f.as_os_str().as_bytes()).unwrap();
+        let set = |name: &str| {
+            let name = std::ffi::CString::new(name).unwrap();
+            match unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) } {
+                0 => 0,
+                _ => std::io::Error::last_os_error().raw_os_error().unwrap(),
+            }
+        };
+        assert_eq!(set("user.a"), 0, "{route}");
+        assert_eq!(set("trusted.a"), 0, "{route}");
+        assert_eq!(set("bogus.x"), libc::EOPNOTSUPP, "{route}");
+        assert_eq!(set("system.x"), libc::EOPNOTSUPP, "{route}");
+        // `trusted.` is the privileged's: the kernel refuses others before the daemon hears.
+        fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        let script = "import os, sys\ntry: os.setxattr(sys.argv[1], 'trusted.b', b'v'); print(0)\n\
+                      except OSError as e: print(e.errno)";
+        let out = crate::harness::sh_ok(
+            &fx.mount.dir,
+            &format!(
+                "setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c \"{script}\" {}",
+                f.display()
+            ),
+        );
+        assert_eq!(out.trim(), libc::EPERM.to_string(), "{route}");
+    }
+}
