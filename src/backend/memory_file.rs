@@ -123,13 +123,11 @@ impl OpenFile for MemFile {
             t.used -= freed;
             return Ok(());
         }
-        let grows = mode & FALLOC_FL_KEEP_SIZE == 0 && end > pages.len();
         t.check_cap(pages.missing(offset, end))?;
         let n = t.node_mut(self.ino);
         let allocated = n.pages_mut().reserve(offset, end, mode & FALLOC_FL_KEEP_SIZE != 0);
-        if grows {
-            n.touch_modified(now);
-        }
+        // As on tmpfs, even when the size stays.
+        n.touch_modified(now);
         t.used += allocated;
         Ok(())
     }

@@ -632,6 +632,11 @@ fn statfs_reports_cap_and_usage() {
 }
 
 #[test]
+fn fallocate_sets_the_times() {
+    crate::backend::suite::fallocate_sets_the_times(&MemoryBackend::new(None));
+}
+
+#[test]
 fn fallocate_modes() {
     let b = MemoryBackend::new(None);
     let (_, f) = b.create("f", 0o644, libc::O_RDWR, &ALICE).unwrap();

@@ -20,7 +20,7 @@ pub const ME: Caller = Caller { uid: 1000, gid: 1000, pid: 1 };
 /// `(guard, backend)`; the guard lives as long as the test).
 macro_rules! backend_suite {
     ($make:expr) => {
-        $crate::backend::suite::backend_suite!(@each $make; create_write_read_and_attributes, mkdir_rmdir_and_link_counts, names_longer_than_255_bytes, rename_directories, rename_noreplace_exchange_and_hard_link_noop, hard_links, symlinks_and_special_nodes, setgid_directories_pass_on_their_group, times_follow_posix, xattrs, explicit_mtime_wins_over_buffered_writes, writes_keep_the_bytes_around_them, random_writes_truncations_and_commits_match_a_plain_buffer, truncate_by_path_is_seen_by_open_handles, data_operations_on_a_directory_handle, lookups_follow_renames_and_replacements);
+        $crate::backend::suite::backend_suite!(@each $make; create_write_read_and_attributes, mkdir_rmdir_and_link_counts, names_longer_than_255_bytes, rename_directories, rename_noreplace_exchange_and_hard_link_noop, hard_links, symlinks_and_special_nodes, setgid_directories_pass_on_their_group, times_follow_posix, xattrs, explicit_mtime_wins_over_buffered_writes, writes_keep_the_bytes_around_them, random_writes_truncations_and_commits_match_a_plain_buffer, truncate_by_path_is_seen_by_open_handles, data_operations_on_a_directory_handle, lookups_follow_renames_and_replacements, fallocate_sets_the_times);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(
@@ -380,6 +380,26 @@ pub fn xattrs(b: &dyn Backend) {
     b.unlink("f").unwrap();
     put(b, "f", b"");
     assert_eq!(b.listxattr("f").unwrap(), b"");
+}
+
+/// fallocate sets the mtime and ctime, as on tmpfs and ext4, even when the size stays.
+pub fn fallocate_sets_the_times(b: &dyn Backend) {
+    // Made read-write (not by `put`), so that the memory backend, which checks access modes
+    // itself, runs it too.
+    let (_, f) = b.create("f", 0o644, libc::O_RDWR, &ME).unwrap();
+    f.write(0, &[b'x'; 100]).unwrap();
+    f.flush().unwrap();
+    for (mode, len, size) in [(0, 50, 100), (libc::FALLOC_FL_KEEP_SIZE, 8192, 100), (0, 8192, 8192)] {
+        let before = b.getattr("f").unwrap();
+        tick();
+        f.fallocate(0, len, mode).unwrap();
+        let after = b.getattr("f").unwrap();
+        assert_eq!(after.size, size, "mode {mode} length {len}");
+        assert!(after.mtime > before.mtime && after.ctime > before.ctime, "mode {mode} length {len}");
+        assert_eq!(f.getattr().unwrap(), after, "the handle sees it too");
+    }
+    f.flush().unwrap();
+    assert_eq!(get(b, "f"), [&[b'x'; 100][..], &[0; 8092]].concat());
 }
 
 pub fn explicit_mtime_wins_over_buffered_writes(b: &dyn Backend) {

@@ -100,17 +100,15 @@ impl PgFile {
         }
     }
 
-    /// Sets the size to `size` if that grows the file (fallocate).
-    fn grow_to(&self, size: u64) -> FsResult<()> {
+    /// An fallocate: sets the size to `end` if that grows the file, and the mtime and ctime
+    /// (as a local filesystem does even when the size stays).
+    fn allocate(&self, end: Option<u64>) -> FsResult<()> {
         let inner = &self.inner;
         self.changed.store(true, Ordering::Release);
         inner.write(Lock::Rows, |sql| {
             let n = sql.lock_node(self.ino)?.ok_or_else(stale)?;
-            if size > n.size {
-                sql.set_data_attrs(self.ino, size, tree::now_ns())?;
-                inner.announce(sql, Changed::FileContent(self.ino), &self.path)?;
-            }
-            Ok(())
+            sql.set_data_attrs(self.ino, end.map_or(n.size, |end| end.max(n.size)), tree::now_ns())?;
+            inner.announce(sql, Changed::FileContent(self.ino), &self.path)
         })
     }
 }
@@ -218,11 +216,10 @@ impl OpenFile for PgFile {
             _ => return Err(FsError::errno(Errno::ENODEV)),
         }
         self.store_draft(false)?;
-        match chunks::fallocate_end(offset, length, mode)? {
-            // Space is not reserved (the server has no such request); the size is what callers see.
-            Some(end) => self.changing_attrs(|| self.grow_to(end)),
-            None => Ok(()),
-        }
+        // Space is not reserved (the server has no such request); the size and times are what
+        // callers see.
+        let end = chunks::fallocate_end(offset, length, mode)?;
+        self.changing_attrs(|| self.allocate(end))
     }
 
     fn kind_and_ino(&self) -> FsResult<(FileKind, u64)> {

@@ -513,18 +513,15 @@ impl Inner {
         length: u64,
         mode: i32,
     ) -> FsResult<()> {
-        let Some(end) = chunks::fallocate_end(offset, length, mode)? else {
-            return Ok(());
-        };
-        // Space is not reserved (SQLite cannot); extending the size is what callers observe.
+        let end = chunks::fallocate_end(offset, length, mode)?;
+        // Space is not reserved (SQLite cannot); what callers observe is the size it may
+        // extend, and the mtime and ctime, which a local filesystem sets even when the size
+        // stays.
         let size = self.size_locked(ino, st)?;
-        if end > size {
-            st.size = Some(end);
-            st.pending = true;
-            st.data_time = store::now_ns();
-            self.flush_locked(ino, st)?;
-        }
-        Ok(())
+        st.size = Some(end.map_or(size, |end| end.max(size)));
+        st.pending = true;
+        st.data_time = store::now_ns();
+        self.flush_locked(ino, st)
     }
 
     /// Opens a handle on `ino`. After the state is registered, the write connection is taken:
