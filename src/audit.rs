@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection};
@@ -26,7 +27,8 @@ pub struct AuditEvent {
     pub socket: Option<&'static str>,
     pub pid: u32,
     pub uid: u32,
-    /// The process's command line (syscalls) or the tool name and arguments (tool calls).
+    /// The process's command line (syscalls) or the tool name and arguments (tool calls), cut
+    /// to [`MAX_COMMAND`] bytes when recorded.
     pub command: String,
     /// The syscall or tool name, e.g. "open", "rename", "read_file".
     pub operation: String,
@@ -40,8 +42,29 @@ pub struct AuditEvent {
 
 pub struct Audit {
     sender: Option<SyncSender<AuditEvent>>,
-    dropped: AtomicU64,
+    /// Records that did not reach the table: the queue was full, or their batch failed to be
+    /// written (shared with the writer thread).
+    dropped: Arc<AtomicU64>,
     recorded: AtomicU64,
+}
+
+/// The most of a command line (or a tool call's arguments) a record keeps: the caller chooses
+/// them, and a process with megabytes of arguments denied in a loop would otherwise fill the
+/// audit database's disk (and the log, and the queue's memory) in seconds.
+pub const MAX_COMMAND: usize = 4096;
+
+/// `command` cut to [`MAX_COMMAND`] bytes (at a character boundary), saying how much was cut.
+fn cut_command(command: &mut String) {
+    if command.len() <= MAX_COMMAND {
+        return;
+    }
+    let mut end = MAX_COMMAND;
+    while !command.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = command.len() - end;
+    command.truncate(end);
+    command.push_str(&format!("… [{cut} more bytes]"));
 }
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS audit (
@@ -63,6 +86,7 @@ impl Audit {
     /// Opens (creating) the audit database, which keeps the newest `max_records` records;
     /// `None` logs to `tracing` only.
     pub fn open(database: Option<&Path>, max_records: u64) -> FsResult<Audit> {
+        let dropped = Arc::new(AtomicU64::new(0));
         let sender = match database {
             None => None,
             Some(path) => {
@@ -90,13 +114,14 @@ impl Audit {
                 conn.execute(SCHEMA, [])?;
                 add_socket_column(&conn)?;
                 let (tx, rx) = sync_channel::<AuditEvent>(4096);
+                let lost = dropped.clone();
                 std::thread::Builder::new()
                     .name("audit".into())
-                    .spawn(move || write_records(&mut conn, &rx, max_records))?;
+                    .spawn(move || write_records(&mut conn, &rx, max_records, &lost))?;
                 Some(tx)
             }
         };
-        Ok(Audit { sender, dropped: AtomicU64::new(0), recorded: AtomicU64::new(0) })
+        Ok(Audit { sender, dropped, recorded: AtomicU64::new(0) })
     }
 
     /// Logs `event` (its strings escaped, see [`crate::display`]) and queues it for the table
@@ -106,8 +131,9 @@ impl Audit {
     /// line is let through a few times a second, saying how many were held back; the table
     /// keeps every record. Interrupts and their resolutions, which a human paces, are all
     /// logged.
-    pub fn record(&self, event: AuditEvent) {
+    pub fn record(&self, mut event: AuditEvent) {
         static DENIALS: RateLimited = RateLimited::new();
+        cut_command(&mut event.command);
         match event.decision.as_str() {
             "deny" | "hide" => {
                 if let Some(held) = DENIALS.admit() {
@@ -157,7 +183,7 @@ const BATCH: usize = 512;
 
 /// The writer thread: what is queued goes in one transaction, and every so often the oldest
 /// records beyond `max_records` are deleted (cheap: ids grow with time).
-fn write_records(conn: &mut Connection, queue: &Receiver<AuditEvent>, max_records: u64) {
+fn write_records(conn: &mut Connection, queue: &Receiver<AuditEvent>, max_records: u64, dropped: &AtomicU64) {
     let prune_every = (max_records / 10).clamp(1, 10_000);
     let mut since_prune = 0;
     while let Ok(first) = queue.recv() {
@@ -175,7 +201,8 @@ fn write_records(conn: &mut Connection, queue: &Receiver<AuditEvent>, max_record
             tx.commit()
         });
         if let Err(e) = written {
-            tracing::warn!("audit log write failed: {e}");
+            tracing::warn!("audit log write failed ({} records lost): {e}", batch.len());
+            dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
             continue;
         }
         since_prune += batch.len() as u64;
@@ -309,5 +336,33 @@ mod tests {
         }
         assert_eq!(pids, (16..=25).collect::<Vec<_>>());
         assert_eq!((audit.recorded(), audit.dropped()), (25, 0));
+    }
+
+    #[test]
+    fn a_long_command_is_cut_and_says_so() {
+        let mut long = format!("{}é", "x".repeat(MAX_COMMAND - 1));
+        cut_command(&mut long);
+        assert_eq!(long, format!("{}… [2 more bytes]", "x".repeat(MAX_COMMAND - 1)), "cut before the é");
+        let mut short = "cat .env".to_string();
+        cut_command(&mut short);
+        assert_eq!(short, "cat .env");
+    }
+
+    /// Records whose batch cannot be written (the database locked by another process past its
+    /// busy time, say) are counted as dropped, not lost unseen.
+    #[test]
+    fn records_that_fail_to_be_written_are_counted_as_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.db");
+        let audit = Audit::open(Some(&db), 100).unwrap();
+        let locker = Connection::open(&db).unwrap();
+        locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        audit.record(event(1));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while audit.dropped() == 0 {
+            assert!(std::time::Instant::now() < deadline, "the failed batch was not counted");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(audit.dropped(), 1);
     }
 }
