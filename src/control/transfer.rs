@@ -169,13 +169,24 @@ fn read(env: &ToolEnv, raw: &str) -> Result<Vec<u8>, ToolOutput> {
             return Err(ToolOutput::error(ErrorCode::IsDirectory, format!("Error: '{path}' is a directory")))
         }
         Some(a) if a.size as usize > MAX_FILE_BYTES => return Err(too_large(raw)),
+        Some(a) if a.kind != FileKind::File => {
+            // A FIFO or a device would hold the call until someone writes to it.
+            return Err(ToolOutput::error(
+                ErrorCode::InvalidArgument,
+                format!("Error: '{path}' is not a regular file"),
+            ));
+        }
         Some(_) => {}
     }
     // `file.txt/` names a directory: a file there is ENOTDIR, as for `read_file`.
     common::require_dir(&named, &loc, |written, os_error| {
         format!("Error: Error reading file '{written}': {os_error}")
     })?;
-    env.fs.read(&loc.real).map_err(|e| {
+    env.fs.read(&loc.real, MAX_FILE_BYTES as u64).map_err(|e| {
+        if e.is(Errno::EFBIG) {
+            // Grown past the limit since it was looked at.
+            return too_large(raw);
+        }
         common::fs_failure(Op::Read, path, &e, || {
             format!("Error: Error reading file '{path}': {}", common::py_os_error(&e, path))
         })

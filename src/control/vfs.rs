@@ -157,14 +157,25 @@ impl<'e> ToolFs<'e> {
         Ok(entries)
     }
 
-    /// The whole content of a file.
-    pub fn read(&self, path: &VPath) -> FsResult<Vec<u8>> {
-        let handle = self.engine.open(&self.ctx, path, libc::O_RDONLY)?;
+    /// The whole content of a regular file of at most `max` bytes. One that is larger, or
+    /// grows past `max` while it is read, is refused (EFBIG), and so is anything but a regular
+    /// file (EINVAL): the caller looked at the node first, but another process may have put a
+    /// FIFO or a growing file there since, and neither may hold the call's thread or the
+    /// daemon's memory without end.
+    pub fn read(&self, path: &VPath, max: u64) -> FsResult<Vec<u8>> {
+        // O_NONBLOCK: a FIFO opens at once (with no writer, a read finds its end).
+        let handle = self.engine.open(&self.ctx, path, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        if handle.file.kind_and_ino()?.0 != FileKind::File {
+            return Err(FsError::new(Errno::EINVAL, format!("{path} is not a regular file")));
+        }
         let mut data = Vec::new();
         loop {
             let chunk = self.engine.read(&handle, data.len() as u64, 1 << 20)?;
             if chunk.is_empty() {
                 break;
+            }
+            if (data.len() + chunk.len()) as u64 > max {
+                return Err(FsError::new(Errno::EFBIG, format!("{path} is larger than {max} bytes")));
             }
             data.extend_from_slice(&chunk);
         }
@@ -202,51 +213,76 @@ impl<'e> ToolFs<'e> {
         }
     }
 
+    /// Makes `dir` and its missing ancestors, from the nearest one that exists down (a loop,
+    /// not recursion: a path may have two thousand components).
     fn make_parents(&self, dir: &VPath) -> FsResult<()> {
-        match self.engine.lookup(&self.ctx, dir) {
-            Ok(a) if a.kind == FileKind::Dir => Ok(()),
-            Ok(_) => Err(FsError::new(Errno::ENOTDIR, format!("{dir} is not a directory"))),
-            Err(e) if e.is(Errno::ENOENT) && !dir.is_root() => {
-                self.make_parents(&dir.parent())?;
-                match self.engine.mkdir(&self.ctx, dir, 0o755) {
-                    Err(e) if !e.is(Errno::EEXIST) => Err(e),
-                    Err(_) => Ok(()),
-                    // Like a new file, a new directory belongs to whom `new_owner` says.
-                    Ok(made) => {
-                        match self.engine.lookup(&self.ctx, &dir.parent()).map(|p| self.new_owner(&p)) {
-                            Ok((uid, gid)) if (uid, gid) != (made.uid, made.gid) => {
-                                let owner = SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() };
-                                // The daemon's own doing, not the peer's: its permissions are not asked.
-                                let daemon = Ctx { principal: None, ..self.ctx };
-                                match self.engine.setattr(&daemon, dir, &owner, None) {
-                                    Err(e) if !e.is(Errno::EPERM) => Err(e),
-                                    _ => Ok(()),
-                                }
-                            }
-                            _ => Ok(()),
-                        }
-                    }
+        let mut missing = Vec::new();
+        let mut at = dir.clone();
+        loop {
+            match self.engine.lookup(&self.ctx, &at) {
+                Ok(a) if a.kind == FileKind::Dir => break,
+                Ok(_) => return Err(FsError::new(Errno::ENOTDIR, format!("{at} is not a directory"))),
+                Err(e) if e.is(Errno::ENOENT) && !at.is_root() => {
+                    let parent = at.parent();
+                    missing.push(at);
+                    at = parent;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for dir in missing.iter().rev() {
+            self.make_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the directory `dir`, whose parent exists, owned as [`ToolFs::new_owner`] says;
+    /// one made meanwhile by another caller is as good.
+    fn make_dir(&self, dir: &VPath) -> FsResult<()> {
+        let made = match self.engine.mkdir(&self.ctx, dir, 0o755) {
+            Err(e) if e.is(Errno::EEXIST) => return Ok(()),
+            other => other?,
+        };
+        // Like a new file, a new directory belongs to whom `new_owner` says.
+        match self.engine.lookup(&self.ctx, &dir.parent()).map(|p| self.new_owner(&p)) {
+            Ok((uid, gid)) if (uid, gid) != (made.uid, made.gid) => {
+                let owner = SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() };
+                // The daemon's own doing, not the peer's: its permissions are not asked.
+                let daemon = Ctx { principal: None, ..self.ctx };
+                match self.engine.setattr(&daemon, dir, &owner, None) {
+                    Err(e) if !e.is(Errno::EPERM) => Err(e),
+                    _ => Ok(()),
                 }
             }
-            Err(e) => Err(e),
+            _ => Ok(()),
         }
     }
 
-    /// Removes `path` and everything beneath it, each step through the gate.
+    /// Removes `path` and everything beneath it, each step through the gate. Depth first on a
+    /// stack of its own, not by recursion: an agent can make a tree thousands of levels deep
+    /// (no store but the host's bounds the depth), which would overflow the thread's stack.
     pub fn remove_tree(&self, path: &VPath) -> FsResult<()> {
-        let attr = self.engine.lookup(&self.ctx, path)?;
-        if attr.kind == FileKind::Dir {
-            for entry in self.engine.readdir(&self.ctx, path)? {
-                match self.remove_tree(&path.join(&entry.name)) {
-                    // Removed meanwhile by another caller: as good as removed here.
-                    Err(e) if e.is(Errno::ENOENT) => {}
-                    other => other?,
-                }
+        // Each entry, and whether its directory has been emptied (it is removed then).
+        let mut stack = vec![(path.clone(), false)];
+        while let Some((at, emptied)) = stack.pop() {
+            let step = if emptied {
+                self.engine.rmdir(&self.ctx, &at)
+            } else {
+                self.engine.lookup(&self.ctx, &at).and_then(|attr| match attr.kind {
+                    FileKind::Dir => self.engine.readdir(&self.ctx, &at).map(|entries| {
+                        stack.push((at.clone(), true));
+                        stack.extend(entries.into_iter().rev().map(|e| (at.join(&e.name), false)));
+                    }),
+                    _ => self.engine.unlink(&self.ctx, &at),
+                })
+            };
+            match step {
+                // Removed meanwhile by another caller: as good as removed here.
+                Err(e) if e.is(Errno::ENOENT) && at != *path => {}
+                other => other?,
             }
-            self.engine.rmdir(&self.ctx, path)
-        } else {
-            self.engine.unlink(&self.ctx, path)
         }
+        Ok(())
     }
 
     /// Visits every visible entry beneath `root` (depth first, names sorted), calling
@@ -258,20 +294,27 @@ impl<'e> ToolFs<'e> {
         visit: &mut dyn FnMut(&VPath, &Attr) -> bool,
         unreadable: &mut dyn FnMut(&VPath, &FsError),
     ) -> bool {
-        let entries = match self.list(root) {
-            Ok(entries) => entries,
-            Err(e) => {
-                unreadable(root, &e);
-                return true;
-            }
-        };
-        for (name, attr) in entries {
-            let path = root.join(&name);
+        // The directories being listed, each with the entries still to visit: a stack of its
+        // own, not recursion (see `remove_tree`).
+        let mut open: Vec<(VPath, std::vec::IntoIter<(String, Attr)>)> = Vec::new();
+        match self.list(root) {
+            Ok(entries) => open.push((root.clone(), entries.into_iter())),
+            Err(e) => unreadable(root, &e),
+        }
+        while let Some((dir, entries)) = open.last_mut() {
+            let Some((name, attr)) = entries.next() else {
+                open.pop();
+                continue;
+            };
+            let path = dir.join(&name);
             if !visit(&path, &attr) {
                 return false;
             }
-            if attr.kind == FileKind::Dir && !self.walk(&path, visit, unreadable) {
-                return false;
+            if attr.kind == FileKind::Dir {
+                match self.list(&path) {
+                    Ok(entries) => open.push((path, entries.into_iter())),
+                    Err(e) => unreadable(&path, &e),
+                }
             }
         }
         true

@@ -29,6 +29,7 @@ mod run;
 mod security;
 mod shared_store;
 mod stress;
+mod tool_limits;
 mod trailing_slash;
 mod transport;
 mod workloads;

@@ -362,6 +362,24 @@ fn link_target(env: &ToolEnv, path: &VPath) -> Option<VPath> {
 
 /// The attributes of the regular file at `loc`. Deep Agents reports anything else as not
 /// found (a directory keeps that text but gets `FS_IS_DIRECTORY`).
+/// The largest text file `read_file` reads, and `edit_file` edits, whole (both need every
+/// line: `read_file` counts them). A larger one is refused with [`too_large_to_take_whole`]:
+/// reading it would hold the daemon's memory (a sparse file of 100 GB takes no disk).
+pub const MAX_TEXT_BYTES: u64 = 32 << 20;
+
+/// The refusal of a text file over [`MAX_TEXT_BYTES`] (`what`: "read" or "edit"; `size`, when
+/// known: a file that grew past the limit while it was read is not read to its end).
+pub fn too_large_to_take_whole(what: &str, path: &VPath, size: Option<u64>) -> ToolOutput {
+    let size = size.map_or_else(|| "over the limit".to_string(), |s| format!("{s} bytes"));
+    ToolOutput::error(
+        ErrorCode::TooLarge,
+        format!(
+            "Error: File '{path}' is too large to {what} whole ({size}; the limit is {MAX_TEXT_BYTES} bytes). \
+             Search it with grep, or take part of it from a shell (head, tail, sed -n '100,200p')"
+        ),
+    )
+}
+
 pub fn regular_file(loc: &Located) -> Result<Attr, ToolOutput> {
     match &loc.attr {
         Some(a) if a.kind == FileKind::File => Ok(a.clone()),

@@ -98,11 +98,18 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
         Ok(attr) => attr,
         Err(e) => return e,
     };
+    // Before the read-before-edit check: such a file cannot have been read whole either.
+    if attr.size > common::MAX_TEXT_BYTES {
+        return common::too_large_to_take_whole("edit", &loc.path, Some(attr.size));
+    }
     if let Err(e) = common::check_observed(env, &loc, &attr, true) {
         return e;
     }
-    let data = match env.fs.read(&loc.real) {
+    let data = match env.fs.read(&loc.real, common::MAX_TEXT_BYTES) {
         Ok(d) => d,
+        Err(e) if e.is(crate::error::Errno::EFBIG) => {
+            return common::too_large_to_take_whole("edit", &loc.path, None)
+        }
         Err(e) => return edit_error(&loc, &e),
     };
     let content = match std::str::from_utf8(&data) {

@@ -140,8 +140,16 @@ fn call(env: &ToolEnv, arguments: &Value) -> ToolOutput {
             ),
         );
     }
-    let data = match env.fs.read(&loc.real) {
+    if media.is_none() && attr.size > common::MAX_TEXT_BYTES {
+        return common::too_large_to_take_whole("read", path, Some(attr.size));
+    }
+    let max = if media.is_some() { MAX_BINARY_BYTES } else { common::MAX_TEXT_BYTES };
+    let data = match env.fs.read(&loc.real, max) {
         Ok(d) => d,
+        // Grown past the limit since it was looked at.
+        Err(e) if e.is(crate::error::Errno::EFBIG) && media.is_none() => {
+            return common::too_large_to_take_whole("read", path, None)
+        }
         Err(e) => {
             return common::fs_failure(Op::Read, path, &e, || {
                 format!("Error: Error reading file '{path}': {}", common::py_os_error(&e, path))
