@@ -71,13 +71,31 @@ pub fn line(v: &Value) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let left = v["expires"].as_f64().map(|e| e - now).unwrap_or(0.0);
     let principal = format!("pid {} uid {} via {}", field(&v["pid"]), field(&v["uid"]), door(v));
+    // The daemon keeps only the start of long arguments or command lines: say how long the
+    // whole was, so an elided line is not taken for all there is.
+    let cut = v["cut"].as_array().filter(|c| !c.is_empty());
+    let whole = |bytes: &Value| {
+        if cut.is_some() {
+            format!(" [cut: {} bytes in all]", field(bytes))
+        } else {
+            String::new()
+        }
+    };
     let who = match v.get("tool") {
         Some(tool) => format!(
-            "by tool {} {} ({principal})",
+            "by tool {} {}{} ({principal})",
             field(&tool["name"]),
             elide(&tool["arguments"].to_string(), COMMAND_WIDTH),
+            whole(&tool["arguments_bytes"]),
         ),
-        None => format!("by {principal} ({})", elide(v["command"].as_str().unwrap_or(""), COMMAND_WIDTH)),
+        None => format!(
+            "by {principal} ({}){}",
+            elide(v["command"].as_str().unwrap_or(""), COMMAND_WIDTH),
+            whole(
+                &cut.and_then(|c| c.iter().find(|e| e["at"] == "/command"))
+                    .map_or(Value::Null, |e| e["bytes"].clone())
+            ),
+        ),
     };
     // A change of names was refused at once (nobody waits); approving lets it be retried.
     let retry = if v["retry"] == Value::Bool(true) {
@@ -214,6 +232,13 @@ mod tests {
             line(&v),
             "#13 write /w/t by tool write_file {\"file_path\":\"/w/t\"} (pid 5151 uid 65534 via the agent socket) expires in 5m00s"
         );
+        let mut v = v;
+        v["tool"]["arguments_bytes"] = json!(300_040);
+        v["cut"] = json!([{"at": "/tool/arguments/content", "bytes": 300_000, "shown": 2030}]);
+        assert!(line(&v).contains("} [cut: 300040 bytes in all] (pid 5151"), "{}", line(&v));
+        let v = json!({"id": 3, "class": "write", "path": "/p", "pid": 1, "command": "sh -c x", "expires": now,
+            "cut": [{"at": "/command", "bytes": 90_000, "shown": 2048}]});
+        assert!(line(&v).contains("(sh -c x) [cut: 90000 bytes in all] expires"), "{}", line(&v));
     }
 
     #[test]

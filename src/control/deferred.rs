@@ -13,23 +13,61 @@
 //! second one, so a re-run tool asks once. An outcome nobody picks up is forgotten after the
 //! approval timeout.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::policy::approvals::{ApprovalId, Outcome};
 
-/// One deferred ticket: the call it is for, and its outcome once known.
-struct Slot {
-    name: String,
-    arguments: Value,
+/// Which call a deferred ticket is for: the user, the tool and a SHA-256 of the arguments
+/// (as compact JSON, whose object keys serde_json keeps sorted, so equal arguments give equal
+/// digests). The arguments themselves are not kept: the call that finishes the ticket sends
+/// them again, and a digest binds the approval to exactly them without holding a 300 KB copy
+/// per ticket; a collision-resistant one, because the approval must not pass to other content.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallKey {
     uid: u32,
+    name: String,
+    digest: [u8; 32],
+}
+
+impl CallKey {
+    pub fn new(name: &str, arguments: &Value, uid: u32) -> CallKey {
+        struct Hashing(Sha256);
+        impl std::io::Write for Hashing {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        // Streamed into the hash: no second copy of the arguments' text.
+        let mut hashing = Hashing(Sha256::new());
+        let _ = serde_json::to_writer(&mut hashing, arguments);
+        let mut digest = [0; 32];
+        digest.copy_from_slice(&hashing.0.finalize());
+        CallKey { uid, name: name.to_string(), digest }
+    }
+}
+
+/// One deferred ticket: the call it is for (once registered), and its outcome once known.
+struct Slot {
+    call: Option<CallKey>,
     outcome: Option<(Outcome, Instant)>,
     /// A `ticket: N` call waiting for the outcome.
     waiter: Option<mpsc::Sender<Outcome>>,
+}
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot { call: None, outcome: None, waiter: None }
+    }
 }
 
 /// Why a call cannot pick up a ticket.
@@ -55,39 +93,56 @@ impl AttachError {
 }
 
 #[derive(Default)]
+struct Slots {
+    slots: HashMap<ApprovalId, Slot>,
+    /// The pending (unanswered) ticket of each call, so a re-run finds its ticket in O(1)
+    /// however many are pending.
+    pending: HashMap<CallKey, ApprovalId>,
+    /// Outcomes in the order they came, to forget those nobody picked up (oldest first).
+    answered: VecDeque<(Instant, ApprovalId)>,
+}
+
+impl Slots {
+    /// The slot no longer waits for an answer: its call leaves the index.
+    fn unindex(&mut self, id: ApprovalId) {
+        if let Some(call) = self.slots.get(&id).and_then(|s| s.call.as_ref()) {
+            if self.pending.get(call) == Some(&id) {
+                self.pending.remove(call);
+            }
+        }
+    }
+}
+
+#[derive(Default)]
 pub struct Deferred {
-    slots: Mutex<HashMap<ApprovalId, Slot>>,
+    slots: Mutex<Slots>,
 }
 
 impl Deferred {
-    /// A pending deferred ticket of `uid` for exactly this call, if any.
-    pub fn pending_for(&self, name: &str, arguments: &Value, uid: u32) -> Option<ApprovalId> {
-        let slots = self.slots.lock();
-        slots
-            .iter()
-            .filter(|(_, s)| {
-                s.outcome.is_none() && s.uid == uid && s.name == name && s.arguments == *arguments
-            })
-            .map(|(id, _)| *id)
-            .min()
+    /// A pending deferred ticket for exactly this call (user, tool, arguments), if any.
+    pub fn pending_for(&self, call: &CallKey) -> Option<ApprovalId> {
+        self.slots.lock().pending.get(call).copied()
     }
 
-    /// Registers ticket `id` (just opened) for this call; forgets outcomes older than
-    /// `keep` that nobody picked up.
-    pub fn open(&self, id: ApprovalId, name: &str, arguments: &Value, uid: u32, keep: Duration) {
+    /// Registers ticket `id` (just opened) for `call`; forgets outcomes older than `keep`
+    /// that nobody picked up.
+    pub fn open(&self, id: ApprovalId, call: CallKey, keep: Duration) {
         let mut slots = self.slots.lock();
-        slots.retain(|_, s| s.outcome.as_ref().is_none_or(|(_, at)| at.elapsed() < keep));
+        while let Some(&(at, old)) = slots.answered.front() {
+            if at.elapsed() < keep {
+                break;
+            }
+            slots.answered.pop_front();
+            if slots.slots.get(&old).is_some_and(|s| s.outcome.as_ref().is_some_and(|(_, t)| *t == at)) {
+                slots.slots.remove(&old);
+            }
+        }
         // The outcome may have come first (the ticket was answered before this ran).
-        let slot = slots.entry(id).or_insert_with(|| Slot {
-            name: String::new(),
-            arguments: Value::Null,
-            uid,
-            outcome: None,
-            waiter: None,
-        });
-        slot.name = name.to_string();
-        slot.arguments = arguments.clone();
-        slot.uid = uid;
+        let answered = slots.slots.get(&id).is_some_and(|s| s.outcome.is_some());
+        if !answered {
+            slots.pending.entry(call.clone()).or_insert(id);
+        }
+        slots.slots.entry(id).or_insert_with(Slot::empty).call = Some(call);
     }
 
     /// The ticket's waiter (what [`crate::policy::approvals::Approvals::submit`] calls).
@@ -97,40 +152,37 @@ impl Deferred {
             return;
         }
         let mut slots = self.slots.lock();
-        let slot = slots.entry(id).or_insert_with(|| Slot {
-            name: String::new(),
-            arguments: Value::Null,
-            uid: u32::MAX,
-            outcome: None,
-            waiter: None,
-        });
+        slots.unindex(id);
+        let slot = slots.slots.entry(id).or_insert_with(Slot::empty);
         match slot.waiter.take() {
             // Someone waits: the outcome is theirs, and the slot is done.
             Some(tx) if tx.send(outcome.clone()).is_ok() => {
-                slots.remove(&id);
+                slots.slots.remove(&id);
             }
-            _ => slot.outcome = Some((outcome, Instant::now())),
+            _ => {
+                let now = Instant::now();
+                slot.outcome = Some((outcome, now));
+                slots.answered.push_back((now, id));
+            }
         }
     }
 
-    /// Waits (up to `timeout`) for the outcome of ticket `id` on behalf of the call
-    /// `name(arguments)` of `uid`; the outcome is used up. `None` when the wait ran out.
+    /// Waits (up to `timeout`) for the outcome of ticket `id` on behalf of `call`; the
+    /// outcome is used up. `None` when the wait ran out.
     pub fn attach(
         &self,
         id: ApprovalId,
-        name: &str,
-        arguments: &Value,
-        uid: u32,
+        call: &CallKey,
         timeout: Duration,
     ) -> Result<Option<Outcome>, AttachError> {
         let rx = {
             let mut slots = self.slots.lock();
-            let slot = slots.get_mut(&id).ok_or(AttachError::Unknown)?;
-            if slot.name != name || slot.arguments != *arguments || slot.uid != uid {
+            let slot = slots.slots.get_mut(&id).ok_or(AttachError::Unknown)?;
+            if slot.call.as_ref() != Some(call) {
                 return Err(AttachError::OtherCall);
             }
             if let Some((outcome, _)) = slot.outcome.take() {
-                slots.remove(&id);
+                slots.slots.remove(&id);
                 return Ok(Some(outcome));
             }
             // A waiter gives its place back when its wait ends, answered or not.
@@ -145,7 +197,7 @@ impl Deferred {
             Ok(outcome) => Ok(Some(outcome)),
             Err(_) => {
                 // Give the slot back so that a later attach can still pick the outcome up.
-                if let Some(slot) = self.slots.lock().get_mut(&id) {
+                if let Some(slot) = self.slots.lock().slots.get_mut(&id) {
                     slot.waiter = None;
                 }
                 Ok(None)
@@ -163,45 +215,66 @@ mod tests {
 
     const KEEP: Duration = Duration::from_secs(60);
 
+    fn key(name: &str, arguments: Value, uid: u32) -> CallKey {
+        CallKey::new(name, &arguments, uid)
+    }
+
     #[test]
     fn an_outcome_waits_for_its_call_and_is_used_once() {
         let d = Deferred::default();
         let args = json!({"file_path": "/a", "content": "x"});
-        d.open(7, "write_file", &args, 1000, KEEP);
-        assert_eq!(d.pending_for("write_file", &args, 1000), Some(7));
-        assert_eq!(d.pending_for("write_file", &args, 1001), None, "another user's call");
-        assert_eq!(d.pending_for("write_file", &json!({}), 1000), None, "other arguments");
+        let call = key("write_file", args.clone(), 1000);
+        d.open(7, call.clone(), KEEP);
+        assert_eq!(d.pending_for(&call), Some(7));
+        assert_eq!(d.pending_for(&key("write_file", args.clone(), 1001)), None, "another user's call");
+        assert_eq!(d.pending_for(&key("write_file", json!({}), 1000)), None, "other arguments");
+        let reordered = json!({"content": "x", "file_path": "/a"});
+        assert_eq!(d.pending_for(&key("write_file", reordered, 1000)), Some(7), "the same arguments");
         d.deliver(7, Outcome::Decided(Decision::Approve(Scope::Once)));
-        assert_eq!(d.pending_for("write_file", &args, 1000), None, "answered");
-        assert_eq!(d.attach(7, "edit_file", &args, 1000, KEEP), Err(AttachError::OtherCall));
-        assert_eq!(
-            d.attach(7, "write_file", &args, 1000, KEEP),
-            Ok(Some(Outcome::Decided(Decision::Approve(Scope::Once))))
-        );
-        assert_eq!(d.attach(7, "write_file", &args, 1000, KEEP), Err(AttachError::Unknown));
+        assert_eq!(d.pending_for(&call), None, "answered");
+        assert_eq!(d.attach(7, &key("edit_file", args.clone(), 1000), KEEP), Err(AttachError::OtherCall));
+        let other_content = key("write_file", json!({"file_path": "/a", "content": "y"}), 1000);
+        assert_eq!(d.attach(7, &other_content, KEEP), Err(AttachError::OtherCall));
+        assert_eq!(d.attach(7, &call, KEEP), Ok(Some(Outcome::Decided(Decision::Approve(Scope::Once)))));
+        assert_eq!(d.attach(7, &call, KEEP), Err(AttachError::Unknown));
     }
 
     #[test]
     fn a_waiting_call_gets_the_outcome_when_it_comes() {
         let d = std::sync::Arc::new(Deferred::default());
-        d.open(3, "ls", &json!({"path": "/"}), 0, KEEP);
+        let call = key("ls", json!({"path": "/"}), 0);
+        d.open(3, call.clone(), KEEP);
         let waiter = {
             let d = d.clone();
-            std::thread::spawn(move || d.attach(3, "ls", &json!({"path": "/"}), 0, KEEP))
+            std::thread::spawn(move || d.attach(3, &call, KEEP))
         };
-        while d.slots.lock().get(&3).is_none_or(|s| s.waiter.is_none()) {
+        while d.slots.lock().slots.get(&3).is_none_or(|s| s.waiter.is_none()) {
             std::thread::sleep(Duration::from_millis(5));
         }
         d.deliver(3, Outcome::TimedOut);
         assert_eq!(waiter.join().unwrap(), Ok(Some(Outcome::TimedOut)));
-        assert!(d.slots.lock().is_empty());
+        let slots = d.slots.lock();
+        assert!(slots.slots.is_empty() && slots.pending.is_empty());
     }
 
     #[test]
     fn an_outcome_delivered_before_the_slot_opened_is_kept() {
         let d = Deferred::default();
         d.deliver(5, Outcome::CallerGone);
-        d.open(5, "ls", &json!({}), 0, KEEP);
-        assert_eq!(d.attach(5, "ls", &json!({}), 0, KEEP), Ok(Some(Outcome::CallerGone)));
+        let call = key("ls", json!({}), 0);
+        d.open(5, call.clone(), KEEP);
+        assert_eq!(d.pending_for(&call), None, "already answered");
+        assert_eq!(d.attach(5, &call, KEEP), Ok(Some(Outcome::CallerGone)));
+    }
+
+    #[test]
+    fn outcomes_nobody_picks_up_are_forgotten_after_keep() {
+        let d = Deferred::default();
+        let call = key("ls", json!({}), 0);
+        d.open(1, call.clone(), KEEP);
+        d.deliver(1, Outcome::TimedOut);
+        d.open(2, key("ls", json!({"path": "/x"}), 0), Duration::ZERO);
+        assert_eq!(d.attach(1, &call, KEEP), Err(AttachError::Unknown));
+        assert_eq!(d.slots.lock().slots.len(), 1, "only ticket 2");
     }
 }

@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::control::deferred::{AttachError, Deferred};
+use crate::control::deferred::{AttachError, CallKey, Deferred};
 use crate::control::methods::Peer;
 use crate::control::proto::{self, RpcError};
 use crate::control::session::Session;
 use crate::control::tools::{self, Block, ErrorCode, ToolEnv, ToolOutput};
 use crate::control::vfs::{validate_path, ToolFs};
+use crate::policy::approvals::preview::Preview;
 use crate::policy::approvals::{ApprovalId, Approvals, Decision, Outcome, Request, Scope, ToolCall};
 use crate::policy::overlap::{glob_anchor, paths_overlap};
 use crate::policy::{Mode, Op};
@@ -172,8 +173,8 @@ pub fn call(
                     format!("Error: the client that made the tool call for `{name}` disconnected. The tool was not executed."),
                 )));
             }
-            let attached =
-                deferred.attach(id, name, args, peer.uid, approvals.timeout() + Duration::from_secs(5));
+            let call = CallKey::new(name, args, peer.uid);
+            let attached = deferred.attach(id, &call, approvals.timeout() + Duration::from_secs(5));
             env.session.done_waiting(id);
             let outcome = match attached {
                 Ok(outcome) => outcome.unwrap_or(Outcome::TimedOut),
@@ -199,7 +200,7 @@ pub fn call(
                 other: None,
                 tool: Some(ToolCall {
                     name: name.to_string(),
-                    arguments: args.clone(),
+                    arguments: Preview::of(args),
                     resolved: ask.resolved,
                     reach: ask.reach,
                     socket: peer.socket.as_str(),
@@ -207,16 +208,23 @@ pub fn call(
             };
             if wait == Wait::Defer {
                 // A re-run of a call whose ticket is still pending gets that ticket again.
-                if let Some(id) = deferred.pending_for(name, args, peer.uid) {
+                let call = CallKey::new(name, args, peer.uid);
+                if let Some(id) = deferred.pending_for(&call) {
                     return Ok(Some(interrupted(&approvals, id, name)));
                 }
                 let d = deferred.clone();
-                match approvals.submit(request, None, Box::new(move |id, outcome| d.deliver(id, outcome))) {
+                let (tx, refused) = mpsc::channel();
+                let waiter = Box::new(move |id, outcome| match outcome {
+                    // Refused at once: this call answers it, with the reason.
+                    Outcome::Overloaded(_) => drop(tx.send(outcome)),
+                    _ => d.deliver(id, outcome),
+                });
+                match approvals.submit(request, None, waiter) {
                     Some(id) => {
-                        deferred.open(id, name, args, peer.uid, approvals.timeout());
+                        deferred.open(id, call, approvals.timeout());
                         return Ok(Some(interrupted(&approvals, id, name)));
                     }
-                    None => (0, Outcome::Overloaded),
+                    None => (0, refused.try_recv().unwrap_or(Outcome::TimedOut)),
                 }
             } else {
                 block(env, &approvals, request)
@@ -228,7 +236,7 @@ pub fn call(
 
 /// The answer to a deferred call: its ticket, pending.
 fn interrupted(approvals: &Approvals, id: ApprovalId, name: &str) -> ToolOutput {
-    let ticket = approvals.list().into_iter().find(|t| t["id"] == json!(id)).unwrap_or(Value::Null);
+    let ticket = approvals.describe(id).unwrap_or(Value::Null);
     let path = ticket["path"].as_str().unwrap_or("").to_string();
     ToolOutput::text(format!(
         "Interrupted: the tool call for `{name}` on {path} needs a human's approval (approval #{id}). It has not run; once an approver has answered on the control socket, call it again with `ticket: {id}` to finish it."
@@ -304,9 +312,12 @@ fn conclude(
             ErrorCode::InterruptRejected,
             format!("Error: the client that made the tool call for `{name}` disconnected before it was approved. The tool was not executed."),
         ),
-        Outcome::Overloaded => ToolOutput::error(
+        Outcome::Overloaded(overload) => ToolOutput::error(
             ErrorCode::InterruptRejected,
-            format!("Error: the tool call for `{name}` needs approval, but too many approvals are pending. The tool was not executed."),
+            format!(
+                "Error: the tool call for `{name}` needs approval, but too many approvals are pending: {}. The tool was not executed.",
+                overload.reason()
+            ),
         ),
     };
     output.with("interrupt_id", json!(id))

@@ -153,11 +153,13 @@ impl FuseDoor {
                 }
                 other => {
                     let why = match other {
-                        Outcome::TimedOut => "the approval timed out",
-                        Outcome::Overloaded => "too many approvals are pending",
-                        Outcome::CallerGone => "the caller exited",
-                        Outcome::Cancelled => "the daemon is stopping",
-                        _ => "rejected",
+                        Outcome::TimedOut => "the approval timed out".to_string(),
+                        Outcome::Overloaded(overload) => {
+                            format!("too many approvals are pending: {}", overload.reason())
+                        }
+                        Outcome::CallerGone => "the caller exited".to_string(),
+                        Outcome::Cancelled => "the daemon is stopping".to_string(),
+                        _ => "rejected".to_string(),
                     };
                     send(&door, Err(FsError::new(Errno::EACCES, why)), reply)
                 }

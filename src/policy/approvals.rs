@@ -18,12 +18,19 @@ use crate::audit::{Audit, AuditEvent};
 use crate::display::Escaped;
 use crate::policy::{Op, Refusal};
 use crate::vpath::VPath;
+use preview::Preview;
 
 pub type ApprovalId = u64;
 
 /// Past this many pending approvals new interrupts are refused at once: a runaway agent must
 /// not be able to pile up unbounded tickets (each may hold a kernel request).
 pub const MAX_PENDING: usize = 1024;
+
+/// How many of the pending approvals one user (uid) may hold, a quarter of the bound: an agent
+/// that fills its share leaves the rest to everyone else.
+pub fn share_of(max_pending: usize) -> usize {
+    (max_pending / 4).max(1)
+}
 
 /// How often the sweeper looks for expired tickets and callers that died, while there are any
 /// tickets or retry grants (otherwise it sleeps until one comes: see [`Bell`]).
@@ -71,7 +78,9 @@ pub struct Request {
 #[derive(Clone, Debug)]
 pub struct ToolCall {
     pub name: String,
-    pub arguments: Value,
+    /// What the approver is shown of the arguments: a bounded preview, not the call's copy
+    /// (a waiting call keeps its own; a deferred one sends them again with `ticket: N`).
+    pub arguments: Preview,
     /// Where the call's path leads through symlinks, when that is elsewhere: the path the
     /// rule matched. (The kernel resolves a syscall's links before the daemon sees it, so
     /// only a tool call names a path other than the one judged.)
@@ -125,7 +134,7 @@ pub enum Outcome {
     /// the tool call disconnected ([`Approvals::withdraw`]).
     CallerGone,
     /// Refused at once: too many approvals pending.
-    Overloaded,
+    Overloaded(Overload),
     /// The daemon is stopping.
     Cancelled,
     /// The waiting process got a signal (Ctrl-C): it stops waiting, and nothing runs.
@@ -134,8 +143,37 @@ pub enum Outcome {
 
 pub type Waiter = Box<dyn FnOnce(ApprovalId, Outcome) + Send>;
 
+/// Which bound refused a ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overload {
+    /// The caller's user already holds its share ([`share_of`]).
+    Share { uid: u32, limit: usize },
+    /// Users other than root hold all but root's share, which is kept for root.
+    Others { limit: usize },
+    /// Every place is taken.
+    All { limit: usize },
+}
+
+impl Overload {
+    /// Why, for the caller's error and the log.
+    pub fn reason(&self) -> String {
+        match self {
+            Overload::Share { uid, limit } => {
+                format!("uid {uid} already has {limit} approvals pending (one user's share)")
+            }
+            Overload::Others { limit } => format!(
+                "users other than root already have {limit} approvals pending (the rest is kept for root)"
+            ),
+            Overload::All { limit } => format!("{limit} approvals are already pending (the limit)"),
+        }
+    }
+}
+
 struct Ticket {
+    /// Its command line is at most [`preview::COMMAND_SHOWN`] bytes ([`Ticket::command_bytes`]).
     request: Request,
+    /// The length of the whole command line, when it was cut.
+    command_bytes: Option<usize>,
     created: SystemTime,
     expires: SystemTime,
     deadline: Instant,
@@ -170,6 +208,8 @@ type Subscriber = Box<dyn Fn(&Value) -> bool + Send + Sync>;
 #[derive(Default)]
 struct Inner {
     pending: BTreeMap<ApprovalId, Ticket>,
+    /// How many of `pending` each uid holds (uids holding none are absent).
+    held: HashMap<u32, usize>,
     covers: HashMap<ApprovalId, Cover>,
     grants: Vec<Grant>,
     /// Approved refusals waiting for their caller's next attempt.
@@ -180,6 +220,39 @@ struct Inner {
 }
 
 impl Inner {
+    fn put(&mut self, id: ApprovalId, ticket: Ticket) {
+        *self.held.entry(ticket.request.uid).or_default() += 1;
+        self.pending.insert(id, ticket);
+    }
+
+    fn take(&mut self, id: ApprovalId) -> Option<Ticket> {
+        let ticket = self.pending.remove(&id)?;
+        if let std::collections::hash_map::Entry::Occupied(mut held) = self.held.entry(ticket.request.uid) {
+            *held.get_mut() -= 1;
+            if *held.get() == 0 {
+                held.remove();
+            }
+        }
+        Some(ticket)
+    }
+
+    /// Which bound a new ticket of `uid` would pass, if any: its user's share, then (for
+    /// users other than root) all but root's share, then the whole bound. Root's share is
+    /// kept for it, so agents of several users together cannot shut the operator out either.
+    fn overload(&self, uid: u32, max_pending: usize) -> Option<Overload> {
+        let share = share_of(max_pending);
+        let others = max_pending.saturating_sub(share).max(share);
+        if self.held.get(&uid).copied().unwrap_or(0) >= share {
+            Some(Overload::Share { uid, limit: share })
+        } else if uid != 0 && self.pending.len() - self.held.get(&0).copied().unwrap_or(0) >= others {
+            Some(Overload::Others { limit: others })
+        } else if self.pending.len() >= max_pending {
+            Some(Overload::All { limit: max_pending })
+        } else {
+            None
+        }
+    }
+
     fn ended(&mut self, id: ApprovalId, how: String) {
         self.ended.insert(id, how);
         while self.ended.len() > ENDED_KEPT {
@@ -327,25 +400,29 @@ impl Approvals {
     fn open(
         &self,
         mut inner: parking_lot::MutexGuard<'_, Inner>,
-        request: Request,
+        mut request: Request,
         inherited: Vec<(Op, VPath)>,
         retry: bool,
         waiter: Waiter,
     ) -> Option<ApprovalId> {
-        if inner.pending.len() >= self.max_pending {
+        // A command line can be megabytes: the ticket (and its audit records) keep its start.
+        let (command, command_bytes) = preview::shorten(&request.command, preview::COMMAND_SHOWN);
+        request.command = command;
+        if let Some(overload) = inner.overload(request.uid, self.max_pending) {
             drop(inner);
             static OVERLOADED: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
             if let Some(held) = OVERLOADED.admit() {
                 tracing::warn!(
-                    "refusing {} {} {}: {} approvals are already pending (the limit){held}",
+                    "refusing {} {} {} of uid {}: {}{held}",
                     Escaped(&request.operation),
                     request.op.as_str(),
                     Escaped(request.path.as_str()),
-                    self.max_pending
+                    request.uid,
+                    overload.reason()
                 );
             }
             self.record(&request, "interrupt-overloaded", "");
-            waiter(0, Outcome::Overloaded);
+            waiter(0, Outcome::Overloaded(overload));
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -353,6 +430,7 @@ impl Approvals {
         let timeout = self.timeout();
         let ticket = Ticket {
             request,
+            command_bytes,
             created,
             expires: created + timeout,
             deadline: Instant::now() + timeout,
@@ -362,7 +440,7 @@ impl Approvals {
         };
         let view = describe(id, &ticket);
         self.record(&ticket.request, if retry { "interrupt-retry" } else { "interrupt" }, "");
-        inner.pending.insert(id, ticket);
+        inner.put(id, ticket);
         let subscribers = inner.subscribers.clone();
         drop(inner);
         self.bell.ring();
@@ -373,6 +451,11 @@ impl Approvals {
     /// The pending approvals, oldest first.
     pub fn list(&self) -> Vec<Value> {
         self.inner.lock().pending.iter().map(|(id, t)| describe(*id, t)).collect()
+    }
+
+    /// Pending approval `id` as the list shows it.
+    pub fn describe(&self, id: ApprovalId) -> Option<Value> {
+        self.inner.lock().pending.get(&id).map(|t| describe(id, t))
     }
 
     /// Resolves ticket `id`; `by` says who, for the audit log.
@@ -390,7 +473,7 @@ impl Approvals {
                 "approval #{id} is a syscall; only `approve` and `reject` apply (edit and respond are for tool calls)"
             ));
         }
-        let ticket = inner.pending.remove(&id).expect("present");
+        let ticket = inner.take(id).expect("present");
         if matches!(decision, Decision::Approve(_) | Decision::Edit(_)) {
             let cover = if let Some(call) = &ticket.request.tool {
                 Cover::Call(call.reach.clone())
@@ -544,7 +627,7 @@ impl Approvals {
     fn end(&self, mut inner: parking_lot::MutexGuard<'_, Inner>, done: Vec<(ApprovalId, Outcome)>) -> usize {
         let mut tickets = Vec::new();
         for (id, outcome) in done {
-            let Some(ticket) = inner.pending.remove(&id) else { continue };
+            let Some(ticket) = inner.take(id) else { continue };
             let how = match (&outcome, ticket.request.door) {
                 (Outcome::TimedOut, _) => "it timed out".to_string(),
                 (Outcome::Cancelled, _) => "it was cancelled because the daemon is stopping".to_string(),
@@ -607,8 +690,12 @@ impl Approvals {
 
     fn record(&self, request: &Request, decision: &str, by: &str) {
         let Some(audit) = self.audit.get() else { return };
+        // What the ticket shows, and so as bounded; a cut is said (the ticket says where).
         let command = match &request.tool {
-            Some(call) => format!("{} {}", call.name, call.arguments),
+            Some(call) if call.arguments.is_cut() => {
+                format!("{} {} (cut: {} bytes in all)", call.name, call.arguments.shown, call.arguments.bytes)
+            }
+            Some(call) => format!("{} {}", call.name, call.arguments.shown),
             None => request.command.clone(),
         };
         // The path the rule matched, as for every refusal; the arguments name the path asked.
@@ -671,18 +758,33 @@ fn describe(id: ApprovalId, t: &Ticket) -> Value {
         "expires_in_seconds": t.deadline.saturating_duration_since(Instant::now()).as_secs_f64(),
         "retry": t.retry,
     });
+    // What the ticket does not show whole: JSON pointers into this object.
+    let mut cut = Vec::new();
+    if let Some(bytes) = t.command_bytes {
+        cut.push(json!({"at": "/command", "bytes": bytes, "shown": r.command.len()}));
+    }
     if let Some(other) = &r.other {
         v["other_path"] = json!(other.as_str());
     }
     if let Some(call) = &r.tool {
-        v["tool"] = json!({"name": call.name, "arguments": call.arguments});
+        let arguments = &call.arguments;
+        v["tool"] =
+            json!({"name": call.name, "arguments": arguments.shown, "arguments_bytes": arguments.bytes});
+        for entry in &arguments.cut {
+            let mut entry = entry.clone();
+            entry["at"] = json!(format!("/tool/arguments{}", entry["at"].as_str().unwrap_or("")));
+            cut.push(entry);
+        }
         if let Some(resolved) = &call.resolved {
             v["resolved"] = json!(resolved.as_str());
         }
     }
+    v["cut"] = Value::Array(cut);
     v
 }
 
+#[path = "approvals_preview.rs"]
+pub mod preview;
 #[path = "approvals_retry.rs"]
 pub mod retry;
 

@@ -16,7 +16,7 @@ fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) ->
         command: "sh -c echo".into(),
         tool: (door == "tool").then(|| ToolCall {
             name: "write_file".to_string(),
-            arguments: json!({"file_path": path}),
+            arguments: Preview::of(&json!({"file_path": path})),
             resolved: None,
             reach: vec![VPath::parse(path).unwrap()],
             socket: "agent",
@@ -127,14 +127,65 @@ fn edit_and_respond_are_for_tool_calls_only() {
     assert!(!a.covers(Some(id), Op::Write, &p("/s/k")), "a rejection covers nothing");
 }
 
+fn of(uid: u32, path: &str) -> Request {
+    Request { uid, ..request("fuse", "open", Op::Write, path, me()) }
+}
+
+/// Each user holds at most a quarter of the bound, and users other than root together hold
+/// at most all but root's quarter: one agent, or several, cannot shut the others out.
 #[test]
-fn past_the_bound_new_tickets_are_refused_at_once() {
-    let a = Approvals::new(Duration::from_secs(60), 2);
-    let _r1 = ask(&a, request("fuse", "create", Op::Write, "/s/1", me()), None);
-    let _r2 = ask(&a, request("fuse", "create", Op::Write, "/s/2", me()), None);
-    let r3 = ask(&a, request("fuse", "create", Op::Write, "/s/3", me()), None);
-    assert_eq!(r3.try_recv().unwrap().1, Outcome::Overloaded);
-    assert_eq!(a.pending_count(), 2);
+fn past_its_share_a_users_new_tickets_are_refused_at_once() {
+    let a = Approvals::new(Duration::from_secs(60), 8);
+    let mut held = Vec::new();
+    for i in 0..2 {
+        held.push(ask(&a, of(1000, &format!("/s/a{i}")), None));
+    }
+    let refused = ask(&a, of(1000, "/s/a2"), None);
+    assert_eq!(refused.try_recv().unwrap().1, Outcome::Overloaded(Overload::Share { uid: 1000, limit: 2 }));
+    assert!(Overload::Share { uid: 1000, limit: 2 }
+        .reason()
+        .contains("uid 1000 already has 2 approvals pending"));
+    for (uid, i) in [(1001, 0), (1001, 1), (1002, 0), (1002, 1)] {
+        held.push(ask(&a, of(uid, &format!("/s/{uid}-{i}")), None));
+    }
+    assert_eq!(a.pending_count(), 6);
+    let refused = ask(&a, of(1003, "/s/b"), None);
+    assert_eq!(refused.try_recv().unwrap().1, Outcome::Overloaded(Overload::Others { limit: 6 }));
+    // Root's quarter is there for root, and then root is bounded like anyone.
+    for i in 0..2 {
+        let rx = ask(&a, of(0, &format!("/s/r{i}")), None);
+        assert!(rx.try_recv().is_err(), "pending");
+        held.push(rx);
+    }
+    let refused = ask(&a, of(0, "/s/r2"), None);
+    assert_eq!(refused.try_recv().unwrap().1, Outcome::Overloaded(Overload::Share { uid: 0, limit: 2 }));
+    // An answer gives the place back.
+    let first = a.list()[0]["id"].as_u64().unwrap();
+    a.resolve(first, Decision::Reject(None), "u").unwrap();
+    let rx = ask(&a, of(1000, "/s/a3"), None);
+    assert!(rx.try_recv().is_err(), "pending again");
+    assert_eq!(a.pending_count(), 8);
+}
+
+#[test]
+fn a_ticket_keeps_a_bounded_preview_of_long_arguments_and_command_lines() {
+    let a = Approvals::new(Duration::from_secs(60), 8);
+    let content = "A".repeat(300_000);
+    let mut r = request("tool", "write_file", Op::Write, "/s/k", me());
+    r.tool.as_mut().unwrap().arguments = Preview::of(&json!({"file_path": "/s/k", "content": content}));
+    let _rx = ask(&a, r, None);
+    let _ry = ask(&a, Request { command: "x".repeat(100_000), ..of(0, "/s/c") }, None);
+    let list = a.list();
+    let (tool, cmd) = (&list[0], &list[1]);
+    assert_eq!(tool["tool"]["arguments"]["file_path"], json!("/s/k"));
+    assert_eq!(tool["tool"]["arguments_bytes"], json!(300_033));
+    let shown = tool["tool"]["arguments"]["content"].as_str().unwrap().len();
+    assert_eq!(tool["cut"], json!([{"at": "/tool/arguments/content", "bytes": 300_000, "shown": shown}]));
+    assert_eq!(cmd["cut"], json!([{"at": "/command", "bytes": 100_000, "shown": preview::COMMAND_SHOWN}]));
+    assert_eq!(cmd["command"].as_str().unwrap().len(), preview::COMMAND_SHOWN);
+    for t in &list {
+        assert!(t.to_string().len() < 3000, "{}", t.to_string().len());
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod faults;
 mod file_ops;
 mod harness_api;
 mod host_changes;
+mod interrupt_shares;
 mod interrupts;
 mod langgraph_store;
 mod lifecycle;
