@@ -12,6 +12,10 @@
 //!   operation under the approval and sends the reply; otherwise it replies EACCES. So a
 //!   hundred paused writes hold no FUSE thread.
 //!
+//! A request that came by a FUSE ring keeps its ring entry while it waits; once a CPU's
+//! waiting requests hold [`super::ring::MAX_WAITING`] entries, a further one from that CPU is
+//! refused until approved instead, so the entries left keep serving the CPU's other requests.
+//!
 //! A signal to a paused process (Ctrl-C in its shell) makes the kernel send `FUSE_INTERRUPT`
 //! for the request: its ticket is withdrawn and the request answers EINTR, so the caller stops
 //! waiting and nothing is changed.
@@ -48,12 +52,13 @@ impl FuseDoor {
         S: FnOnce(&FuseDoor, FsResult<T>, R) + Send + 'static,
     {
         match work(self, &ctx) {
-            Err(FsError { interrupt: Some(interrupted), .. }) => {
+            Err(FsError { interrupt: Some(interrupted), .. }) if super::ring::may_wait() => {
                 self.engine.gate.approvals.spend(ctx.request);
                 self.park(ctx, *interrupted, reply, work, send)
             }
+            // (An interrupt here found its CPU's ring full of waiting requests.)
             result => {
-                self.engine.gate.approvals.spend(ctx.request);
+                let result = self.refused_until_approved(&ctx, result);
                 send(self, result, reply)
             }
         }

@@ -17,7 +17,9 @@
 //! command when that thread exits (a control connection's thread would strand or cancel
 //! requests). So a late reply is written into its entry where it is made, and its commit is
 //! handed to the queue's thread, woken through an eventfd its ring polls. Entries held by
-//! waiting requests are replaced by new ones, so that they never stall their CPU's queue.
+//! waiting requests may be at most all but a reserve of the queue's entries (past that, a
+//! request that would wait is refused until approved: [`may_wait`]), so that they never stall
+//! their CPU's queue.
 //!
 //! Each queue's thread serves its CPU's requests one at a time. So a request handler must never
 //! wait for something that waits for the kernel on this mount (a tool-door change holding a
@@ -56,12 +58,17 @@ const PAYLOAD_SIZE_AT: usize = 256 + 16;
 const IN_HEADER: usize = 40;
 const OUT_HEADER: usize = 16;
 
-/// Entries registered per queue at the start, and at most (requests waiting for approval
-/// hold theirs; more are registered as they do).
-const FIRST_ENTRIES: usize = 16;
+/// Entries registered per queue, all at the start: the kernel gives an entry registered later
+/// only new requests, never one it queued while every entry was taken, so such a request
+/// would wait for another entry's reply (none comes while they all wait for approval).
+/// Each is mapped, not touched, until a request needs it; the kernel hands out the entry
+/// freed last first, so a queue touches about as many as its requests run at once.
 const MAX_ENTRIES: usize = 512;
-/// How many entries are kept free for new requests before more are registered.
-const SPARE_ENTRIES: usize = 4;
+/// Entries of a queue that waiting requests never hold: the kernel cannot take an entry back
+/// before its reply, and a CPU whose entries were all held would stall every request from it.
+const RESERVED_ENTRIES: usize = 32;
+/// The most entries a queue's requests may hold while they wait ([`may_wait`]).
+pub const MAX_WAITING: usize = MAX_ENTRIES - RESERVED_ENTRIES;
 /// The completion of the eventfd poll (entries are numbered from 0).
 const WAKE: u64 = u64::MAX;
 
@@ -213,6 +220,33 @@ impl Drop for Rings {
     }
 }
 
+thread_local! {
+    /// On a queue's thread, that queue: the one whose request is being handled.
+    static SERVING: std::cell::RefCell<Option<Arc<Queue>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the request being handled may keep its entry while it waits (for a human): yes
+/// while its queue's held entries, this one included, are at most [`MAX_WAITING`]. Off the
+/// queues' threads, always: a request that came by `/dev/fuse` holds nothing other requests
+/// need, and one re-run after an approval already holds its entry.
+pub(super) fn may_wait() -> bool {
+    SERVING.with(|serving| {
+        let Some(queue) = &*serving.borrow() else { return true };
+        // Only this thread adds to `held`, so it cannot grow between the check and the wait.
+        let allowed = queue.held.load(Ordering::Relaxed) <= MAX_WAITING;
+        if !allowed {
+            static FULL: RateLimited = RateLimited::new();
+            if let Some(held) = FULL.admit() {
+                tracing::warn!(
+                    qid = queue.qid,
+                    "{MAX_WAITING} requests from this CPU wait for approval (the most its FUSE ring keeps for them): more are refused until approved (EACCES){held}"
+                );
+            }
+        }
+        allowed
+    })
+}
+
 /// The kernel makes one queue per possible CPU (`nr_cpu_ids`) and takes requests from the
 /// rings only once every queue has entries.
 fn possible_cpus() -> usize {
@@ -327,11 +361,11 @@ impl Queue {
         activity: Arc<ring_guard::Activity>,
     ) -> io::Result<Arc<Queue>> {
         // On the CPU whose callers this queue serves. A CPU that is offline (or not ours to
-        // use) leaves the thread unpinned, and its queue small: it serves callers only if the
-        // CPU comes online, and grows as they need.
+        // use) leaves the thread unpinned: it serves callers only if the CPU comes online.
         let mut cpus = nix::sched::CpuSet::new();
-        let pinned = cpus.set(qid as usize).is_ok()
-            && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus).is_ok();
+        if cpus.set(qid as usize).is_ok() {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
+        }
         // One command per entry at most, plus the eventfd poll.
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_cqsize(4 * MAX_ENTRIES as u32)
@@ -350,16 +384,15 @@ impl Queue {
             activity,
             spin,
         });
-        queue.add_entries(if pinned { FIRST_ENTRIES } else { SPARE_ENTRIES })?;
+        queue.register_entries()?;
         Ok(queue)
     }
 
-    /// Registers `count` new entries (up to [`MAX_ENTRIES`]) and submits them.
-    fn add_entries(&self, count: usize) -> io::Result<()> {
+    /// Registers the queue's [`MAX_ENTRIES`] entries and submits them.
+    fn register_entries(&self) -> io::Result<()> {
         let mut entries = self.entries.write();
-        let count = count.min(MAX_ENTRIES - entries.len());
-        for _ in 0..count {
-            let entry = Entry::new(entries.len() as u64, self.payload_size)?;
+        for index in 0..MAX_ENTRIES as u64 {
+            let entry = Entry::new(index, self.payload_size)?;
             let iov = entry.buffers.lock().iov.as_ptr();
             let sqe = uring_cmd(self.dev_fuse.as_raw_fd(), CMD_REGISTER, self.qid, 0, Some(iov), entry.index);
             // The submission queue holds twice MAX_ENTRIES; an entry has one command at most.
@@ -415,6 +448,7 @@ impl Queue {
         let mut request = Vec::with_capacity(64 * 1024);
         let mut ended = 0;
         let mut completions = early;
+        SERVING.with(|serving| *serving.borrow_mut() = Some(self.clone()));
         self.watch_wake();
         while !stop.load(Ordering::Relaxed) {
             for (index, result) in completions {
@@ -445,16 +479,7 @@ impl Queue {
                     }
                 }
             }
-            // Replies given on this thread are batched and go with the next wait; entries
-            // held by waiting requests are replaced.
-            if self.entries.read().len() - self.held.load(Ordering::Relaxed) < SPARE_ENTRIES {
-                static NOT_ADDED: RateLimited = RateLimited::new();
-                if let Err(e) = self.add_entries(SPARE_ENTRIES) {
-                    if let Some(held) = NOT_ADDED.admit() {
-                        tracing::warn!(qid = self.qid, "cannot add FUSE ring entries: {e}{held}");
-                    }
-                }
-            }
+            // Replies given on this thread are batched and go with the next wait.
             if ended >= self.entries.read().len() {
                 return;
             }
@@ -676,109 +701,5 @@ fn interrupted_is_fine(submitted: io::Result<usize>) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn header_with(total: u32, unique: u64, commit_id: u64, payload: u32) -> Box<[u8; HEADER_BUFFER]> {
-        let mut header = Box::new([0u8; HEADER_BUFFER]);
-        header[..4].copy_from_slice(&total.to_ne_bytes());
-        header[4..8].copy_from_slice(&1u32.to_ne_bytes()); // LOOKUP
-        header[8..16].copy_from_slice(&unique.to_ne_bytes());
-        header[COMMIT_ID_AT..COMMIT_ID_AT + 8].copy_from_slice(&commit_id.to_ne_bytes());
-        header[PAYLOAD_SIZE_AT..PAYLOAD_SIZE_AT + 4].copy_from_slice(&payload.to_ne_bytes());
-        header
-    }
-
-    #[test]
-    fn a_request_is_rebuilt_in_the_classic_layout() {
-        // A 16-byte operation header (say GETATTR's) and 6 bytes of arguments.
-        let mut header = header_with(40 + 16 + 6, 77, 9, 6);
-        header[OP_HEADER_AT..OP_HEADER_AT + 16].copy_from_slice(&[5u8; 16]);
-        header[OP_HEADER_AT + 16] = 0xEE; // past the operation header: not part of it
-        let payload = *b"name\0\0unused";
-        let mut request = Vec::new();
-        assert_eq!(read_request(&header, &payload, &mut request), (77, 9));
-        assert_eq!(request.len(), 62);
-        assert_eq!(u32_at(&request, 0), 62);
-        assert_eq!(&request[4..40], &header[4..40]);
-        assert_eq!(&request[40..56], &[5u8; 16]);
-        assert_eq!(&request[56..], b"name\0\0");
-    }
-
-    #[test]
-    fn a_request_without_operation_header_is_its_arguments() {
-        // LOOKUP: the name only.
-        let header = header_with(40 + 4, 1, 2, 4);
-        let mut request = vec![1, 2, 3];
-        read_request(&header, b"abc\0", &mut request);
-        assert_eq!(request.len(), 44);
-        assert_eq!(&request[40..], b"abc\0");
-    }
-
-    #[test]
-    fn a_reply_is_split_into_out_header_and_payload_however_it_is_sliced() {
-        let mut out = Vec::new();
-        out.extend_from_slice(&26u32.to_ne_bytes());
-        out.extend_from_slice(&0i32.to_ne_bytes());
-        out.extend_from_slice(&77u64.to_ne_bytes());
-        out.extend_from_slice(b"0123456789");
-        for cuts in [vec![26], vec![16, 10], vec![3, 20, 3], vec![0, 16, 0, 10]] {
-            let mut slices = Vec::new();
-            let mut at = 0;
-            for cut in cuts {
-                slices.push(IoSlice::new(&out[at..at + cut]));
-                at += cut;
-            }
-            let mut header = Box::new([0u8; HEADER_BUFFER]);
-            let mut payload = vec![0u8; 32];
-            write_reply(&slices, &mut header, &mut payload);
-            assert_eq!(&header[..16], &out[..16]);
-            assert_eq!(&payload[..10], b"0123456789");
-            assert_eq!(u32_at(&header[..], PAYLOAD_SIZE_AT), 10);
-        }
-    }
-
-    #[test]
-    fn a_reply_too_large_for_the_payload_becomes_eio() {
-        let mut out = Vec::new();
-        out.extend_from_slice(&(16u32 + 64).to_ne_bytes());
-        out.extend_from_slice(&0i32.to_ne_bytes());
-        out.extend_from_slice(&5u64.to_ne_bytes());
-        out.extend_from_slice(&[7u8; 64]);
-        let mut header = Box::new([0u8; HEADER_BUFFER]);
-        let mut payload = vec![0u8; 32];
-        write_reply(&[IoSlice::new(&out)], &mut header, &mut payload);
-        assert_eq!(u32_at(&header[..], 0), 16);
-        assert_eq!(i32::from_ne_bytes(header[4..8].try_into().unwrap()), -libc::EIO);
-        assert_eq!(u64_at(&header[..], 8), 5);
-        assert_eq!(u32_at(&header[..], PAYLOAD_SIZE_AT), 0);
-        assert_eq!(payload, vec![0u8; 32]);
-    }
-
-    #[test]
-    fn register_and_commit_commands_carry_the_kernel_fields() {
-        let iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2];
-        let raw = |sqe: squeue::Entry128| -> [u8; 128] { unsafe { std::mem::transmute(sqe) } };
-        let register = raw(uring_cmd(7, CMD_REGISTER, 3, 0, Some(iov.as_ptr()), 42));
-        assert_eq!(register[0], opcode::UringCmd80::CODE);
-        assert_eq!(i32::from_ne_bytes(register[4..8].try_into().unwrap()), 7);
-        assert_eq!(u32_at(&register, 8), CMD_REGISTER); // cmd_op
-        assert_eq!(u64_at(&register, 16), iov.as_ptr() as u64); // addr
-        assert_eq!(u32_at(&register, 24), 2); // len: two iovecs
-        assert_eq!(u64_at(&register, 32), 42); // user_data
-        assert_eq!(u16::from_ne_bytes(register[64..66].try_into().unwrap()), 3); // qid
-        let commit = raw(uring_cmd(7, CMD_COMMIT_AND_FETCH, 1, 99, None, 5));
-        assert_eq!(u32_at(&commit, 8), CMD_COMMIT_AND_FETCH);
-        assert_eq!(u64_at(&commit, 48 + 8), 99); // commit_id
-        assert_eq!(u16::from_ne_bytes(commit[64..66].try_into().unwrap()), 1);
-        assert_eq!(u32_at(&commit, 24), 0);
-    }
-
-    #[test]
-    fn cpu_lists_count_up_to_the_last_id() {
-        assert_eq!(cpus_in_list("0-1\n"), Some(2));
-        assert_eq!(cpus_in_list("0"), Some(1));
-        assert_eq!(cpus_in_list("0-3,8-11"), Some(12));
-        assert_eq!(cpus_in_list("garbage"), None);
-    }
-}
+#[path = "ring_tests.rs"]
+mod tests;

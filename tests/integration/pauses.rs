@@ -302,3 +302,100 @@ fn an_approved_retry_is_only_for_the_user_who_asked() {
     assert_ne!(timed(&dir, "setpriv --reuid=65534 --regid=65534 --clear-groups rmdir guarded-d").1, 0);
     assert!(ws.join("guarded-d").is_dir());
 }
+
+/// Pins the calling thread to `cpu`, so that its FUSE requests go to that CPU's ring.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+    }
+}
+
+/// The first CPU this process may run on.
+fn first_cpu() -> usize {
+    // SAFETY: as in `pin_to`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize).find(|&cpu| libc::CPU_ISSET(cpu, &set)).unwrap()
+    }
+}
+
+#[test]
+fn paused_opens_from_one_cpu_never_take_the_entries_its_other_requests_need() {
+    // More than a ring's 512 entries: before the bound, the 513th paused open took the CPU's
+    // last entry and every request from that CPU (a root `stat`) hung until tickets ended.
+    const OPENERS: usize = 600;
+    let f = Fixture::new(RULES);
+    let secrets = f.host_root.join("secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    for i in 0..OPENERS {
+        std::fs::write(secrets.join(format!("f{i}")), "old").unwrap();
+    }
+    std::fs::write(f.host_root.join("readme"), "hello").unwrap();
+    let on_rings = crate::harness::status(&f)["fuse_transport"] == "io_uring";
+    // By /dev/fuse a waiting request holds nothing that others need, so every open waits.
+    let paused = if on_rings { agentvfs::fuse::ring::MAX_WAITING } else { OPENERS };
+    let cpu = first_cpu();
+    let (done, outcomes) = std::sync::mpsc::channel();
+    for i in 0..OPENERS {
+        let (path, done) = (f.p(&format!("/host/secrets/f{i}")), done.clone());
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                pin_to(cpu);
+                let opened = std::fs::OpenOptions::new().append(true).open(path);
+                let _ = done.send(opened.map(drop).map_err(|e| e.raw_os_error()));
+            })
+            .unwrap();
+    }
+    // Those past the bound are refused at once, each with a ticket; the rest wait.
+    let mut refused = Vec::new();
+    let mut tickets = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while refused.len() + tickets.iter().filter(|t: &&Value| t["retry"] == json!(false)).count() < OPENERS
+        && Instant::now() < deadline
+    {
+        refused.extend(outcomes.try_iter());
+        tickets = listed(&f);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    refused.extend(outcomes.try_iter());
+    // Meanwhile a stat and a read from the same CPU answer (on a thread, to clean up if not).
+    let (probed, probe) = std::sync::mpsc::channel();
+    let (other, readme) = (f.p("/host/never-looked-up"), f.p("/host/readme"));
+    std::thread::spawn(move || {
+        pin_to(cpu);
+        let started = Instant::now();
+        let stat = std::fs::metadata(&other).map_err(|e| e.raw_os_error());
+        let read = std::fs::read_to_string(&readme).map_err(|e| e.raw_os_error());
+        let _ = probed.send((stat.map(drop), read, started.elapsed()));
+    });
+    let probe = probe.recv_timeout(Duration::from_secs(5));
+    // Clean up whatever happened: reject every ticket until each opener has its answer.
+    let mut approver =
+        agentvfs::control::client::Client::connect(&f.scratch.path().join("agentvfs.sock")).unwrap();
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while refused.len() + rest.len() < OPENERS && Instant::now() < deadline {
+        for t in listed(&f) {
+            let _ = approver.call("interrupts/resolve", Some(json!({"id": t["id"], "decision": "reject"})));
+        }
+        rest.extend(outcomes.try_iter());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (stat, read, took) = probe.expect("a stat and a read from the CPU of the paused opens hung");
+    assert_eq!((stat, read), (Err(Some(libc::ENOENT)), Ok("hello".to_string())));
+    assert!(took < Duration::from_secs(1), "the stat and read took {took:?}");
+    assert_eq!(refused.len(), OPENERS - paused, "refused at once");
+    assert!(refused.iter().all(|r| *r == Err(Some(libc::EACCES))), "{refused:?}");
+    let retries = tickets.iter().filter(|t| t["retry"] == json!(true)).count();
+    assert_eq!((tickets.len(), retries), (OPENERS, OPENERS - paused), "tickets: paused, and retries");
+    assert_eq!(rest.len(), paused);
+    assert!(rest.iter().all(|r| *r == Err(Some(libc::EACCES))), "rejected: {rest:?}");
+    for i in 0..OPENERS {
+        assert_eq!(std::fs::read_to_string(secrets.join(format!("f{i}"))).unwrap(), "old");
+    }
+}
