@@ -1,88 +1,198 @@
-//! How much of its replies one connection may hold in memory. Requests on a connection run
-//! at once, each on its own thread, and a reply waits in memory until the client reads it:
-//! a client that sends many requests for large results and reads nothing would make the
-//! daemon hold all of them. So a request builds a large result (a tool call, a download) only
-//! in its turn: at most [`MAX_BUILDING`] at once per connection, and only while the replies
-//! waiting to be written stay under [`MAX_UNSENT`] bytes. A call paused on an approval holds
-//! no turn; a reply larger than the budget still goes out, alone.
+//! How much of its replies the daemon may hold in memory. Requests on a connection run at
+//! once, each on its own thread, and a reply waits in memory until the client reads it: a
+//! client that sends many requests for large results and reads nothing would make the daemon
+//! hold all of them. So a request builds a large result (a tool call, a download) only in its
+//! turn: at most [`MAX_BUILDING`] at once per connection and [`DAEMON_BUILDING`] in the whole
+//! daemon, and only while the replies waiting to be written stay under [`MAX_UNSENT`] bytes on
+//! its connection and [`DAEMON_UNSENT`] in all. (Per connection alone, 8 connections reading
+//! nothing made the daemon hold 1.7 GB; there may be 1024.) A call paused on an approval holds
+//! no turn; a reply larger than the budget still goes out, alone. A call waiting for a turn
+//! gets none once its connection is gone, and a reply nobody reads is dropped at its write
+//! deadline, which gives its bytes back.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
 /// Results built at once on one connection.
 pub const MAX_BUILDING: usize = 4;
-/// Bytes of replies waiting to be written past which no further result is built.
+/// Bytes of replies waiting to be written on one connection past which no further result is
+/// built there.
 pub const MAX_UNSENT: usize = 64 << 20;
+/// Results built at once in the daemon, all connections together.
+pub const DAEMON_BUILDING: usize = 8;
+/// Bytes of replies waiting to be written in the daemon past which no further result is built.
+pub const DAEMON_UNSENT: usize = 128 << 20;
+
+/// The daemon's budget, which every connection's draws on. Its lock also guards each
+/// connection's own counts (taken after it), so that one condition variable wakes whoever
+/// waits, for either bound.
+pub struct Pool {
+    totals: Mutex<Counts>,
+    changed: Condvar,
+    max_building: usize,
+    max_unsent: usize,
+}
+
+impl Pool {
+    pub fn new(max_building: usize, max_unsent: usize) -> Arc<Pool> {
+        Arc::new(Pool { totals: Mutex::default(), changed: Condvar::new(), max_building, max_unsent })
+    }
+
+    /// The daemon's pool: one daemon runs per process.
+    pub fn daemon() -> Arc<Pool> {
+        static DAEMON: std::sync::OnceLock<Arc<Pool>> = std::sync::OnceLock::new();
+        DAEMON.get_or_init(|| Pool::new(DAEMON_BUILDING, DAEMON_UNSENT)).clone()
+    }
+
+    /// Results being built and bytes waiting to be written, in all.
+    pub fn held(&self) -> (usize, usize) {
+        let totals = self.totals.lock();
+        (totals.building, totals.unsent)
+    }
+}
 
 #[derive(Default)]
+struct Counts {
+    building: usize,
+    unsent: usize,
+}
+
+/// One connection's share of its [`Pool`].
 pub struct ReplyBudget {
-    state: Mutex<State>,
-    changed: Condvar,
+    pool: Arc<Pool>,
+    /// Locked only under the pool's lock.
+    mine: Mutex<State>,
+}
+
+impl Default for ReplyBudget {
+    fn default() -> ReplyBudget {
+        ReplyBudget::in_pool(Pool::daemon())
+    }
 }
 
 #[derive(Default)]
 struct State {
-    building: usize,
-    unsent: usize,
+    counts: Counts,
     /// The connection is gone: nothing built now would be read.
     closed: bool,
 }
 
-/// A turn to build a result; the next one may start when it is dropped.
-pub struct Turn<'a>(&'a ReplyBudget);
+/// A turn to build a result. Dropped, it lasts on its thread until that thread queues a reply
+/// on the connection (the result, encoded) or takes its next turn: the result is no smaller
+/// between the end of its building and its queueing, and a turn given meanwhile would let
+/// every connection's finished results pile up uncounted.
+pub struct Turn(Option<Held>);
 
-impl Drop for Turn<'_> {
+/// A turn's share of the budgets, given back when dropped.
+struct Held(Arc<ReplyBudget>);
+
+thread_local! {
+    /// Turns whose results this thread has not queued yet.
+    static CARRIED: std::cell::RefCell<Vec<Held>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Drop for Turn {
     fn drop(&mut self) {
-        self.0.state.lock().building -= 1;
-        self.0.changed.notify_all();
+        if let Some(held) = self.0.take() {
+            CARRIED.with(|carried| carried.borrow_mut().push(held));
+        }
     }
 }
 
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.change(|totals, mine| {
+            totals.building -= 1;
+            mine.counts.building -= 1;
+        });
+    }
+}
+
+/// Gives back the turns this thread still carries (its request is over).
+pub fn end_of_request() {
+    drop(CARRIED.with(|carried| std::mem::take(&mut *carried.borrow_mut())));
+}
+
 impl ReplyBudget {
+    pub fn in_pool(pool: Arc<Pool>) -> ReplyBudget {
+        ReplyBudget { pool, mine: Mutex::default() }
+    }
+
     /// Waits for a turn to build a result. `None` once the connection is gone.
-    pub fn turn(&self) -> Option<Turn<'_>> {
-        let mut state = self.state.lock();
+    pub fn turn(self: &Arc<Self>) -> Option<Turn> {
+        // A thread runs one request at a time: what it carries is from one that ended.
+        end_of_request();
+        let pool = &*self.pool;
+        let mut totals = pool.totals.lock();
         loop {
-            if state.closed {
-                return None;
+            {
+                let mut mine = self.mine.lock();
+                if mine.closed {
+                    return None;
+                }
+                if mine.counts.building < MAX_BUILDING
+                    && mine.counts.unsent <= MAX_UNSENT
+                    && totals.building < pool.max_building
+                    && totals.unsent <= pool.max_unsent
+                {
+                    mine.counts.building += 1;
+                    totals.building += 1;
+                    return Some(Turn(Some(Held(self.clone()))));
+                }
             }
-            if state.building < MAX_BUILDING && state.unsent <= MAX_UNSENT {
-                state.building += 1;
-                return Some(Turn(self));
-            }
-            // Woken by a turn ending, a reply written or the connection closing; the timeout
-            // only guards against a missed wake-up.
-            self.changed.wait_for(&mut state, Duration::from_secs(1));
+            // Woken by a turn ending, a reply written or a connection closing, anywhere in
+            // the daemon; the timeout only guards against a missed wake-up.
+            pool.changed.wait_for(&mut totals, Duration::from_secs(1));
         }
     }
 
-    /// A reply of `bytes` waits to be written.
+    /// A reply of `bytes` waits to be written: it now counts instead of the turns this thread
+    /// carries for the connection.
     pub fn queued(&self, bytes: usize) {
-        self.state.lock().unsent += bytes;
+        let mut totals = self.pool.totals.lock();
+        totals.unsent += bytes;
+        self.mine.lock().counts.unsent += bytes;
+        drop(totals);
+        let mine = |held: &Held| std::ptr::eq(&*held.0, self);
+        let done: Vec<Held> = CARRIED.with(|carried| {
+            let mut carried = carried.borrow_mut();
+            let (done, kept) = std::mem::take(&mut *carried).into_iter().partition(mine);
+            *carried = kept;
+            done
+        });
+        drop(done);
     }
 
     /// A reply of `bytes` was written (or dropped).
     pub fn sent(&self, bytes: usize) {
-        self.state.lock().unsent -= bytes;
-        self.changed.notify_all();
+        self.change(|totals, mine| {
+            totals.unsent -= bytes;
+            mine.counts.unsent -= bytes;
+        });
     }
 
     /// The connection is gone: whoever waits for a turn gets none.
     pub fn close(&self) {
-        self.state.lock().closed = true;
-        self.changed.notify_all();
+        self.change(|_, mine| mine.closed = true);
+    }
+
+    fn change(&self, change: impl FnOnce(&mut Counts, &mut State)) {
+        let mut totals = self.pool.totals.lock();
+        change(&mut totals, &mut self.mine.lock());
+        drop(totals);
+        self.pool.changed.notify_all();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn turns_wait_for_building_and_unsent_replies_and_end_with_the_connection() {
-        let budget = Arc::new(ReplyBudget::default());
+        let budget = Arc::new(ReplyBudget::in_pool(Pool::new(usize::MAX, usize::MAX)));
         let turns: Vec<Turn> = (0..MAX_BUILDING).map(|_| budget.turn().unwrap()).collect();
         let waiter = {
             let budget = budget.clone();
@@ -90,9 +200,9 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiter.is_finished(), "every turn is taken");
-        // A turn ends, but the replies it left wait unread: still no turn.
-        budget.queued(MAX_UNSENT + 1);
+        // The turns' results are queued (which ends them), but wait unread: still no turn.
         drop(turns);
+        budget.queued(MAX_UNSENT + 1);
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiter.is_finished(), "too much waits to be written");
         budget.sent(MAX_UNSENT + 1);

@@ -353,14 +353,15 @@ impl Writer {
         let line = proto::encode(message);
         self.budget.queued(line.len());
         let written = write_within(&mut self.stream.lock(), &line, WRITE_TIMEOUT);
-        self.budget.sent(line.len());
-        if let Err(e) = written {
+        if let Err(e) = &written {
             tracing::debug!("control reply lost ({e}); closing the connection");
             let _ = self.stream.lock().shutdown(std::net::Shutdown::Both);
+            // Before the bytes are given back, so that no call of this connection builds
+            // again in their room.
             self.budget.close();
-            return false;
         }
-        true
+        self.budget.sent(line.len());
+        written.is_ok()
     }
 }
 
@@ -587,6 +588,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
                     Err(RpcError::internal(format!("internal error in {method}: {what}")))
                 });
                 writer.send(&proto::response(&id, result));
+                crate::control::reply_budget::end_of_request();
                 in_flight.leave();
             }
         };
@@ -618,6 +620,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
 
     /// A reader that drains a little often enough for every single `write` to progress still
     /// cannot stretch a reply past its limit.
@@ -650,6 +653,82 @@ mod tests {
         assert_eq!(outcome.unwrap_err().kind(), io::ErrorKind::TimedOut);
         assert!(took >= Duration::from_millis(500) && took < Duration::from_secs(3), "{took:?}");
         assert!(read > 0 && read < 8 << 20, "{read}");
+    }
+
+    /// Connections that ask for large results and read nothing hold no more than the
+    /// daemon's budget between them, stop being served once gone, and a connection that
+    /// reads its replies is served then.
+    #[test]
+    fn connections_reading_nothing_hold_no_more_than_the_daemon_budget() {
+        use crate::control::reply_budget::{Pool, ReplyBudget};
+        const REPLY: usize = 256 << 10;
+        // The daemon's bounds, smaller: 2 results built, 1 MiB unsent.
+        let pool = Pool::new(2, 1 << 20);
+        let connection = |pool: &Arc<Pool>| {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let budget = Arc::new(ReplyBudget::in_pool(pool.clone()));
+            (Arc::new(Writer { stream: Mutex::new(ours), budget }), theirs)
+        };
+        let (built, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        // As the server runs a request: build in a turn, then send.
+        let request = |writer: &Arc<Writer>| {
+            let (writer, pool, built, peak) = (writer.clone(), pool.clone(), built.clone(), peak.clone());
+            std::thread::spawn(move || {
+                let Some(turn) = writer.budget.turn() else { return false };
+                built.fetch_add(1, Ordering::SeqCst);
+                let reply = serde_json::json!({"data": "x".repeat(REPLY)});
+                drop(turn);
+                let sent = writer.send(&reply);
+                peak.fetch_max(pool.held().1, Ordering::SeqCst);
+                sent
+            })
+        };
+        let sampler = {
+            let (pool, peak) = (pool.clone(), peak.clone());
+            std::thread::spawn(move || {
+                for _ in 0..300 {
+                    peak.fetch_max(pool.held().1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        };
+        // Four connections, sixteen requests each, nothing read.
+        let (mut readers, mut writers, mut requests) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..4 {
+            let (writer, theirs) = connection(&pool);
+            requests.extend((0..16).map(|_| request(&writer)));
+            readers.push(theirs);
+            writers.push(writer);
+        }
+        sampler.join().unwrap();
+        let line = proto::encode(&serde_json::json!({"data": "x".repeat(REPLY)})).len();
+        // A turn is given while at most 1 MiB waits; each of the 2 at once adds one reply.
+        let bound = (1 << 20) + 2 * line;
+        let before = built.load(Ordering::SeqCst);
+        assert!(peak.load(Ordering::SeqCst) <= bound, "held {} > {bound}", peak.load(Ordering::SeqCst));
+        assert!(before <= bound / line + 2, "{before} results built for clients reading nothing");
+        // A client that reads waits meanwhile; once the others are gone it is served, and
+        // their waiting calls build nothing more.
+        let (writer, theirs) = connection(&pool);
+        let polite = request(&writer);
+        let read = std::thread::spawn(move || {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(theirs), &mut line).unwrap();
+            line.len()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!polite.is_finished(), "served beyond the budget");
+        // Gone, as the server sees it: their end closed, and their sessions told.
+        let started = std::time::Instant::now();
+        writers.iter().for_each(|writer| writer.budget.close());
+        drop(readers);
+        assert!(polite.join().unwrap(), "the reading client was not served");
+        assert!(started.elapsed() < Duration::from_secs(2), "served after {:?}", started.elapsed());
+        assert_eq!(read.join().unwrap(), line);
+        let sent = requests.into_iter().map(|r| r.join().unwrap()).filter(|&sent| sent).count();
+        assert_eq!(sent, 0, "no reply reached a client that had gone");
+        assert_eq!(built.load(Ordering::SeqCst), before + 1, "calls of gone clients were built");
+        assert_eq!(pool.held(), (0, 0));
     }
 
     #[test]
