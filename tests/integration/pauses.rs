@@ -333,6 +333,8 @@ fn paused_opens_from_one_cpu_never_take_the_entries_its_other_requests_need() {
     std::fs::create_dir_all(&secrets).unwrap();
     for i in 0..OPENERS {
         std::fs::write(secrets.join(format!("f{i}")), "old").unwrap();
+        std::fs::set_permissions(secrets.join(format!("f{i}")), std::fs::Permissions::from_mode(0o666))
+            .unwrap();
     }
     std::fs::write(f.host_root.join("readme"), "hello").unwrap();
     let on_rings = crate::harness::status(&f)["fuse_transport"] == "io_uring";
@@ -342,10 +344,15 @@ fn paused_opens_from_one_cpu_never_take_the_entries_its_other_requests_need() {
     let (done, outcomes) = std::sync::mpsc::channel();
     for i in 0..OPENERS {
         let (path, done) = (f.p(&format!("/host/secrets/f{i}")), done.clone());
+        // Three users, 200 each: under one user's share of the tickets (256), over a ring's
+        // bound together.
+        let uid = (i % 3) as libc::uid_t;
         std::thread::Builder::new()
             .stack_size(64 * 1024)
             .spawn(move || {
                 pin_to(cpu);
+                // SAFETY: raw setresuid changes this thread's credentials only.
+                unsafe { assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0) };
                 let opened = std::fs::OpenOptions::new().append(true).open(path);
                 let _ = done.send(opened.map(drop).map_err(|e| e.raw_os_error()));
             })
