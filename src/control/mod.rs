@@ -10,6 +10,7 @@ pub mod methods;
 pub mod proto;
 pub mod reply_budget;
 pub mod roles;
+pub mod running;
 pub mod server;
 pub mod session;
 pub mod tools;

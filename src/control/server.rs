@@ -162,6 +162,7 @@ pub fn serve(listeners: Vec<Listener>, state: Arc<State>) -> Result<Server> {
         stopping: AtomicBool::new(false),
         connections: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(0),
+        running: Arc::default(),
     });
     let mut accepting = Vec::new();
     let mut files = Vec::new();
@@ -191,6 +192,8 @@ struct Shared {
     /// Open connections, so that stopping can close them.
     connections: Mutex<HashMap<u64, (UnixStream, Socket)>>,
     next_id: AtomicU64,
+    /// Requests running on every connection, by uid (each has a thread).
+    running: Arc<super::running::Running>,
 }
 
 /// The running control door. Dropping it stops accepting, closes every connection and
@@ -570,10 +573,19 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
             writer.send(&proto::response(&id, Err(RpcError::new(proto::OVERLOADED, message))));
             continue;
         }
+        let place = match shared.running.enter(peer.uid) {
+            Ok(place) => place,
+            Err(message) => {
+                in_flight.leave();
+                writer.send(&proto::response(&id, Err(RpcError::new(proto::OVERLOADED, message))));
+                continue;
+            }
+        };
         let job = {
             let (shared, writer, session, in_flight, id) =
                 (shared.clone(), writer.clone(), session.clone(), in_flight.clone(), id.clone());
             move || {
+                let _place = place;
                 let state = &shared.state;
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     state.handle(&session, &peer, &id, &method, params.as_ref())

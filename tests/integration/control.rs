@@ -72,6 +72,25 @@ impl Conn {
         Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
     }
 
+    /// Like [`Conn::open`], from a thread that switched to `uid` alone (SO_PEERCRED is taken
+    /// at connect; the raw system calls change that thread's credentials only).
+    fn open_as(uid: u32, socket: &Path) -> Conn {
+        let socket = socket.to_path_buf();
+        let stream = std::thread::spawn(move || {
+            // SAFETY: raw setresgid/setresuid change this thread's credentials only; it ends
+            // right after connecting.
+            unsafe {
+                assert_eq!(libc::syscall(libc::SYS_setresgid, uid, uid, uid), 0);
+                assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0);
+            }
+            UnixStream::connect(&socket).unwrap()
+        })
+        .join()
+        .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
+    }
+
     fn send(&mut self, text: &str) {
         self.stream.write_all(text.as_bytes()).unwrap();
     }
@@ -898,4 +917,63 @@ fn explain_agrees_with_the_doors() {
     let kinds = explain("read", "/host/sd");
     assert_eq!(kinds["decision"], json!("allow"), "{kinds}");
     assert_eq!(kinds["as_directory"]["decision"], json!("deny"), "{kinds}");
+}
+
+/// Each request runs on a thread of its own, so one user's clients, on as many connections as
+/// they like, run at most a quarter of what the daemon runs: past it that user's requests are
+/// refused at once, while another user's are served, and the places come back as they end.
+#[test]
+fn one_users_requests_run_at_most_its_share_of_the_daemons_threads() {
+    use agentvfs::control::running::MAX_RUNNING_PER_UID;
+    let f = Fixture::with_config("", |text| text.to_string() + "\n[control]\nagents = [\"nobody\"]\n");
+    std::fs::set_permissions(f.scratch.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let line = "x".repeat(59) + "\n";
+    std::fs::write(f.host_root.join("big.txt"), line.repeat(100_000)).unwrap();
+    // Connections that ask for large results and read none: past the reply budget their calls
+    // wait for a turn, each on its thread.
+    let call = |id: usize| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file",
+            "arguments": {"file_path": "/host/big.txt", "limit": 100_000}, "structured": true}})
+        .to_string()
+            + "\n"
+    };
+    let per_connection = 256;
+    let flooding: Vec<UnixStream> = (0..MAX_RUNNING_PER_UID / per_connection)
+        .map(|_| {
+            let mut c = UnixStream::connect(f.agent_socket()).unwrap();
+            let lines: String = (0..per_connection).map(call).collect();
+            c.write_all(lines.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    let ping = |c: &mut Conn| c.request(9, "ping", json!({}));
+    let mut root = Conn::open(&f.agent_socket());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let answer = ping(&mut root);
+        if answer.get("error").is_some() {
+            break answer;
+        }
+        assert!(std::time::Instant::now() < deadline, "never refused: {answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(refused["error"]["code"], -32002, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        format!("too many requests running for uid 0 (limit {MAX_RUNNING_PER_UID}, across its connections)")
+    );
+    // Another user is served meanwhile.
+    let mut nobody = Conn::open_as(65534, &f.agent_socket());
+    assert_eq!(ping(&mut nobody), json!({"jsonrpc": "2.0", "id": 9, "result": {}}));
+    // The flooding clients go: their waiting calls end, and root is served again.
+    drop(flooding);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = ping(&mut root);
+        if answer.get("result").is_some() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still refused: {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
