@@ -72,21 +72,9 @@ impl Conn {
         Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
     }
 
-    /// Like [`Conn::open`], from a thread that switched to `uid` alone (SO_PEERCRED is taken
-    /// at connect; the raw system calls change that thread's credentials only).
+    /// Like [`Conn::open`], with `uid` as its peer ([`crate::harness::connect_as`]).
     fn open_as(uid: u32, socket: &Path) -> Conn {
-        let socket = socket.to_path_buf();
-        let stream = std::thread::spawn(move || {
-            // SAFETY: raw setresgid/setresuid change this thread's credentials only; it ends
-            // right after connecting.
-            unsafe {
-                assert_eq!(libc::syscall(libc::SYS_setresgid, uid, uid, uid), 0);
-                assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0);
-            }
-            UnixStream::connect(&socket).unwrap()
-        })
-        .join()
-        .unwrap();
+        let stream = crate::harness::connect_as(uid, socket);
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
     }

@@ -398,3 +398,20 @@ impl Drop for HostMount {
         }
     }
 }
+
+/// A connection to `socket` whose peer (SO_PEERCRED, taken at connect) is `uid`: made from a
+/// thread that switched to `uid` alone (the raw system calls change that thread only).
+pub fn connect_as(uid: u32, socket: &Path) -> std::os::unix::net::UnixStream {
+    let socket = socket.to_path_buf();
+    std::thread::spawn(move || {
+        // SAFETY: raw setresgid/setresuid change this thread's credentials only; it ends right
+        // after connecting.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_setresgid, uid, uid, uid), 0);
+            assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0);
+        }
+        std::os::unix::net::UnixStream::connect(&socket).unwrap_or_else(|e| panic!("uid {uid} connects: {e}"))
+    })
+    .join()
+    .unwrap()
+}

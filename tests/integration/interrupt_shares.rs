@@ -73,22 +73,9 @@ impl Conn {
         Conn::new(UnixStream::connect(socket).unwrap())
     }
 
-    /// A connection whose peer (SO_PEERCRED, taken at connect) is `uid`: connected from a
-    /// thread that switched to `uid` alone (the raw system calls change that thread only).
+    /// A connection whose peer is `uid` ([`crate::harness::connect_as`]).
     fn open_as(uid: u32, socket: &Path) -> Conn {
-        let socket = socket.to_path_buf();
-        let stream = std::thread::spawn(move || {
-            // SAFETY: raw setresgid/setresuid change this thread's credentials only; it ends
-            // right after connecting.
-            unsafe {
-                assert_eq!(libc::syscall(libc::SYS_setresgid, uid, uid, uid), 0);
-                assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0);
-            }
-            UnixStream::connect(&socket).unwrap_or_else(|e| panic!("uid {uid} connects: {e}"))
-        })
-        .join()
-        .unwrap();
-        Conn::new(stream)
+        Conn::new(crate::harness::connect_as(uid, socket))
     }
 
     /// The whole reply to one request, and its length on the wire.
