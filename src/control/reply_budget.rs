@@ -5,7 +5,10 @@
 //! turn: at most [`MAX_BUILDING`] at once per connection and [`DAEMON_BUILDING`] in the whole
 //! daemon, and only while the replies waiting to be written stay under [`MAX_UNSENT`] bytes on
 //! its connection and [`DAEMON_UNSENT`] in all. (Per connection alone, 8 connections reading
-//! nothing made the daemon hold 1.7 GB; there may be 1024.) A call paused on an approval holds
+//! nothing made the daemon hold 1.7 GB; there may be 1024.) One user (uid), on however many
+//! connections, builds at most a quarter of the daemon's results at once and holds at most a
+//! quarter of its unsent bytes, so that its clients cannot keep everyone else's large results
+//! waiting (a slow `grep`, a client that reads nothing). A call paused on an approval holds
 //! no turn; a reply larger than the budget still goes out, alone. A call waiting for a turn
 //! gets none once its connection is gone, and a reply nobody reads is dropped at its write
 //! deadline, which gives its bytes back.
@@ -21,15 +24,20 @@ pub const MAX_BUILDING: usize = 4;
 /// built there.
 pub const MAX_UNSENT: usize = 64 << 20;
 /// Results built at once in the daemon, all connections together.
-pub const DAEMON_BUILDING: usize = 8;
+pub const DAEMON_BUILDING: usize = 16;
 /// Bytes of replies waiting to be written in the daemon past which no further result is built.
 pub const DAEMON_UNSENT: usize = 128 << 20;
+
+/// One user's share of a daemon-wide bound: a quarter.
+fn share(bound: usize) -> usize {
+    (bound / 4).max(1)
+}
 
 /// The daemon's budget, which every connection's draws on. Its lock also guards each
 /// connection's own counts (taken after it), so that one condition variable wakes whoever
 /// waits, for either bound.
 pub struct Pool {
-    totals: Mutex<Counts>,
+    totals: Mutex<Totals>,
     changed: Condvar,
     max_building: usize,
     max_unsent: usize,
@@ -49,27 +57,41 @@ impl Pool {
     /// Results being built and bytes waiting to be written, in all.
     pub fn held(&self) -> (usize, usize) {
         let totals = self.totals.lock();
-        (totals.building, totals.unsent)
+        (totals.all.building, totals.all.unsent)
     }
 }
 
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
 struct Counts {
     building: usize,
     unsent: usize,
 }
 
-/// One connection's share of its [`Pool`].
-pub struct ReplyBudget {
-    pool: Arc<Pool>,
-    /// Locked only under the pool's lock.
-    mine: Mutex<State>,
+/// The pool's counts: in all, and by uid (uids holding nothing are absent).
+#[derive(Default)]
+struct Totals {
+    all: Counts,
+    by_uid: std::collections::HashMap<u32, Counts>,
 }
 
-impl Default for ReplyBudget {
-    fn default() -> ReplyBudget {
-        ReplyBudget::in_pool(Pool::daemon())
+impl Totals {
+    /// Applies `change` to the counts in all and to `uid`'s.
+    fn apply(&mut self, uid: u32, change: impl Fn(&mut Counts)) {
+        change(&mut self.all);
+        let user = self.by_uid.entry(uid).or_default();
+        change(user);
+        if user.building == 0 && user.unsent == 0 {
+            self.by_uid.remove(&uid);
+        }
     }
+}
+
+/// One connection's share of its [`Pool`], for its peer's uid.
+pub struct ReplyBudget {
+    pool: Arc<Pool>,
+    uid: u32,
+    /// Locked only under the pool's lock.
+    mine: Mutex<State>,
 }
 
 #[derive(Default)]
@@ -103,8 +125,9 @@ impl Drop for Turn {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        let uid = self.0.uid;
         self.0.change(|totals, mine| {
-            totals.building -= 1;
+            totals.apply(uid, |c| c.building -= 1);
             mine.counts.building -= 1;
         });
     }
@@ -116,8 +139,13 @@ pub fn end_of_request() {
 }
 
 impl ReplyBudget {
-    pub fn in_pool(pool: Arc<Pool>) -> ReplyBudget {
-        ReplyBudget { pool, mine: Mutex::default() }
+    /// The budget of a connection of `uid` in the daemon's pool.
+    pub fn for_uid(uid: u32) -> ReplyBudget {
+        ReplyBudget::in_pool(Pool::daemon(), uid)
+    }
+
+    pub fn in_pool(pool: Arc<Pool>, uid: u32) -> ReplyBudget {
+        ReplyBudget { pool, uid, mine: Mutex::default() }
     }
 
     /// Waits for a turn to build a result. `None` once the connection is gone.
@@ -132,13 +160,16 @@ impl ReplyBudget {
                 if mine.closed {
                     return None;
                 }
+                let user = totals.by_uid.get(&self.uid).copied().unwrap_or_default();
                 if mine.counts.building < MAX_BUILDING
                     && mine.counts.unsent <= MAX_UNSENT
-                    && totals.building < pool.max_building
-                    && totals.unsent <= pool.max_unsent
+                    && user.building < share(pool.max_building)
+                    && user.unsent <= share(pool.max_unsent)
+                    && totals.all.building < pool.max_building
+                    && totals.all.unsent <= pool.max_unsent
                 {
                     mine.counts.building += 1;
-                    totals.building += 1;
+                    totals.apply(self.uid, |c| c.building += 1);
                     return Some(Turn(Some(Held(self.clone()))));
                 }
             }
@@ -152,7 +183,7 @@ impl ReplyBudget {
     /// carries for the connection.
     pub fn queued(&self, bytes: usize) {
         let mut totals = self.pool.totals.lock();
-        totals.unsent += bytes;
+        totals.apply(self.uid, |c| c.unsent += bytes);
         self.mine.lock().counts.unsent += bytes;
         drop(totals);
         let mine = |held: &Held| std::ptr::eq(&*held.0, self);
@@ -167,8 +198,9 @@ impl ReplyBudget {
 
     /// A reply of `bytes` was written (or dropped).
     pub fn sent(&self, bytes: usize) {
+        let uid = self.uid;
         self.change(|totals, mine| {
-            totals.unsent -= bytes;
+            totals.apply(uid, |c| c.unsent -= bytes);
             mine.counts.unsent -= bytes;
         });
     }
@@ -178,7 +210,7 @@ impl ReplyBudget {
         self.change(|_, mine| mine.closed = true);
     }
 
-    fn change(&self, change: impl FnOnce(&mut Counts, &mut State)) {
+    fn change(&self, change: impl FnOnce(&mut Totals, &mut State)) {
         let mut totals = self.pool.totals.lock();
         change(&mut totals, &mut self.mine.lock());
         drop(totals);
@@ -192,7 +224,7 @@ mod tests {
 
     #[test]
     fn turns_wait_for_building_and_unsent_replies_and_end_with_the_connection() {
-        let budget = Arc::new(ReplyBudget::in_pool(Pool::new(usize::MAX, usize::MAX)));
+        let budget = Arc::new(ReplyBudget::in_pool(Pool::new(usize::MAX, usize::MAX), 1000));
         let turns: Vec<Turn> = (0..MAX_BUILDING).map(|_| budget.turn().unwrap()).collect();
         let waiter = {
             let budget = budget.clone();
@@ -215,5 +247,30 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         budget.close();
         assert!(!late.join().unwrap(), "the connection went: no turn");
+    }
+
+    /// One user's connections together build at most a quarter of the pool's results at
+    /// once; another user's still get turns.
+    #[test]
+    fn one_user_builds_at_most_its_share_of_the_pool() {
+        let pool = Pool::new(8, usize::MAX);
+        let connection = || Arc::new(ReplyBudget::in_pool(pool.clone(), 1000));
+        let (a, b) = (connection(), connection());
+        let turns = [a.turn().unwrap(), b.turn().unwrap()];
+        let waiter = {
+            let c = connection();
+            std::thread::spawn(move || c.turn().is_some())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "uid 1000 builds its share, 2 of 8, on two connections");
+        let other = Arc::new(ReplyBudget::in_pool(pool.clone(), 1001));
+        let theirs = other.turn().unwrap();
+        assert_eq!(pool.held().0, 3);
+        drop(turns);
+        end_of_request();
+        assert!(waiter.join().unwrap(), "a turn of uid 1000's came back");
+        drop(theirs);
+        end_of_request();
+        assert!(pool.totals.lock().by_uid.is_empty(), "no uid is left with nothing held");
     }
 }

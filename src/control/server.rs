@@ -515,7 +515,7 @@ fn connection(shared: Arc<Shared>, stream: UnixStream, socket: Socket) {
 /// closed the whole connection reads no replies: the approvals its tool calls wait on are
 /// withdrawn, so that no later approval runs a call nobody waits for.
 fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer: UnixStream) {
-    let session = Arc::new(Session::new(shared.state.config.observation));
+    let session = Arc::new(Session::for_uid(shared.state.config.observation, peer.uid));
     let writer = Arc::new(Writer { stream: Mutex::new(writer), budget: session.replies.clone() });
     let in_flight = Arc::new(InFlight { count: Mutex::new(0), done: Condvar::new() });
     let fd = reader.as_raw_fd();
@@ -676,9 +676,10 @@ mod tests {
         const REPLY: usize = 256 << 10;
         // The daemon's bounds, smaller: 2 results built, 1 MiB unsent.
         let pool = Pool::new(2, 1 << 20);
-        let connection = |pool: &Arc<Pool>| {
+        // Each of another user, so that only the daemon's bounds, not a user's share, hold.
+        let connection = |pool: &Arc<Pool>, uid: u32| {
             let (ours, theirs) = UnixStream::pair().unwrap();
-            let budget = Arc::new(ReplyBudget::in_pool(pool.clone()));
+            let budget = Arc::new(ReplyBudget::in_pool(pool.clone(), uid));
             (Arc::new(Writer { stream: Mutex::new(ours), budget }), theirs)
         };
         let (built, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -706,8 +707,8 @@ mod tests {
         };
         // Four connections, sixteen requests each, nothing read.
         let (mut readers, mut writers, mut requests) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..4 {
-            let (writer, theirs) = connection(&pool);
+        for uid in 1..=4 {
+            let (writer, theirs) = connection(&pool, uid);
             requests.extend((0..16).map(|_| request(&writer)));
             readers.push(theirs);
             writers.push(writer);
@@ -721,7 +722,7 @@ mod tests {
         assert!(before <= bound / line + 2, "{before} results built for clients reading nothing");
         // A client that reads waits meanwhile; once the others are gone it is served, and
         // their waiting calls build nothing more.
-        let (writer, theirs) = connection(&pool);
+        let (writer, theirs) = connection(&pool, 5);
         let polite = request(&writer);
         let read = std::thread::spawn(move || {
             let mut line = String::new();

@@ -70,10 +70,16 @@ impl Drop for Submitting<'_> {
 
 impl Session {
     pub fn new(observation: Observation) -> Session {
+        Session::for_uid(observation, 0)
+    }
+
+    /// The session of a connection whose peer is `uid` (its replies draw on that user's share
+    /// of the daemon's budget).
+    pub fn for_uid(observation: Observation, uid: u32) -> Session {
         Session {
             observation,
             staging: Default::default(),
-            replies: Default::default(),
+            replies: std::sync::Arc::new(crate::control::reply_budget::ReplyBudget::for_uid(uid)),
             observed: Mutex::new(HashMap::new()),
             waiting: Mutex::default(),
             submitted: Condvar::new(),
