@@ -284,41 +284,6 @@ impl<'e> ToolFs<'e> {
         }
         Ok(())
     }
-
-    /// Visits every visible entry beneath `root` (depth first, names sorted), calling
-    /// `visit(path, attr)`; returning `false` from it stops the walk. Directories that cannot
-    /// be read are reported through `unreadable`.
-    pub fn walk(
-        &self,
-        root: &VPath,
-        visit: &mut dyn FnMut(&VPath, &Attr) -> bool,
-        unreadable: &mut dyn FnMut(&VPath, &FsError),
-    ) -> bool {
-        // The directories being listed, each with the entries still to visit: a stack of its
-        // own, not recursion (see `remove_tree`).
-        let mut open: Vec<(VPath, std::vec::IntoIter<(String, Attr)>)> = Vec::new();
-        match self.list(root) {
-            Ok(entries) => open.push((root.clone(), entries.into_iter())),
-            Err(e) => unreadable(root, &e),
-        }
-        while let Some((dir, entries)) = open.last_mut() {
-            let Some((name, attr)) = entries.next() else {
-                open.pop();
-                continue;
-            };
-            let path = dir.join(&name);
-            if !visit(&path, &attr) {
-                return false;
-            }
-            if attr.kind == FileKind::Dir {
-                match self.list(&path) {
-                    Ok(entries) => open.push((path, entries.into_iter())),
-                    Err(e) => unreadable(&path, &e),
-                }
-            }
-        }
-        true
-    }
 }
 
 #[cfg(test)]

@@ -18,8 +18,8 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 /// Puts back the default actions of SIGINT and SIGQUIT (bubblewrap ignores them, and an
-/// ignored signal stays ignored across `exec`), refuses `TIOCSTI` to the program and
-/// everything it starts ([`crate::exec::confine`]), then becomes the program, or, with
+/// ignored signal stays ignored across `exec`; the sandbox's seccomp filter and Landlock scope
+/// are bubblewrap's already, see [`crate::exec::confine`]), then becomes the program, or, with
 /// `terminal` (the sandbox holds the caller's terminal), starts it in a group of its own that
 /// gets the terminal and stays its parent ([`monitor`]). Returns the program's status.
 pub fn exec_program(argv: &[OsString], terminal: bool) -> ExitCode {
@@ -28,11 +28,6 @@ pub fn exec_program(argv: &[OsString], terminal: bool) -> ExitCode {
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
         libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-    }
-    // The program shares the caller's terminal: it must not type into it.
-    if let Err(e) = crate::exec::confine::install() {
-        eprintln!("agentvfs run: cannot keep the program from typing into your terminal: {e}");
-        return ExitCode::from(126);
     }
     let mut command = std::process::Command::new(program);
     command.args(args);
@@ -102,7 +97,7 @@ fn monitor(mut command: std::process::Command) -> std::io::Result<ExitCode> {
                 match waitpid(child, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::Exited(_, code)) => return Ok(ExitCode::from(code.clamp(0, 255) as u8)),
                     Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(end_by(signal)),
-                    Ok(WaitStatus::Stopped(_, signal)) => stop_with(signal),
+                    Ok(WaitStatus::Stopped(_, signal)) => stop_with(signal, program_group),
                     Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => break,
                     Ok(_) => {}
                     Err(e) => return Err(e.into()),
@@ -121,8 +116,15 @@ fn monitor(mut command: std::process::Command) -> std::io::Result<ExitCode> {
 
 /// The program stopped with `signal`: stops this process's group (bubblewrap's, this process
 /// included) with it, as the terminal would have stopped that group had it held the terminal,
-/// so that `agentvfs run` sees the stop and passes it on. Returns once continued.
-fn stop_with(signal: Signal) {
+/// so that `agentvfs run` sees the stop and passes it on. Returns once continued, or at once
+/// when a continue already waits for this process (the stop was passed out, and `fg` came,
+/// before the program's stop was seen here): stopping then would swallow that continue, as a
+/// stop signal discards a pending SIGCONT, and leave the job stopped after `fg`.
+fn stop_with(signal: Signal, program_group: Pid) {
+    if super::job::continue_pending() {
+        let _ = nix::sys::signal::kill(program_group, Signal::SIGCONT);
+        return;
+    }
     let raised = match signal {
         Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU => signal,
         _ => Signal::SIGSTOP,

@@ -133,17 +133,15 @@ impl Job {
     }
 
     /// This process was sent SIGTSTP (the terminal's Ctrl-Z when the sandbox does not hold
-    /// it, as in `agentvfs run … | less`, or a `kill -TSTP`): passes it to the sandbox and the
-    /// program's own group; their stop then stops this process ([`Job::stopped`]).
+    /// it, as in `agentvfs run … | less`, or a `kill -TSTP`): passes it to the sandbox (to the
+    /// program's own group under a monitor); its stop then stops this process
+    /// ([`Job::stopped`]).
     pub fn stop(&self) {
+        // Under a monitor, to the program's group only: the monitor passes its stop out, and
+        // stopped itself it would not see the program's stop until the next `fg`.
+        let group = self.front_group();
         // SAFETY: kill touches no memory.
-        unsafe {
-            libc::kill(-self.group, libc::SIGTSTP);
-            let front = self.front_group();
-            if front != self.group {
-                libc::kill(-front, libc::SIGTSTP);
-            }
-        }
+        unsafe { libc::kill(-group, libc::SIGTSTP) };
     }
 
     /// Bubblewrap stopped with `signal` (the terminal's Ctrl-Z, or a read or write on the
@@ -230,7 +228,7 @@ fn raise_unblocked(signal: libc::c_int) {
 }
 
 /// Whether a SIGCONT waits (blocked) for this process.
-fn continue_pending() -> bool {
+pub(super) fn continue_pending() -> bool {
     // SAFETY: sigpending fills the zeroed set; sigismember only reads it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();

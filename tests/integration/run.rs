@@ -664,6 +664,21 @@ fn a_shell_inside_leads_its_own_group_and_hands_the_terminal_back() {
     std::thread::sleep(Duration::from_millis(300));
     tmux.line("shell", "zz");
     tmux.wait_for("shell", "got-zz");
+
+    // Stopped by `kill -TSTP` sent to `agentvfs run` itself: one `fg` continues it (the stop
+    // goes to the program's group, whose monitor passes it out).
+    tmux.line("shell", "clear");
+    tmux.line("shell", &s.run_as_nobody("sh -c 'echo tstp-ready; read z; echo tstp-got-$z'"));
+    tmux.wait_for("shell", "\ntstp-ready");
+    let bin = s.bin.to_str().unwrap();
+    let run = pids(&[bin, "run"]);
+    assert_eq!(run.len(), 1, "{run:?}");
+    unsafe { libc::kill(run[0], libc::SIGTSTP) };
+    tmux.wait_for("shell", "Stopped");
+    tmux.line("shell", "fg");
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.line("shell", "q");
+    tmux.wait_for("shell", "tstp-got-q");
 }
 
 /// A daemon's stand-in, run by nobody: answers `ping` and `vfs/paths` (naming `mountpoint`)
