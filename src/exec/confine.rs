@@ -37,11 +37,14 @@ const ARG1: u32 = 24;
 
 const ARCH_X86_64: u32 = 0xC000_003E;
 const ARCH_I386: u32 = 0x4000_0003;
+const ARCH_AARCH64: u32 = 0xC000_00B7;
 const X32_BIT: u32 = 0x4000_0000;
 const IOCTL_X86_64: u32 = 16;
 const IOCTL_I386: u32 = 54;
+const IOCTL_AARCH64: u32 = 29;
 const KEYS_X86_64: [u32; 3] = [248, 249, 250]; // add_key, request_key, keyctl
 const KEYS_I386: [u32; 3] = [286, 287, 288];
+const KEYS_AARCH64: [u32; 3] = [217, 218, 219];
 const TIOCSTI: u32 = 0x5412;
 const TIOCLINUX: u32 = 0x541C;
 const ALLOW: u32 = 0x7fff_0000;
@@ -51,31 +54,41 @@ const fn op(code: u16, k: u32, jt: u8, jf: u8) -> Instruction {
     Instruction { code, jt, jf, k }
 }
 
-/// The filter. Jumps count instructions from the next one: 20 is the allow, 21 the refusal.
-/// Calls through the i386 ABI are judged alike; x32 calls are refused (nothing here uses them).
-const PROGRAM: [Instruction; 22] = [
+/// The filter. Jumps count instructions from the next one: 29 is the allow, 30 the refusal.
+/// Calls through the i386 ABI, and on aarch64, are judged alike; x32 calls are refused
+/// (nothing here uses them); other architectures pass (none of these numbers are theirs).
+const PROGRAM: [Instruction; 31] = [
     op(LD_ABS, ARCH, 0, 0),         // 0
     op(JEQ, ARCH_X86_64, 0, 9),     // 1: x86_64, else 11
     op(LD_ABS, NR, 0, 0),           // 2
-    op(JGE, X32_BIT, 17, 0),        // 3: x32 → refuse
-    op(JEQ, KEYS_X86_64[0], 16, 0), // 4
-    op(JEQ, KEYS_X86_64[1], 15, 0), // 5
-    op(JEQ, KEYS_X86_64[2], 14, 0), // 6
-    op(JEQ, IOCTL_X86_64, 0, 12),   // 7: not ioctl → allow
+    op(JGE, X32_BIT, 26, 0),        // 3: x32 → refuse
+    op(JEQ, KEYS_X86_64[0], 25, 0), // 4
+    op(JEQ, KEYS_X86_64[1], 24, 0), // 5
+    op(JEQ, KEYS_X86_64[2], 23, 0), // 6
+    op(JEQ, IOCTL_X86_64, 0, 21),   // 7: not ioctl → allow
     op(LD_ABS, ARG1, 0, 0),         // 8
-    op(JEQ, TIOCSTI, 11, 0),        // 9
-    op(JEQ, TIOCLINUX, 10, 9),      // 10
-    op(JEQ, ARCH_I386, 0, 8),       // 11: i386, else allow
+    op(JEQ, TIOCSTI, 20, 0),        // 9
+    op(JEQ, TIOCLINUX, 19, 18),     // 10
+    op(JEQ, ARCH_I386, 0, 8),       // 11: i386, else 20
     op(LD_ABS, NR, 0, 0),           // 12
-    op(JEQ, KEYS_I386[0], 7, 0),    // 13
-    op(JEQ, KEYS_I386[1], 6, 0),    // 14
-    op(JEQ, KEYS_I386[2], 5, 0),    // 15
-    op(JEQ, IOCTL_I386, 0, 3),      // 16
+    op(JEQ, KEYS_I386[0], 16, 0),   // 13
+    op(JEQ, KEYS_I386[1], 15, 0),   // 14
+    op(JEQ, KEYS_I386[2], 14, 0),   // 15
+    op(JEQ, IOCTL_I386, 0, 12),     // 16
     op(LD_ABS, ARG1, 0, 0),         // 17
-    op(JEQ, TIOCSTI, 2, 0),         // 18
-    op(JEQ, TIOCLINUX, 1, 0),       // 19
-    op(RET, ALLOW, 0, 0),           // 20
-    op(RET, EPERM, 0, 0),           // 21
+    op(JEQ, TIOCSTI, 11, 0),        // 18
+    op(JEQ, TIOCLINUX, 10, 9),      // 19
+    op(JEQ, ARCH_AARCH64, 0, 8),    // 20: aarch64, else allow
+    op(LD_ABS, NR, 0, 0),           // 21
+    op(JEQ, KEYS_AARCH64[0], 7, 0), // 22
+    op(JEQ, KEYS_AARCH64[1], 6, 0), // 23
+    op(JEQ, KEYS_AARCH64[2], 5, 0), // 24
+    op(JEQ, IOCTL_AARCH64, 0, 3),   // 25
+    op(LD_ABS, ARG1, 0, 0),         // 26
+    op(JEQ, TIOCSTI, 2, 0),         // 27
+    op(JEQ, TIOCLINUX, 1, 0),       // 28
+    op(RET, ALLOW, 0, 0),           // 29
+    op(RET, EPERM, 0, 0),           // 30
 ];
 
 /// Installs the filter on this process (and so on everything it starts). Needs
@@ -207,9 +220,11 @@ mod tests {
 
     #[test]
     fn the_filter_refuses_typing_and_keys_and_allows_the_rest() {
-        for (arch, ioctl, keys) in
-            [(ARCH_X86_64, IOCTL_X86_64, KEYS_X86_64), (ARCH_I386, IOCTL_I386, KEYS_I386)]
-        {
+        for (arch, ioctl, keys) in [
+            (ARCH_X86_64, IOCTL_X86_64, KEYS_X86_64),
+            (ARCH_I386, IOCTL_I386, KEYS_I386),
+            (ARCH_AARCH64, IOCTL_AARCH64, KEYS_AARCH64),
+        ] {
             assert_eq!(verdict(arch, ioctl, TIOCSTI), EPERM);
             assert_eq!(verdict(arch, ioctl, TIOCLINUX), EPERM);
             assert_eq!(verdict(arch, ioctl, libc::TIOCGWINSZ as u32), ALLOW);
@@ -222,7 +237,8 @@ mod tests {
             }
         }
         assert_eq!(verdict(ARCH_X86_64, X32_BIT | 1, 0), EPERM);
-        assert_eq!(verdict(0xC000_00B7, 29, TIOCSTI), ALLOW, "another architecture passes");
+        assert_eq!(verdict(ARCH_AARCH64, X32_BIT | 1, 0), ALLOW, "no x32 on aarch64");
+        assert_eq!(verdict(0x4000_0028, IOCTL_AARCH64, TIOCSTI), ALLOW, "another architecture passes");
     }
 
     /// In a child process (the filter cannot be lifted): TIOCSTI and keyctl are refused, other
