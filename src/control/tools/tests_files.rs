@@ -761,3 +761,16 @@ mod delete_tests;
 // The comparison with Deep Agents' own tools lives with its cases and runner.
 #[path = "../../../tests/reference/compare.rs"]
 mod reference;
+
+/// The tool door reads a regular file, whole, up to the limit it is given: a FIFO (one put
+/// where a file was looked at) is refused at once, and a file past the limit with EFBIG.
+#[test]
+fn the_tool_doors_read_takes_a_regular_file_within_its_limit() {
+    let fx = Fx::new(vec![]);
+    let fs = ToolFs::new(&fx.engine);
+    fs.write_atomic(&p("/f.txt"), b"hello", 0o644).unwrap();
+    assert_eq!(fs.read(&p("/f.txt"), 5).unwrap(), b"hello");
+    assert_eq!(fs.read(&p("/f.txt"), 4).unwrap_err().errno, crate::error::Errno::EFBIG);
+    fx.engine.mknod(&fs.ctx, &p("/fifo"), libc::S_IFIFO | 0o644, 0).unwrap();
+    assert_eq!(fs.read(&p("/fifo"), 100).unwrap_err().errno, crate::error::Errno::EINVAL);
+}
