@@ -77,6 +77,7 @@ fn config_spelling_out_of_reach(
 /// A mount of `/proc/self/mountinfo`: its device, the directory of that file system it shows
 /// (`root`), and where.
 struct Mount {
+    id: u64,
     device: (u32, u32),
     root: PathBuf,
     at: PathBuf,
@@ -109,10 +110,11 @@ fn mounts(mountinfo: &str) -> Vec<Mount> {
     mountinfo
         .lines()
         .filter_map(|line| {
-            let mut fields = line.split(' ').skip(2);
-            let (major, minor) = fields.next()?.split_once(':')?;
+            let mut fields = line.split(' ');
+            let id = fields.next()?.parse().ok()?;
+            let (major, minor) = fields.nth(1)?.split_once(':')?;
             let device = (major.parse().ok()?, minor.parse().ok()?);
-            Some(Mount { device, root: unescape(fields.next()?), at: unescape(fields.next()?) })
+            Some(Mount { id, device, root: unescape(fields.next()?), at: unescape(fields.next()?) })
         })
         .collect()
 }
@@ -121,17 +123,20 @@ fn mounts(mountinfo: &str) -> Vec<Mount> {
 /// path): the file's path within its file system, from the mount that holds it, under each
 /// mount of the same device whose root holds that path.
 fn other_spellings(real: &Path, mountinfo: &str) -> Vec<PathBuf> {
-    let Ok(meta) = std::fs::metadata(real) else { return Vec::new() };
-    let device = (libc::major(meta.dev()), libc::minor(meta.dev()));
     let all = mounts(mountinfo);
-    // The mount that holds the file: the last listed (the topmost) of the longest mountpoint.
-    let Some(holder) = all
-        .iter()
-        .filter(|m| m.device == device && real.starts_with(&m.at))
-        .max_by_key(|m| m.at.components().count())
-    else {
-        return Vec::new();
+    // The mount that holds the file, by its id; where `statx` cannot say, the last listed (the
+    // topmost) of the longest mountpoint of the file's device (which a btrfs subvolume's
+    // `st_dev` does not match: the id is the sure answer).
+    let by_id = mount_id(real).and_then(|id| all.iter().find(|m| m.id == id));
+    let by_device = || {
+        let meta = std::fs::metadata(real).ok()?;
+        let device = (libc::major(meta.dev()), libc::minor(meta.dev()));
+        all.iter()
+            .filter(|m| m.device == device && real.starts_with(&m.at))
+            .max_by_key(|m| m.at.components().count())
     };
+    let Some(holder) = by_id.or_else(by_device) else { return Vec::new() };
+    let device = holder.device;
     let Ok(rest) = real.strip_prefix(&holder.at) else { return Vec::new() };
     let in_fs = holder.root.join(rest);
     all.iter()
@@ -139,6 +144,17 @@ fn other_spellings(real: &Path, mountinfo: &str) -> Vec<PathBuf> {
         .filter_map(|m| Some(m.at.join(in_fs.strip_prefix(&m.root).ok()?)))
         .filter(|p| p != real)
         .collect()
+}
+
+/// The id of the mount that holds `path` (`statx`'s `stx_mnt_id`: mountinfo's first field).
+fn mount_id(path: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()?;
+    // SAFETY: `path` is a valid C string and `out` a zeroed statx the call fills.
+    unsafe {
+        let mut out: libc::statx = std::mem::zeroed();
+        let done = libc::statx(libc::AT_FDCWD, path.as_ptr(), 0, libc::STATX_MNT_ID, &mut out);
+        (done == 0 && out.stx_mask & libc::STATX_MNT_ID != 0).then_some(out.stx_mnt_id)
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +167,7 @@ mod tests {
                     37 36 8:1 / / rw - ext4 /dev/sda1 rw\n";
         let m = mounts(info);
         assert_eq!(m.len(), 2);
+        assert_eq!((m[0].id, m[1].id), (36, 37));
         assert_eq!(
             (m[0].device, m[0].root.as_path(), m[0].at.as_path()),
             ((98, 0), Path::new("/mnt1"), Path::new("/mnt/parent dir"))
