@@ -205,6 +205,13 @@ impl ReplyBudget {
         });
     }
 
+    /// Whether the connection is gone ([`ReplyBudget::close`]): nobody reads what a call on it
+    /// would answer.
+    pub fn is_closed(&self) -> bool {
+        let _totals = self.pool.totals.lock();
+        self.mine.lock().closed
+    }
+
     /// The connection is gone: whoever waits for a turn gets none.
     pub fn close(&self) {
         self.change(|_, mine| mine.closed = true);

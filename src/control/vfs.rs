@@ -258,13 +258,18 @@ impl<'e> ToolFs<'e> {
         }
     }
 
-    /// Removes `path` and everything beneath it, each step through the gate. Depth first on a
-    /// stack of its own, not by recursion: an agent can make a tree thousands of levels deep
+    /// Removes `path` and everything beneath it, each step through the gate, while `wanted()`
+    /// says the caller still waits (a tree of a million files whose client went away is not
+    /// removed to its end unasked: EINTR then, with what is left still there). Depth first on
+    /// a stack of its own, not by recursion: an agent can make a tree thousands of levels deep
     /// (no store but the host's bounds the depth), which would overflow the thread's stack.
-    pub fn remove_tree(&self, path: &VPath) -> FsResult<()> {
+    pub fn remove_tree(&self, path: &VPath, wanted: &dyn Fn() -> bool) -> FsResult<()> {
         // Each entry, and whether its directory has been emptied (it is removed then).
         let mut stack = vec![(path.clone(), false)];
         while let Some((at, emptied)) = stack.pop() {
+            if !wanted() {
+                return Err(FsError::new(Errno::EINTR, "the client went away; the rest was left"));
+            }
             let step = if emptied {
                 self.engine.rmdir(&self.ctx, &at)
             } else {

@@ -1,6 +1,7 @@
 //! What an agent cannot make the tool door hold without end, through a real daemon and socket:
 //! a FIFO's reader that never comes (`vfs/download`), a file too large to take whole (a
-//! sparse file costs no disk), and a directory tree too deep for a recursive walk.
+//! sparse file costs no disk), a directory tree too deep for a recursive walk, and a delete
+//! nobody waits for.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -117,4 +118,38 @@ fn a_tree_thousands_of_levels_deep_is_walked_and_deleted() {
     let (ok, text) = call_tool(&mut c, "delete", json!({"file_path": "/db/deep"}));
     assert!(ok, "{text}");
     assert!(!f.p("/db/deep").exists());
+}
+
+/// A `delete` whose client went away stops where it is: the rest of the tree stays, rather
+/// than the daemon removing it to the end for nobody.
+#[test]
+fn a_delete_whose_client_went_away_stops() {
+    let f = Fixture::new("");
+    let tree = f.host_root.join("many");
+    for d in 0..100 {
+        let dir = tree.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..400 {
+            std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+        }
+    }
+    let count = || walkdir_count(&tree);
+    let mut c =
+        std::os::unix::net::UnixStream::connect(f.scratch.path().join("agentvfs-agent.sock")).unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "delete", "arguments": {"file_path": "/host/many"}}});
+    std::io::Write::write_all(&mut c, format!("{call}\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    std::thread::sleep(Duration::from_secs(1));
+    let left = count();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(left > 0, "the whole tree went");
+    assert_eq!(count(), left, "the delete went on after its client left");
+}
+
+/// Entries beneath `dir` (0 once it is gone).
+fn walkdir_count(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries.flatten().map(|e| 1 + if e.path().is_dir() { walkdir_count(&e.path()) } else { 0 }).sum()
 }
