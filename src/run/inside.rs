@@ -79,11 +79,20 @@ fn monitor(mut command: std::process::Command) -> std::io::Result<ExitCode> {
             Ok(())
         });
     }
-    let child = match command.spawn() {
-        Ok(child) => Pid::from_raw(child.id() as i32),
-        Err(e) => {
-            let _ = waited.thread_unblock();
-            return Err(e);
+    // Forked here, not by `spawn`: `spawn` waits until the child has exec'd, and a child
+    // stopped before that (Ctrl-Z while it starts) would hold this process there, where it
+    // cannot pass the stop out. This process has no other thread, so the child may run any
+    // code; it says itself why the program did not start.
+    // SAFETY: single-threaded, see above.
+    let child = match unsafe { nix::unistd::fork() }.map_err(std::io::Error::from)? {
+        nix::unistd::ForkResult::Parent { child } => child,
+        nix::unistd::ForkResult::Child => {
+            let error = command.exec();
+            let program = command.get_program().to_string_lossy();
+            eprintln!("agentvfs run: {}: {error}", crate::display::escape(&program));
+            let code = if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            // SAFETY: ends the child at once, as a failed exec should.
+            unsafe { libc::_exit(code) }
         }
     };
     // As shells do, from both sides: neither order of the child's exec and this call leaves

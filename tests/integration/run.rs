@@ -554,7 +554,7 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
 
     // Stopped and sent on with `bg`, a run that ends leaves the terminal to the shell.
     tmux.line("shell", &s.run_as_nobody("sh -c 'echo started; sleep 2; echo bg-done'"));
-    tmux.wait_for("shell", "started");
+    tmux.wait_for("shell", "\nstarted");
     tmux.keys("shell", &["C-z"]);
     let stopped = |screen: &str| screen.lines().any(|l| l.contains("Stopped") && l.contains("bg-done"));
     let deadline = Instant::now() + Duration::from_secs(20);
