@@ -58,10 +58,7 @@ fn cut_command(command: &mut String) {
     if command.len() <= MAX_COMMAND {
         return;
     }
-    let mut end = MAX_COMMAND;
-    while !command.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = crate::display::prefix_within(command, MAX_COMMAND).len();
     let cut = command.len() - end;
     command.truncate(end);
     command.push_str(&format!("… [{cut} more bytes]"));

@@ -20,6 +20,17 @@
 use std::borrow::Cow;
 use std::fmt::{self, Write};
 
+/// The longest prefix of `text` of at most `max` bytes that ends at a character boundary, for
+/// text cut to a size (`str::floor_char_boundary` does this from Rust 1.91, past this crate's
+/// minimum).
+pub fn prefix_within(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// `s` as a human should see it: printable characters kept, the rest escaped (see the module
 /// documentation). Borrows when nothing needs escaping.
 pub fn escape(s: &str) -> Cow<'_, str> {

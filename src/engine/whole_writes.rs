@@ -151,11 +151,7 @@ impl Engine {
 fn temporary_name(name: &str, pid: u32, serial: u64) -> String {
     let suffix = format!(".agentvfs-{pid}-{serial}.tmp");
     let room = 255 - 1 - suffix.len();
-    let mut end = name.len().min(room);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!(".{}{suffix}", &name[..end])
+    format!(".{}{suffix}", crate::display::prefix_within(name, room))
 }
 
 #[cfg(test)]

@@ -73,11 +73,7 @@ pub fn shorten(text: &str, max: usize) -> (String, Option<usize>) {
     if text.len() <= max {
         return (text.to_string(), None);
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    (text[..end].to_string(), Some(text.len()))
+    (crate::display::prefix_within(text, max).to_string(), Some(text.len()))
 }
 
 struct Walk {

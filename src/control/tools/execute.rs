@@ -77,11 +77,7 @@ pub fn shell_output(stdout: &str, stderr: &str, exit_code: i32, max_bytes: usize
     let mut truncated = false;
     if output.len() > max_bytes {
         // `bytes[:max].decode(errors="ignore")`: a character cut in half is dropped.
-        let mut end = max_bytes;
-        while !output.is_char_boundary(end) {
-            end -= 1;
-        }
-        output.truncate(end);
+        output.truncate(crate::display::prefix_within(&output, max_bytes).len());
         output.push_str(&format!("\n\n... Output truncated at {max_bytes} bytes."));
         truncated = true;
     }
