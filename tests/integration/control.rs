@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{config, is_mounted, scratch, Fixture, Mount, BIN};
+use crate::harness::{config, is_mounted, scratch, Conn, Fixture, Mount, BIN};
 
 const TOOLS: [&str; 7] = ["ls", "read_file", "write_file", "edit_file", "delete", "glob", "grep"];
 
@@ -55,63 +55,6 @@ impl FixturePaths for Fixture {
 
     fn config_path(&self) -> PathBuf {
         self.scratch.path().join("agentvfs.toml")
-    }
-}
-
-/// One raw connection: lines out, lines in (with a timeout, so a missing reply fails).
-struct Conn {
-    stream: UnixStream,
-    lines: BufReader<UnixStream>,
-}
-
-impl Conn {
-    fn open(socket: &Path) -> Conn {
-        let stream =
-            UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
-    }
-
-    /// Like [`Conn::open`], with `uid` as its peer ([`crate::harness::connect_as`]).
-    fn open_as(uid: u32, socket: &Path) -> Conn {
-        let stream = crate::harness::connect_as(uid, socket);
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
-    }
-
-    fn send(&mut self, text: &str) {
-        self.stream.write_all(text.as_bytes()).unwrap();
-    }
-
-    fn recv(&mut self) -> Value {
-        let mut line = String::new();
-        self.lines.read_line(&mut line).expect("a reply line");
-        assert!(line.ends_with('\n'), "incomplete reply: {line:?}");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
-    }
-
-    /// Sends a request and returns its whole response.
-    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send(&format!("{request}\n"));
-        let reply = self.recv();
-        assert_eq!(reply["id"], json!(id), "{reply}");
-        reply
-    }
-
-    fn result(&mut self, id: u64, method: &str, params: Value) -> Value {
-        let reply = self.request(id, method, params);
-        assert!(reply.get("error").is_none(), "{method}: {reply}");
-        reply["result"].clone()
-    }
-
-    /// The error code and message of a reply.
-    fn error_of(reply: &Value) -> (i64, String) {
-        let e = &reply["error"];
-        (
-            e["code"].as_i64().unwrap_or_else(|| panic!("not an error: {reply}")),
-            e["message"].as_str().unwrap().to_string(),
-        )
     }
 }
 

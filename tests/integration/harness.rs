@@ -1,9 +1,13 @@
 //! Test harness: a real daemon on a real mount, unmounted even when a test panics.
 
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_agentvfs");
 
@@ -414,4 +418,67 @@ pub fn connect_as(uid: u32, socket: &Path) -> std::os::unix::net::UnixStream {
     })
     .join()
     .unwrap()
+}
+
+/// One raw connection: lines out, lines in (with a timeout, so a missing reply fails).
+pub struct Conn {
+    pub stream: UnixStream,
+    lines: BufReader<UnixStream>,
+}
+
+impl Conn {
+    fn new(stream: UnixStream) -> Conn {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
+    }
+
+    pub fn open(socket: &Path) -> Conn {
+        Conn::new(UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect {}: {e}", socket.display())))
+    }
+
+    /// Like [`Conn::open`], with `uid` as its peer ([`connect_as`]).
+    pub fn open_as(uid: u32, socket: &Path) -> Conn {
+        Conn::new(connect_as(uid, socket))
+    }
+
+    pub fn send(&mut self, text: &str) {
+        self.stream.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// The next line, whole (its length is what went over the wire).
+    pub fn recv_line(&mut self) -> String {
+        let mut line = String::new();
+        self.lines.read_line(&mut line).expect("a reply line");
+        assert!(line.ends_with('\n'), "incomplete reply: {line:?}");
+        line
+    }
+
+    pub fn recv(&mut self) -> Value {
+        let line = self.recv_line();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
+    }
+
+    /// Sends a request and returns its whole response.
+    pub fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(&format!("{request}\n"));
+        let reply = self.recv();
+        assert_eq!(reply["id"], json!(id), "{reply}");
+        reply
+    }
+
+    pub fn result(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let reply = self.request(id, method, params);
+        assert!(reply.get("error").is_none(), "{method}: {reply}");
+        reply["result"].clone()
+    }
+
+    /// The error code and message of a reply.
+    pub fn error_of(reply: &Value) -> (i64, String) {
+        let e = &reply["error"];
+        (
+            e["code"].as_i64().unwrap_or_else(|| panic!("not an error: {reply}")),
+            e["message"].as_str().unwrap().to_string(),
+        )
+    }
 }

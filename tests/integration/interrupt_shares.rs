@@ -3,16 +3,14 @@
 //! root from being asked), a list of a thousand tickets of large writes staying small, and
 //! an approved deferred write landing whole although its ticket kept only a preview.
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::Fixture;
+use crate::harness::{Conn, Fixture};
 
 /// Writes under `/host/guard` ask a human; four users are agents.
 const CONFIG: &str = r#"
@@ -56,34 +54,20 @@ fn agent(f: &Fixture) -> PathBuf {
     f.scratch.path().join("agentvfs-agent.sock")
 }
 
-/// One connection: requests out, replies in.
-struct Conn {
-    stream: UnixStream,
-    lines: BufReader<UnixStream>,
+/// What these tests ask of a connection.
+trait Asking {
+    fn reply(&mut self, method: &str, params: Value) -> (Value, usize);
+    fn call(&mut self, method: &str, params: Value) -> (Value, usize);
+    fn defer(&mut self, path: &str, content: &str) -> Value;
+    fn fill(&mut self, tag: &str, n: usize, content: &str);
 }
 
-impl Conn {
-    fn new(stream: UnixStream) -> Conn {
-        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        Conn { lines: BufReader::new(stream.try_clone().unwrap()), stream }
-    }
-
-    /// A connection as root.
-    fn open(socket: &Path) -> Conn {
-        Conn::new(UnixStream::connect(socket).unwrap())
-    }
-
-    /// A connection whose peer is `uid` ([`crate::harness::connect_as`]).
-    fn open_as(uid: u32, socket: &Path) -> Conn {
-        Conn::new(crate::harness::connect_as(uid, socket))
-    }
-
+impl Asking for Conn {
     /// The whole reply to one request, and its length on the wire.
     fn reply(&mut self, method: &str, params: Value) -> (Value, usize) {
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        self.stream.write_all(format!("{request}\n").as_bytes()).unwrap();
-        let mut line = String::new();
-        self.lines.read_line(&mut line).expect("a reply");
+        self.send(&format!("{request}\n"));
+        let line = self.recv_line();
         (serde_json::from_str(&line).unwrap(), line.len())
     }
 
