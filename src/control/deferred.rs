@@ -116,17 +116,40 @@ impl Slots {
 #[derive(Default)]
 pub struct Deferred {
     slots: Mutex<Slots>,
+    /// Held from the look for a call's pending ticket until the ticket opened for it is
+    /// registered, so that identical calls racing open one ticket between them. Not `slots`
+    /// itself: opening a ticket may deliver its outcome at once, which takes `slots`.
+    opening: Mutex<()>,
 }
 
 impl Deferred {
-    /// A pending deferred ticket for exactly this call (user, tool, arguments), if any.
-    pub fn pending_for(&self, call: &CallKey) -> Option<ApprovalId> {
+    /// The pending ticket of exactly this call (user, tool, arguments) if there is one, else
+    /// the one `submit` opens, registered for it: one step, so that identical calls sent at
+    /// once get one ticket. `None` when `submit` opened none (it was refused). Outcomes older
+    /// than `keep` that nobody picked up are forgotten.
+    pub fn open_once(
+        &self,
+        call: CallKey,
+        keep: Duration,
+        submit: impl FnOnce() -> Option<ApprovalId>,
+    ) -> Option<ApprovalId> {
+        let _opening = self.opening.lock();
+        if let Some(&id) = self.slots.lock().pending.get(&call) {
+            return Some(id);
+        }
+        let id = submit()?;
+        self.open(id, call, keep);
+        Some(id)
+    }
+
+    #[cfg(test)]
+    fn pending_for(&self, call: &CallKey) -> Option<ApprovalId> {
         self.slots.lock().pending.get(call).copied()
     }
 
     /// Registers ticket `id` (just opened) for `call`; forgets outcomes older than `keep`
     /// that nobody picked up.
-    pub fn open(&self, id: ApprovalId, call: CallKey, keep: Duration) {
+    fn open(&self, id: ApprovalId, call: CallKey, keep: Duration) {
         let mut slots = self.slots.lock();
         while let Some(&(at, old)) = slots.answered.front() {
             if at.elapsed() < keep {
@@ -237,6 +260,31 @@ mod tests {
         assert_eq!(d.attach(7, &other_content, KEEP), Err(AttachError::OtherCall));
         assert_eq!(d.attach(7, &call, KEEP), Ok(Some(Outcome::Decided(Decision::Approve(Scope::Once)))));
         assert_eq!(d.attach(7, &call, KEEP), Err(AttachError::Unknown));
+    }
+
+    #[test]
+    fn identical_calls_racing_open_one_ticket() {
+        let d = std::sync::Arc::new(Deferred::default());
+        let opened = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let (d, opened, barrier) = (d.clone(), opened.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    d.open_once(key("write_file", json!({"file_path": "/a"}), 1000), KEEP, || {
+                        // Slow enough that every other caller looks while this one opens.
+                        std::thread::sleep(Duration::from_millis(20));
+                        Some(opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1)
+                    })
+                })
+            })
+            .collect();
+        let ids: Vec<_> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+        assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 1, "one ticket opened");
+        assert_eq!(ids, vec![Some(1); 8]);
+        let refused = d.open_once(key("write_file", json!({"file_path": "/b"}), 1000), KEEP, || None);
+        assert_eq!(refused, None);
     }
 
     #[test]

@@ -209,9 +209,6 @@ pub fn call(
             if wait == Wait::Defer {
                 // A re-run of a call whose ticket is still pending gets that ticket again.
                 let call = CallKey::new(name, args, peer.uid);
-                if let Some(id) = deferred.pending_for(&call) {
-                    return Ok(Some(interrupted(&approvals, id, name)));
-                }
                 let d = deferred.clone();
                 let (tx, refused) = mpsc::channel();
                 let waiter = Box::new(move |id, outcome| match outcome {
@@ -219,11 +216,9 @@ pub fn call(
                     Outcome::Overloaded(_) => drop(tx.send(outcome)),
                     _ => d.deliver(id, outcome),
                 });
-                match approvals.submit(request, None, waiter) {
-                    Some(id) => {
-                        deferred.open(id, call, approvals.timeout());
-                        return Ok(Some(interrupted(&approvals, id, name)));
-                    }
+                let submit = || approvals.submit(request, None, waiter);
+                match deferred.open_once(call, approvals.timeout(), submit) {
+                    Some(id) => return Ok(Some(interrupted(&approvals, id, name))),
                     None => (0, refused.try_recv().unwrap_or(Outcome::TimedOut)),
                 }
             } else {

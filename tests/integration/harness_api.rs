@@ -168,6 +168,37 @@ fn a_call_that_does_not_wait_is_finished_under_its_ticket() {
 }
 
 #[test]
+fn the_same_call_sent_at_once_on_many_connections_opens_one_ticket() {
+    let f = fixture();
+    for round in 0..5 {
+        let path = format!("/host/guarded/race{round}.md");
+        let args = json!({"file_path": path, "content": "r\n"});
+        let start = std::sync::Arc::new(std::sync::Barrier::new(16));
+        let callers: Vec<_> = (0..16)
+            .map(|_| {
+                let (socket, args, start) = (agent_socket(&f), args.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let mut agent = Client::connect(&socket).unwrap();
+                    start.wait();
+                    let paused = tools_call(
+                        &mut agent,
+                        json!({"name": "write_file", "arguments": args, "wait": false}),
+                    );
+                    paused["structuredContent"]["interrupt_id"].as_u64().unwrap()
+                })
+            })
+            .collect();
+        let mut ids: Vec<u64> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 1, "round {round}: tickets {ids:?}");
+        let pending = control(&f).call("interrupts/list", None).unwrap();
+        let paths: Vec<&str> =
+            pending["interrupts"].as_array().unwrap().iter().filter_map(|t| t["path"].as_str()).collect();
+        assert_eq!(paths.iter().filter(|p| **p == path).count(), 1, "round {round}: {paths:?}");
+    }
+}
+
+#[test]
 fn a_ticket_call_waits_for_the_answer_and_gets_each_decision() {
     let f = fixture();
     for (decision, text, lands) in [
