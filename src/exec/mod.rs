@@ -361,8 +361,9 @@ impl Plan<'_> {
                     return Err(std::io::Error::last_os_error());
                 }
                 // The command starts with every signal at its default, whatever the daemon's
-                // parent left ignored (only SIGPIPE is put back otherwise).
-                for signal in 1..32 {
+                // parent left ignored (only SIGPIPE is put back otherwise). The C library
+                // refuses its own two (32 and 33), which no program can use.
+                for signal in 1..=libc::SIGRTMAX() {
                     if signal != libc::SIGKILL && signal != libc::SIGSTOP {
                         libc::signal(signal, libc::SIG_DFL);
                     }

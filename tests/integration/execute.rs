@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::{scratch, sh_ok, status_at, Fixture, Mount, BIN};
+use crate::harness::{scratch, sh_ok, status_at, unmounted, Fixture, Mount, BIN};
 
 const RULES: &str = r#"
 [[rules]]
@@ -31,7 +31,10 @@ const EXEC: &str = "\n[exec]\nenabled = true\ncwd = \"/host\"\ntimeout_seconds =
 /// A daemon with `execute` enabled (working directory `/host`, which the sandbox's user may
 /// write), a secret `.env` at two depths, and a write-locked directory.
 fn fixture() -> Fixture {
-    let f = Fixture::new(&format!("{RULES}{EXEC}"));
+    prepare(Fixture::new(&format!("{RULES}{EXEC}")))
+}
+
+fn prepare(f: Fixture) -> Fixture {
     let root = &f.host_root;
     std::fs::write(root.join(".env"), "SECRET=hunter2\n").unwrap();
     std::fs::create_dir_all(root.join("sub")).unwrap();
@@ -169,6 +172,35 @@ fn sorted_root() -> String {
     }
     names.sort();
     names.join("\n")
+}
+
+#[test]
+fn commands_start_with_no_signal_ignored_whatever_the_daemon_inherited() {
+    // The daemon's parent ignores SIGALRM, SIGUSR2 and a real-time signal (as `nohup` ignores
+    // SIGHUP); an ignored signal survives exec, so without the reset every command would
+    // inherit them.
+    let crate::harness::Unmounted { scratch, host_root, config } = unmounted(&format!("{RULES}{EXEC}"));
+    let rt = libc::SIGRTMIN() + 4;
+    let trap = format!("trap '' ALRM USR2 {rt}; exec \"$@\"");
+    let ignoring = ["sh", "-c", trap.as_str(), "sh"];
+    let mount =
+        Mount::try_start_wrapped(&config, &scratch.path().join("mnt"), "warn", &[], &ignoring).unwrap();
+    let f = prepare(Fixture { mount, scratch, host_root });
+    let bit = |signal: i32| 1u64 << (signal - 1);
+    let ignored = |status: &str| {
+        let line = status.lines().find(|l| l.starts_with("SigIgn:")).unwrap().to_string();
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    let daemon = ignored(
+        &std::fs::read_to_string(format!("/proc/{}/status", f.mount.child.as_ref().unwrap().id())).unwrap(),
+    );
+    let three = bit(libc::SIGALRM) | bit(libc::SIGUSR2) | bit(rt);
+    assert_eq!(daemon & three, three, "the daemon ignores all three: {daemon:x}");
+    // Read by the command's own process (exec'd by the shell, so no shell between). Signals
+    // 32 and 33 are the C library's own (no program can set or see them), left as they came.
+    let text = run(&f, "exec grep SigIgn: /proc/self/status");
+    let command = ignored(text.lines().next().unwrap());
+    assert_eq!(command & !(bit(32) | bit(33)), 0, "{text}");
 }
 
 #[test]
