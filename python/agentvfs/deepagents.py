@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+from collections.abc import Generator
 from typing import Any
 
 from deepagents.backends.protocol import (
@@ -255,9 +256,13 @@ class AgentvfsBackend(SandboxBackendProtocol):
         responses = []
         for path, content in files:
             reply: dict[str, Any] = {}
+            steps = _upload_steps(path, content)
             try:
-                for params in _upload_pieces(path, content):
-                    reply = self._client.call("vfs/upload", params, self.timeout)
+                params = next(steps)
+                while True:
+                    params = steps.send(self._client.call("vfs/upload", params, self.timeout))
+            except StopIteration as done:
+                reply = done.value
             except RequestError:
                 reply = _UNSENT_FILE
             responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
@@ -268,9 +273,13 @@ class AgentvfsBackend(SandboxBackendProtocol):
         responses = []
         for path, content in files:
             reply: dict[str, Any] = {}
+            steps = _upload_steps(path, content)
             try:
-                for params in _upload_pieces(path, content):
-                    reply = await client.call("vfs/upload", params, self.timeout)
+                params = next(steps)
+                while True:
+                    params = steps.send(await client.call("vfs/upload", params, self.timeout))
+            except StopIteration as done:
+                reply = done.value
             except RequestError:
                 reply = _UNSENT_FILE
             responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
@@ -401,12 +410,22 @@ def _execute_args(command: str, timeout: int | None) -> dict[str, Any]:
     return {"command": command} if timeout is None else {"command": command, "timeout": timeout}
 
 
-def _upload_pieces(path: str, content: bytes) -> list[dict[str, Any]]:
+def _upload_steps(path: str, content: bytes) -> Generator[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The `vfs/upload` requests of one file, each sent with the answer to the one before:
+    later pieces name the upload the first was given, and a refused piece ends the upload
+    (its answer is the result)."""
     pieces = [content[i : i + _UPLOAD_PIECE] for i in range(0, len(content), _UPLOAD_PIECE)] or [b""]
-    return [
-        {"path": path, "content": base64.b64encode(piece).decode("ascii"), "more": i + 1 < len(pieces)}
-        for i, piece in enumerate(pieces)
-    ]
+    reply: dict[str, Any] = {}
+    number = None
+    for i, piece in enumerate(pieces):
+        params = {"path": path, "content": base64.b64encode(piece).decode("ascii"), "more": i + 1 < len(pieces)}
+        if number is not None:
+            params["upload"] = number
+        reply = yield params
+        if "error_code" in reply:
+            break
+        number = reply.get("upload", number)
+    return reply
 
 
 # -- results -----------------------------------------------------------------------------------

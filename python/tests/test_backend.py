@@ -159,6 +159,24 @@ def test_delete_without_deny_rules(tmp_path: Path) -> None:
         stop_daemon(daemon)
 
 
+def test_uploads_at_once_on_one_backend_never_mix(daemon: Daemon) -> None:
+    """Async uploads share the backend's connection: two of one path, in several pieces each,
+    both land whole (the later one wins), never as a mix of their pieces."""
+    backend = AgentvfsBackend(str(daemon.agent_socket))
+    a, b = b"A" * (2 << 20), b"B" * (2 << 20)
+    path = "/workspace/same.bin"
+
+    async def both() -> list[list[FileUploadResponse]]:
+        return list(await asyncio.gather(backend.aupload_files([(path, a)]), backend.aupload_files([(path, b)])))
+
+    try:
+        for _ in range(3):
+            assert asyncio.run(both()) == [[FileUploadResponse(path=path)]] * 2
+            assert (daemon.host_root / "same.bin").read_bytes() in (a, b)
+    finally:
+        backend.close()
+
+
 def test_the_hidden_file_is_absent_for_every_method(daemon: Daemon) -> None:
     (daemon.host_root / ".env").write_text("API_KEY=hidden\n")
     backend = AgentvfsBackend(str(daemon.agent_socket))

@@ -67,7 +67,7 @@
 //! |---|---|---|---|
 //! | `vfs/paths` | agent | — | `{mountpoint, routes: [{virtual, shell, backend, location}], execute, prompt, socket}` (`socket`: `agent` or `control`, the socket that answered) |
 //! | `vfs/explain` | agent | `{operation: "read"\|"write", path}` (a trailing `/` judges a directory) | `{operation, path, directory, decision, hidden, effect, rule, rule_text, as_directory?}` |
-//! | `vfs/upload` | agent | `{path, content (base64), more?}`; pieces with `more: true` are staged in the session, the last writes the file atomically | `{path, size}` (`{path, staged}` for a staged piece), or `{path, error_code, message}` |
+//! | `vfs/upload` | agent | `{path, content (base64), more?, upload?}`; a first piece with `more: true` starts upload N, later pieces name it (`upload: N`), the last writes the file atomically | `{path, size}` (`{path, staged, upload}` for a staged piece), or `{path, error_code, message}` |
 //! | `vfs/download` | agent | `{path}` | `{path, content (base64), size}`, or `{path, error_code, message}` |
 //! | `vfs/status` | operator | — | `{version, pid, mountpoint, socket, agent_socket, roles: {agents, approvers}, config, uptime_seconds, routes: [{path, backend, location, …}], rules, pending_interrupts, observation, counters: {…}}` |
 //! | `vfs/reload` | operator | — | `{rules, config, warnings}`; a failure is error `-32000` and the old rules stay |

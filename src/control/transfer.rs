@@ -4,10 +4,13 @@
 //! (deny rules refuse, hidden paths do not exist), and they never ask a human: an interrupt
 //! rule refuses them, as it refuses any operation nobody approved.
 //!
-//! A request line is capped (1 MiB), so an upload comes in pieces: each `vfs/upload` with
-//! `more: true` adds its piece to the session's staging for that path, and the one without
-//! it writes the whole file at once (atomically, like `write_file`). Replies are not capped:
-//! a download is one reply.
+//! A request line is capped (1 MiB), so an upload comes in pieces. The first piece starts
+//! an upload (its path judged at once, so a refused file costs no more pieces); with `more:
+//! true` it is staged under a number the answer gives, and every later piece names that
+//! number. The piece without `more` writes the whole file at once (atomically, like
+//! `write_file`). A refused piece ends its upload, so a later piece of it is refused too and
+//! the file is never written from what came after the refusal; and two uploads at once, of
+//! one path or two, never mix their pieces. Replies are not capped: a download is one reply.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,25 +20,49 @@ use serde_json::{json, Map, Value};
 
 use crate::backend::FileKind;
 use crate::control::proto::RpcError;
+use crate::control::session::Version;
 use crate::control::tools::{common, ErrorCode, ToolEnv, ToolOutput};
+use crate::control::vfs::ToolPath;
 use crate::error::{Errno, FsError};
-use crate::policy::Op;
+use crate::policy::{Mode, Op};
 
 /// The largest file either method moves, in bytes.
 pub const MAX_FILE_BYTES: usize = 256 << 20;
 
 /// What every session together may hold staged, in bytes. A session holds at most
-/// [`MAX_FILE_BYTES`] across all its paths; this bounds the many sessions together, so that
+/// [`MAX_FILE_BYTES`] across all its uploads; this bounds the many sessions together, so that
 /// clients staging pieces they never finish cannot run the daemon out of memory.
 pub const MAX_STAGED_BYTES: usize = 1 << 30;
+
+/// Unfinished uploads one session may hold at once (each costs its path besides its bytes).
+pub const MAX_UNFINISHED: usize = 64;
 
 /// Bytes staged in all sessions now.
 static STAGED: AtomicUsize = AtomicUsize::new(0);
 
-/// Upload pieces received so far, per path, for one session.
+/// One session's unfinished uploads, by number.
 #[derive(Default)]
 pub struct Staging {
-    files: Mutex<HashMap<String, Vec<u8>>>,
+    uploads: Mutex<Uploads>,
+}
+
+#[derive(Default)]
+struct Uploads {
+    /// The number the next upload gets (from 1).
+    last: u64,
+    unfinished: HashMap<u64, Unfinished>,
+}
+
+/// An upload some of whose pieces have come.
+struct Unfinished {
+    path: String,
+    bytes: Vec<u8>,
+}
+
+impl Uploads {
+    fn staged(&self) -> usize {
+        self.unfinished.values().map(|u| u.bytes.len()).sum()
+    }
 }
 
 impl Staging {
@@ -52,14 +79,41 @@ impl Staging {
         STAGED.fetch_sub(n, Ordering::AcqRel);
     }
 
-    /// Adds `piece` to what is staged for `raw`: with `more`, keeps it (and says how much
-    /// the path holds now); without, hands the whole file over. Past either budget the
-    /// path's pieces are dropped (a file missing some cannot be finished) and the answer
-    /// says why.
-    fn add(&self, raw: &str, piece: &[u8], more: bool) -> Result<Staged, ToolOutput> {
-        let mut files = self.files.lock();
-        let session: usize = files.values().map(Vec::len).sum();
-        let refusal = if session + piece.len() > MAX_FILE_BYTES {
+    /// Adds `piece` of the file at `raw` to upload `number` (a new upload when `None`): with
+    /// `more`, keeps it and says how much the upload holds; without, hands the whole file
+    /// over. Past either budget the upload is dropped (a file missing a piece cannot be
+    /// finished) and the answer says why; so is one whose piece names another path.
+    fn add(&self, raw: &str, number: Option<u64>, piece: &[u8], more: bool) -> Result<Staged, ToolOutput> {
+        let mut uploads = self.uploads.lock();
+        let number = match number {
+            Some(n) => match uploads.unfinished.get(&n) {
+                None => return Err(not_under_way(raw, n)),
+                Some(u) if u.path != raw => {
+                    let other = uploads.unfinished.remove(&n).map_or(0, |u| u.bytes.len());
+                    Self::release(other);
+                    return Err(ToolOutput::error(
+                        ErrorCode::InvalidArgument,
+                        format!("Error: upload #{n} is of another path, not '{raw}'; it was dropped"),
+                    ));
+                }
+                Some(_) => n,
+            },
+            // A file in one piece is never staged.
+            None if !more => return Ok(Staged::Whole(piece.to_vec())),
+            None if uploads.unfinished.len() >= MAX_UNFINISHED => {
+                return Err(ToolOutput::error(
+                    ErrorCode::TooLarge,
+                    format!("Error: this connection has {MAX_UNFINISHED} unfinished uploads, the most it may hold; '{raw}' was not started"),
+                ))
+            }
+            None => {
+                uploads.last += 1;
+                let n = uploads.last;
+                uploads.unfinished.insert(n, Unfinished { path: raw.to_string(), bytes: Vec::new() });
+                n
+            }
+        };
+        let refusal = if uploads.staged() + piece.len() > MAX_FILE_BYTES {
             Some(too_large(raw))
         } else if !Self::reserve(piece.len()) {
             Some(ToolOutput::error(
@@ -70,15 +124,15 @@ impl Staging {
             None
         };
         if let Some(refusal) = refusal {
-            Self::release(files.remove(raw).map_or(0, |v| v.len()));
+            Self::release(uploads.unfinished.remove(&number).map_or(0, |u| u.bytes.len()));
             return Err(refusal);
         }
-        let staged = files.entry(raw.to_string()).or_default();
-        staged.extend_from_slice(piece);
+        let upload = uploads.unfinished.get_mut(&number).expect("looked up above");
+        upload.bytes.extend_from_slice(piece);
         if more {
-            return Ok(Staged::More(staged.len()));
+            return Ok(Staged::More { number, staged: upload.bytes.len() });
         }
-        let data = files.remove(raw).unwrap_or_default();
+        let data = uploads.unfinished.remove(&number).map(|u| u.bytes).unwrap_or_default();
         Self::release(data.len());
         Ok(Staged::Whole(data))
     }
@@ -86,20 +140,21 @@ impl Staging {
 
 /// What [`Staging::add`] did with a piece.
 enum Staged {
-    /// Kept: the path holds this many bytes now.
-    More(usize),
+    /// Kept: upload `number` holds `staged` bytes now.
+    More { number: u64, staged: usize },
     /// The last piece: the whole file.
     Whole(Vec<u8>),
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        Self::release(self.files.get_mut().values().map(Vec::len).sum());
+        Self::release(self.uploads.get_mut().staged());
     }
 }
 
-/// `vfs/upload {path, content (base64), more?}` → `{path, size}`, or `{path, error_code,
-/// message}` when it failed (a failure is a result, not a protocol error, as for tools).
+/// `vfs/upload {path, content (base64), more?, upload?}` → `{path, size}`, `{path, staged,
+/// upload}` for a piece kept, or `{path, error_code, message}` when it failed (a failure is a
+/// result, not a protocol error, as for tools).
 pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> Result<Value, RpcError> {
     let raw = string(params, "path")?;
     let piece = decode_base64(string(params, "content")?)
@@ -111,8 +166,22 @@ pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> 
             return Err(RpcError::invalid_params(format!("`more` must be a boolean, got {other}")))
         }
     };
-    let data = match staging.add(raw, &piece, more) {
-        Ok(Staged::More(staged)) => return Ok(json!({"path": raw, "staged": staged})),
+    let number = match params.get("upload") {
+        None | Some(Value::Null) => None,
+        Some(n) => Some(n.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+            RpcError::invalid_params(format!("`upload` must be the number a first piece was given, got {n}"))
+        })?),
+    };
+    // The first of many pieces: a path that will be refused is refused now, not at the end.
+    if number.is_none() && more {
+        if let Err(refusal) = admit(env, raw) {
+            return Ok(failure(raw, &refusal));
+        }
+    }
+    let data = match staging.add(raw, number, &piece, more) {
+        Ok(Staged::More { number, staged }) => {
+            return Ok(json!({"path": raw, "staged": staged, "upload": number}))
+        }
         Ok(Staged::Whole(data)) => data,
         Err(refusal) => return Ok(failure(raw, &refusal)),
     };
@@ -131,11 +200,23 @@ pub fn download(env: &ToolEnv, params: &Map<String, Value>) -> Result<Value, Rpc
     })
 }
 
-fn write(env: &ToolEnv, raw: &str, data: &[u8]) -> Result<String, ToolOutput> {
+/// Whether the file at `raw` may be uploaded at all: a valid path, not a route's root, and a
+/// write the rules allow without asking anyone (transfers never ask).
+fn admit(env: &ToolEnv, raw: &str) -> Result<ToolPath, ToolOutput> {
     let named = common::validate(raw)?;
+    common::refuse_route_root(env, &named.path, "overwritten")?;
+    common::precheck(env, Op::Write, &named.path, false)?;
+    let verdict = env.fs.decide(Op::Write, &named.path, false);
+    if verdict.mode == Mode::Interrupt {
+        env.fs.audit_refusal(Op::Write, &named.path, verdict);
+        return Err(common::permission_denied(Op::Write, &named.path));
+    }
+    Ok(named)
+}
+
+fn write(env: &ToolEnv, raw: &str, data: &[u8]) -> Result<String, ToolOutput> {
+    let named = admit(env, raw)?;
     let path = &named.path;
-    common::refuse_route_root(env, path, "overwritten")?;
-    common::precheck(env, Op::Write, path, false)?;
     let loc = common::locate(env, Op::Write, path, true, true)?;
     common::check_target(env, Op::Write, &loc, false)?;
     let io = |e: &FsError| {
@@ -182,7 +263,8 @@ fn read(env: &ToolEnv, raw: &str) -> Result<Vec<u8>, ToolOutput> {
     common::require_dir(&named, &loc, |written, os_error| {
         format!("Error: Error reading file '{written}': {os_error}")
     })?;
-    env.fs.read(&loc.real, MAX_FILE_BYTES as u64).map_err(|e| {
+    let version = loc.attr.as_ref().map(Version::of);
+    let data = env.fs.read(&loc.real, MAX_FILE_BYTES as u64).map_err(|e| {
         if e.is(Errno::EFBIG) {
             // Grown past the limit since it was looked at.
             return too_large(raw);
@@ -190,7 +272,20 @@ fn read(env: &ToolEnv, raw: &str) -> Result<Vec<u8>, ToolOutput> {
         common::fs_failure(Op::Read, path, &e, || {
             format!("Error: Error reading file '{path}': {}", common::py_os_error(&e, path))
         })
-    })
+    })?;
+    // The client has the whole file: it may edit or overwrite it as after a `read_file` (a
+    // change since the look makes the version differ, and such a write is refused).
+    if let Some(version) = version {
+        env.session.observe(&loc.real, version);
+    }
+    Ok(data)
+}
+
+fn not_under_way(raw: &str, number: u64) -> ToolOutput {
+    ToolOutput::error(
+        ErrorCode::InvalidArgument,
+        format!("Error: upload #{number} of '{raw}' is not under way on this connection (a piece of it was refused, or it was finished); send the file again from its first piece"),
+    )
 }
 
 fn too_large(raw: &str) -> ToolOutput {
@@ -249,6 +344,42 @@ pub fn decode_base64(text: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    /// Held by the tests that fill the daemon-wide budget (one per process), so that one's
+    /// staging never refuses the other's.
+    static DAEMON_BUDGET: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_piece_past_the_limit_ends_its_upload_and_no_later_piece_starts_another() {
+        let _alone = DAEMON_BUDGET.lock();
+        let staging = Staging::default();
+        let piece = vec![7u8; 16 << 20];
+        let Ok(Staged::More { number, .. }) = staging.add("/big", None, &piece, true) else { panic!() };
+        for _ in 1..MAX_FILE_BYTES / piece.len() {
+            assert!(matches!(staging.add("/big", Some(number), &piece, true), Ok(Staged::More { .. })));
+        }
+        let refused = staging.add("/big", Some(number), &piece, true).err().unwrap();
+        assert_eq!(refused.structured.get("error_code"), Some(&json!("FS_TOO_LARGE")));
+        assert_eq!(staging.uploads.lock().staged(), 0, "its pieces are dropped");
+        for more in [true, false] {
+            let later = staging.add("/big", Some(number), b"tail", more).err().unwrap();
+            assert_eq!(later.structured.get("error_code"), Some(&json!("FS_INVALID_ARGUMENT")));
+        }
+    }
+
+    #[test]
+    fn a_session_holds_a_bounded_number_of_uploads() {
+        let staging = Staging::default();
+        for i in 0..MAX_UNFINISHED {
+            assert!(matches!(staging.add(&format!("/f{i}"), None, b"", true), Ok(Staged::More { .. })));
+        }
+        let refused = staging.add("/one-more", None, b"", true).err().unwrap();
+        assert_eq!(refused.structured.get("error_code"), Some(&json!("FS_TOO_LARGE")));
+        assert!(
+            matches!(staging.add("/whole", None, b"x", false), Ok(Staged::Whole(_))),
+            "one piece is never staged"
+        );
+    }
+
     #[test]
     fn base64_round_trips_every_byte() {
         let data: Vec<u8> = (0..=255u8).chain([0, 1]).collect();
@@ -266,28 +397,32 @@ mod tests {
     /// budget; what a session leaves unfinished goes back when it ends.
     #[test]
     fn staging_is_bounded_per_session_and_in_all() {
+        let _alone = DAEMON_BUDGET.lock();
         let mib = |n: usize| vec![0u8; n << 20];
         let one = Staging::default();
-        assert!(matches!(one.add("/a", &mib(100), true), Ok(Staged::More(n)) if n == 100 << 20));
-        assert!(matches!(one.add("/b", &mib(100), true), Ok(Staged::More(_))));
-        let refused = one.add("/c", &mib(100), true).err().unwrap();
+        let Ok(Staged::More { number: a, staged }) = one.add("/a", None, &mib(100), true) else { panic!() };
+        assert_eq!(staged, 100 << 20);
+        assert!(matches!(one.add("/b", None, &mib(100), true), Ok(Staged::More { .. })));
+        let refused = one.add("/c", None, &mib(100), true).err().unwrap();
         assert!(
             refused.joined_text().contains("with the other unfinished uploads"),
             "{}",
             refused.joined_text()
         );
-        assert!(matches!(one.add("/a", &mib(1), false), Ok(Staged::Whole(data)) if data.len() == 101 << 20));
+        assert!(
+            matches!(one.add("/a", Some(a), &mib(1), false), Ok(Staged::Whole(data)) if data.len() == 101 << 20)
+        );
         drop(one);
         let many: Vec<Staging> = (0..4).map(|_| Staging::default()).collect();
         for s in &many {
-            assert!(matches!(s.add("/x", &mib(250), true), Ok(Staged::More(_))));
+            assert!(matches!(s.add("/x", None, &mib(250), true), Ok(Staged::More { .. })));
         }
         let fifth = Staging::default();
-        let refused = fifth.add("/x", &mib(100), true).err().unwrap();
+        let refused = fifth.add("/x", None, &mib(100), true).err().unwrap();
         assert!(refused.joined_text().contains("bytes of unfinished uploads"), "{}", refused.joined_text());
         drop(many);
         assert!(
-            matches!(fifth.add("/x", &mib(100), true), Ok(Staged::More(_))),
+            matches!(fifth.add("/x", None, &mib(100), true), Ok(Staged::More { .. })),
             "given back when sessions end"
         );
     }

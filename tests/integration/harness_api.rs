@@ -239,9 +239,11 @@ fn bytes_go_up_in_pieces_and_come_down_whole_under_the_rules() {
         let (first, rest) = data.split_at(400_000);
         let staged =
             c.call("vfs/upload", Some(json!({"path": path, "content": b64(first), "more": true}))).unwrap();
-        assert_eq!(staged, json!({"path": path, "staged": 400_000}));
+        let number = staged["upload"].as_u64().unwrap();
+        assert_eq!(staged, json!({"path": path, "staged": 400_000, "upload": number}));
         assert!(!f.p(&path).exists(), "nothing is written before the last piece");
-        let done = c.call("vfs/upload", Some(json!({"path": path, "content": b64(rest)}))).unwrap();
+        let last = json!({"path": path, "content": b64(rest), "upload": number});
+        let done = c.call("vfs/upload", Some(last)).unwrap();
         assert_eq!(done, json!({"path": path, "size": 700_000}));
         assert_eq!(std::fs::read(f.p(&path)).unwrap(), data);
         let down = c.call("vfs/download", Some(json!({"path": path}))).unwrap();
@@ -274,4 +276,85 @@ fn bytes_go_up_in_pieces_and_come_down_whole_under_the_rules() {
 
 fn b64(data: &[u8]) -> String {
     agentvfs::control::tools::common::base64(data)
+}
+
+/// `vfs/upload` of one piece (`more`), as part of upload `number` when given.
+fn piece(c: &mut Client, path: &str, data: &[u8], more: bool, number: Option<u64>) -> Value {
+    let mut params = json!({"path": path, "content": b64(data), "more": more});
+    if let Some(n) = number {
+        params["upload"] = json!(n);
+    }
+    c.call("vfs/upload", Some(params)).unwrap()
+}
+
+#[test]
+fn a_refused_piece_ends_its_upload_and_uploads_at_once_never_mix() {
+    let f = fixture();
+    let mut c = Client::connect(&agent_socket(&f)).unwrap();
+    // A refused piece (here one naming another path; a piece past the 256 MiB a connection
+    // may stage is refused the same way, unit-tested in transfer.rs) ends its upload: every
+    // later piece of it is refused, so the file is never written from what came after.
+    let path = "/host/cut.bin";
+    let number = piece(&mut c, path, b"head", true, None)["upload"].as_u64().unwrap();
+    let wrong = piece(&mut c, "/host/d.bin", b"d", true, Some(number));
+    assert_eq!(
+        wrong["message"],
+        format!("Error: upload #{number} is of another path, not '/host/d.bin'; it was dropped")
+    );
+    let after = piece(&mut c, path, b"tail", true, Some(number));
+    let gone = format!("Error: upload #{number} of '{path}' is not under way on this connection (a piece of it was refused, or it was finished); send the file again from its first piece");
+    assert_eq!(after, json!({"path": path, "error_code": "FS_INVALID_ARGUMENT", "message": gone}));
+    let last = piece(&mut c, path, b"end", false, Some(number));
+    assert_eq!(last["error_code"], "FS_INVALID_ARGUMENT", "{last}");
+    assert!(!f.host_root.join("cut.bin").exists() && !f.host_root.join("d.bin").exists());
+
+    // Two uploads of one path, their pieces interleaved on one connection: each lands whole.
+    let (a, b) = (vec![b'a'; 300_000], vec![b'b'; 300_000]);
+    let path = "/host/same.bin";
+    let na = piece(&mut c, path, &a, true, None)["upload"].as_u64().unwrap();
+    let nb = piece(&mut c, path, &b, true, None)["upload"].as_u64().unwrap();
+    assert_ne!(na, nb);
+    assert_eq!(piece(&mut c, path, &a, false, Some(na))["size"], 600_000);
+    assert_eq!(std::fs::read(f.host_root.join("same.bin")).unwrap(), [a.clone(), a.clone()].concat());
+    assert_eq!(piece(&mut c, path, &b, false, Some(nb))["size"], 600_000);
+    assert_eq!(std::fs::read(f.host_root.join("same.bin")).unwrap(), [b.clone(), b.clone()].concat());
+    // Another connection's numbers are not this one's.
+    let mut other = Client::connect(&agent_socket(&f)).unwrap();
+    let elsewhere = piece(&mut c, "/host/e.bin", b"e", true, None)["upload"].as_u64().unwrap();
+    assert_eq!(
+        piece(&mut other, "/host/e.bin", b"e", false, Some(elsewhere))["error_code"],
+        "FS_INVALID_ARGUMENT"
+    );
+}
+
+#[test]
+fn an_upload_the_rules_refuse_is_refused_at_its_first_piece() {
+    let f = fixture();
+    let mut c = Client::connect(&agent_socket(&f)).unwrap();
+    for (path, why) in [
+        ("/host/.env", "Error: permission denied for write on /host/.env"),
+        ("/host/guarded/x.bin", "Error: permission denied for write on /host/guarded/x.bin"),
+    ] {
+        let first = piece(&mut c, path, b"piece", true, None);
+        assert_eq!(first, json!({"path": path, "error_code": "FS_PERMISSION_DENIED", "message": why}));
+    }
+    let invalid = piece(&mut c, "/host/../x", b"piece", true, None);
+    assert_eq!(invalid["error_code"], "FS_INVALID_PATH", "{invalid}");
+    // Nobody was asked.
+    let pending = control(&f).call("interrupts/list", None).unwrap();
+    assert_eq!(pending["interrupts"], json!([]));
+}
+
+#[test]
+fn a_download_lets_the_connection_edit_what_it_downloaded() {
+    let f = fixture();
+    std::fs::write(f.host_root.join("notes.md"), "one\n").unwrap();
+    let mut c = Client::connect(&agent_socket(&f)).unwrap();
+    let edit = json!({"file_path": "/host/notes.md", "old_string": "one", "new_string": "two"});
+    let unread = structured(&mut c, "edit_file", edit.clone());
+    assert_eq!(unread["structuredContent"]["error_code"], "FS_NOT_OBSERVED", "{unread}");
+    c.call("vfs/download", Some(json!({"path": "/host/notes.md"}))).unwrap();
+    let edited = structured(&mut c, "edit_file", edit);
+    assert_eq!(edited["isError"], json!(false), "{edited}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("notes.md")).unwrap(), "two\n");
 }
