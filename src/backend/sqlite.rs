@@ -421,7 +421,7 @@ impl Inner {
             Err(e) => return Err(e.into()),
         }
         if !self.dir_synced.load(Ordering::Acquire) {
-            File::open(&self.path)?.sync_all()?;
+            schema::database_file(&self.path)?.sync_all()?;
             let dir = match self.path.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d,
                 _ => Path::new("."),

@@ -102,3 +102,47 @@ fn acknowledged_data_survives_kill_9() {
     }
     m.stop();
 }
+
+#[test]
+fn the_daemon_keeps_its_hold_on_the_database_after_syncing_it() {
+    let Unmounted { scratch: s, config: cfg, .. } = unmounted("");
+    let m = Mount::start(&cfg, &s.path().join("mnt"));
+    let db = s.path().join("store.db");
+    let pid = m.child.as_ref().unwrap().id();
+    // SQLite's locks on the database file, as /proc/locks shows the daemon's.
+    let held = || {
+        let ino = fs::metadata(&db).unwrap().ino();
+        let locks = fs::read_to_string("/proc/locks").unwrap();
+        locks
+            .lines()
+            .filter(|l| {
+                l.contains(&format!(" {pid} "))
+                    && l.split_whitespace().any(|f| f.ends_with(&format!(":{ino}")))
+            })
+            .count()
+    };
+    assert!(held() > 0, "SQLite holds its shared lock from the start");
+    // The first fsync makes the database's file and directory entry durable.
+    let mut f = fs::File::create(m.path("/db/synced")).unwrap();
+    f.write_all(b"fsynced").unwrap();
+    f.sync_all().unwrap();
+    fs::File::open(m.path("/db")).unwrap().sync_all().unwrap();
+    assert!(held() > 0, "the daemon's SQLite lock is still held after the sync");
+    // Another process that reads the store and closes (an admin's `sqlite3`) must not take
+    // the WAL the daemon writes for its own and delete it.
+    let script = format!("import sqlite3; c = sqlite3.connect({:?}); c.execute('select count(*) from inodes').fetchall(); c.close()", db.display().to_string());
+    let out = std::process::Command::new("python3").args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(s.path().join("store.db-wal").exists(), "the WAL was deleted under the daemon");
+    fs::write(m.path("/db/after"), "after").unwrap();
+    assert_eq!(fs::read_to_string(m.path("/db/synced")).unwrap(), "fsynced");
+    drop(f);
+    m.stop();
+    let m = Mount::start(&cfg, &s.path().join("mnt"));
+    assert_eq!(fs::read_to_string(m.path("/db/after")).unwrap(), "after");
+    let out = std::process::Command::new("python3")
+        .args(["-c", &format!("import sqlite3; print(sqlite3.connect({:?}).execute('pragma integrity_check').fetchone()[0])", db.display().to_string())])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+}

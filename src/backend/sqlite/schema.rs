@@ -286,6 +286,28 @@ pub(super) fn namespace(conn: &mut Connection, name: &str, path: &Path) -> FsRes
     Ok((ns, root))
 }
 
+/// A descriptor of the database file at `path` for syncing it, opened once per process and
+/// never closed. Closing any descriptor of a file drops every POSIX lock the process holds on
+/// it, SQLite's own included (the shared lock that tells other processes the WAL is in use:
+/// without it, another process closing its connection checkpoints and deletes the WAL this
+/// one is still writing), so the file is never opened and closed beside SQLite.
+pub(super) fn database_file(path: &Path) -> std::io::Result<&'static std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    static KEPT: parking_lot::Mutex<Vec<((u64, u64), &'static std::fs::File)>> =
+        parking_lot::Mutex::new(Vec::new());
+    // Looked up by identity, without opening, and under the lock: a second descriptor opened
+    // in a race would have to be closed.
+    let mut kept = KEPT.lock();
+    let meta = std::fs::metadata(path)?;
+    let identity = (meta.dev(), meta.ino());
+    if let Some((_, file)) = kept.iter().find(|(id, _)| *id == identity) {
+        return Ok(file);
+    }
+    let file: &'static std::fs::File = Box::leak(Box::new(std::fs::File::open(path)?));
+    kept.push((identity, file));
+    Ok(file)
+}
+
 /// Claims namespace `ns` of the database at `path` for this process, then removes the
 /// namespace's crash orphans. Two daemons on one namespace would each take the other's open
 /// unlinked files for orphans and delete them, and keep caches the other makes stale, so a
