@@ -235,6 +235,9 @@ fn write(env: &ToolEnv, raw: &str, data: &[u8]) -> Result<String, ToolOutput> {
         return Err(io(&FsError::errno(Errno::EISDIR)));
     }
     env.fs.write_atomic(&loc.real, data, mode).map_err(|e| io(&e))?;
+    env.fs.make_durable().map_err(|e| {
+        ToolOutput::error(ErrorCode::Io, format!("Error: the change could not be stored: {e}"))
+    })?;
     Ok(path.to_string())
 }
 

@@ -49,6 +49,9 @@ pub struct ToolFs<'e> {
     /// The tool call being served (name and arguments), for the audit log.
     pub tool: String,
     pub arguments: String,
+    /// The directories whose entries this call changed, made durable before it reports
+    /// success ([`ToolFs::make_durable`]).
+    changed: parking_lot::Mutex<Vec<VPath>>,
 }
 
 /// A path after symlinks were followed: where it leads, and whether it went through a link.
@@ -67,7 +70,36 @@ impl<'e> ToolFs<'e> {
             ctx: Ctx::new(Door::Tool, crate::backend::Caller::daemon()),
             tool: String::new(),
             arguments: String::new(),
+            changed: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Notes that the entries of `dir` changed.
+    fn changed(&self, dir: VPath) {
+        let mut changed = self.changed.lock();
+        // A tree's removal changes one directory many times in a row.
+        if changed.last() != Some(&dir) {
+            changed.push(dir);
+        }
+    }
+
+    /// Makes what this call changed survive a crash, of the daemon, of the machine or of a
+    /// database server, before the call reports success: held changes go to their stores,
+    /// then every directory whose entries changed is synced (`fsync` of the directory on the
+    /// host; the store's own sync on the database routes, once per directory). A directory
+    /// removed since is skipped: its removal is in its parent, which is synced too.
+    pub fn make_durable(&self) -> FsResult<()> {
+        self.engine.commit_pending()?;
+        let mut dirs = std::mem::take(&mut *self.changed.lock());
+        dirs.sort();
+        dirs.dedup();
+        for dir in dirs {
+            match self.engine.fsyncdir(&dir) {
+                Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) => {}
+                other => other?,
+            }
+        }
+        Ok(())
     }
 
     /// Records a refusal of the tool's own permission pre-check in the audit log.
@@ -199,7 +231,9 @@ impl<'e> ToolFs<'e> {
             Ok(existing) => Some((existing.uid, existing.gid)),
             Err(_) => self.engine.lookup(&self.ctx, &path.parent()).ok().map(|dir| self.new_owner(&dir)),
         };
-        self.engine.write_atomic(&self.ctx, path, data, mode, owner)
+        let written = self.engine.write_atomic(&self.ctx, path, data, mode, owner)?;
+        self.changed(path.parent());
+        Ok(written)
     }
 
     /// Who owns a node this call makes in the directory `dir`: the peer, when it is not root
@@ -243,6 +277,7 @@ impl<'e> ToolFs<'e> {
             Err(e) if e.is(Errno::EEXIST) => return Ok(()),
             other => other?,
         };
+        self.changed(dir.parent());
         // Like a new file, a new directory belongs to whom `new_owner` says.
         match self.engine.lookup(&self.ctx, &dir.parent()).map(|p| self.new_owner(&p)) {
             Ok((uid, gid)) if (uid, gid) != (made.uid, made.gid) => {
@@ -270,21 +305,25 @@ impl<'e> ToolFs<'e> {
             if !wanted() {
                 return Err(FsError::new(Errno::EINTR, "the client went away; the rest was left"));
             }
+            // Whether the step removed `at` (a directory's first step only lists it).
             let step = if emptied {
-                self.engine.rmdir(&self.ctx, &at)
+                self.engine.rmdir(&self.ctx, &at).map(|()| true)
             } else {
                 self.engine.lookup(&self.ctx, &at).and_then(|attr| match attr.kind {
                     FileKind::Dir => self.engine.readdir(&self.ctx, &at).map(|entries| {
                         stack.push((at.clone(), true));
                         stack.extend(entries.into_iter().rev().map(|e| (at.join(&e.name), false)));
+                        false
                     }),
-                    _ => self.engine.unlink(&self.ctx, &at),
+                    _ => self.engine.unlink(&self.ctx, &at).map(|()| true),
                 })
             };
             match step {
+                Ok(true) => self.changed(at.parent()),
+                Ok(false) => {}
                 // Removed meanwhile by another caller: as good as removed here.
                 Err(e) if e.is(Errno::ENOENT) && at != *path => {}
-                other => other?,
+                Err(e) => return Err(e),
             }
         }
         Ok(())

@@ -149,7 +149,15 @@ fn what_fsync_fsyncdir_and_a_synced_close_acknowledged_survives_a_server_crash()
     let server = TestServer::start().unwrap();
     let ns = namespace("crash");
     type Step<'a> = (&'a str, &'a dyn Fn(&Daemon));
-    let steps: [Step; 3] = [
+    // On one connection, whose reads count for its edits.
+    let tool = |a: &Daemon, calls: &[(&str, serde_json::Value)]| {
+        let mut c = a.client();
+        for (name, arguments) in calls {
+            let (ok, text) = crate::harness::call_tool(&mut c, name, arguments.clone());
+            assert!(ok, "{name}: {text}");
+        }
+    };
+    let steps: [Step; 6] = [
         ("close", &|a| fs::write(a.p("closed.txt"), "written, then closed").unwrap()),
         ("fsync", &|a| {
             let mut f = fs::OpenOptions::new()
@@ -168,6 +176,29 @@ fn what_fsync_fsyncdir_and_a_synced_close_acknowledged_survives_a_server_crash()
             fs::rename(a.p("d/first"), a.p("d/renamed")).unwrap();
             fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
         }),
+        // What a tool reports done is durable, with nothing after it.
+        ("write_file", &|a| {
+            tool(
+                a,
+                &[(
+                    "write_file",
+                    serde_json::json!({"file_path": "/pg/tools/new.txt", "content": "by a tool"}),
+                )],
+            )
+        }),
+        ("edit_file", &|a| {
+            fs::create_dir_all(a.p("tools")).unwrap();
+            fs::write(a.p("tools/status.txt"), "status: OLD").unwrap();
+            fs::File::open(a.p("tools")).unwrap().sync_all().unwrap();
+            let read = serde_json::json!({"file_path": "/pg/tools/status.txt"});
+            let edit = serde_json::json!({"file_path": "/pg/tools/status.txt", "old_string": "OLD", "new_string": "NEW"});
+            tool(a, &[("read_file", read), ("edit_file", edit)])
+        }),
+        ("delete", &|a| {
+            fs::write(a.p("tools/gone.txt"), "deleted by a tool").unwrap();
+            fs::File::open(a.p("tools")).unwrap().sync_all().unwrap();
+            tool(a, &[("delete", serde_json::json!({"file_path": "/pg/tools/gone.txt"}))])
+        }),
     ];
     for (what, step) in steps {
         let keys = if what == "close" { "sync_on_close = true" } else { "" };
@@ -177,9 +208,19 @@ fn what_fsync_fsyncdir_and_a_synced_close_acknowledged_survives_a_server_crash()
         drop(a);
         server.start_again().unwrap();
         let b = Daemon::start_with(&ns, &server.url());
+        let temporaries: Vec<_> = fs::read_dir(b.p("tools"))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.contains(".agentvfs-"))
+            .collect();
+        assert_eq!(temporaries, Vec::<String>::new(), "{what}");
         match what {
             "close" => assert_eq!(fs::read_to_string(b.p("closed.txt")).unwrap(), "written, then closed"),
             "fsync" => assert_eq!(fs::read_to_string(b.p("synced.txt")).unwrap(), "written, then synced"),
+            "write_file" => assert_eq!(fs::read_to_string(b.p("tools/new.txt")).unwrap(), "by a tool"),
+            "edit_file" => assert_eq!(fs::read_to_string(b.p("tools/status.txt")).unwrap(), "status: NEW"),
+            "delete" => assert!(!b.p("tools/gone.txt").exists(), "the deleted file came back"),
             _ => {
                 assert!(b.p("d/renamed").exists(), "{what}: the renamed name is lost");
                 assert!(!b.p("d/first").exists(), "{what}: the old name came back");

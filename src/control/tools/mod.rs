@@ -313,7 +313,7 @@ pub fn call(env: &ToolEnv, name: &str, arguments: &Value) -> Option<ToolOutput> 
     };
     let mut output = (spec.call)(env, arguments);
     if !spec.read_only {
-        if let Err(e) = env.fs.engine.commit_pending() {
+        if let Err(e) = env.fs.make_durable() {
             output = ToolOutput::error(ErrorCode::Io, format!("Error: the change could not be stored: {e}"));
         }
     }
