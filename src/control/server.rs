@@ -345,26 +345,47 @@ fn refuse(mut stream: UnixStream, error: RpcError) {
 
 /// Writes whole reply lines; once a write fails the connection is shut down.
 struct Writer {
-    stream: Mutex<UnixStream>,
+    stream: Mutex<Outlet>,
     /// What waits to be written counts against the connection's budget for results.
     budget: Arc<ReplyBudget>,
 }
 
+/// The connection's sending side.
+struct Outlet {
+    stream: UnixStream,
+    /// A write failed or timed out. Set, with the shutdown, under the lock that write held: the
+    /// replies queued behind it are dropped at once instead of each spending its own
+    /// [`WRITE_TIMEOUT`] on a reader that is not there, holding the user's share of the budget.
+    dead: bool,
+}
+
 impl Writer {
+    fn new(stream: UnixStream, budget: Arc<ReplyBudget>) -> Writer {
+        Writer { stream: Mutex::new(Outlet { stream, dead: false }), budget }
+    }
+
     /// Whether the line went out.
     fn send(&self, message: &Value) -> bool {
         let line = proto::encode(message);
         self.budget.queued(line.len());
-        let written = write_within(&mut self.stream.lock(), &line, WRITE_TIMEOUT);
-        if let Err(e) = &written {
-            tracing::debug!("control reply lost ({e}); closing the connection");
-            let _ = self.stream.lock().shutdown(std::net::Shutdown::Both);
-            // Before the bytes are given back, so that no call of this connection builds
-            // again in their room.
-            self.budget.close();
-        }
+        let written = {
+            let mut outlet = self.stream.lock();
+            if outlet.dead {
+                false
+            } else if let Err(e) = write_within(&mut outlet.stream, &line, WRITE_TIMEOUT) {
+                tracing::debug!("control reply lost ({e}); closing the connection");
+                outlet.dead = true;
+                let _ = outlet.stream.shutdown(std::net::Shutdown::Both);
+                // Before the bytes are given back, so that no call of this connection builds
+                // again in their room.
+                self.budget.close();
+                false
+            } else {
+                true
+            }
+        };
         self.budget.sent(line.len());
-        written.is_ok()
+        written
     }
 }
 
@@ -516,7 +537,7 @@ fn connection(shared: Arc<Shared>, stream: UnixStream, socket: Socket) {
 /// withdrawn, so that no later approval runs a call nobody waits for.
 fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer: UnixStream) {
     let session = Arc::new(Session::for_uid(shared.state.config.observation, peer.uid));
-    let writer = Arc::new(Writer { stream: Mutex::new(writer), budget: session.replies.clone() });
+    let writer = Arc::new(Writer::new(writer, session.replies.clone()));
     let in_flight = Arc::new(InFlight { count: Mutex::new(0), done: Condvar::new() });
     let fd = reader.as_raw_fd();
     let mut lines = LineReader::new(reader, proto::MAX_LINE);
@@ -680,7 +701,7 @@ mod tests {
         let connection = |pool: &Arc<Pool>, uid: u32| {
             let (ours, theirs) = UnixStream::pair().unwrap();
             let budget = Arc::new(ReplyBudget::in_pool(pool.clone(), uid));
-            (Arc::new(Writer { stream: Mutex::new(ours), budget }), theirs)
+            (Arc::new(Writer::new(ours, budget)), theirs)
         };
         let (built, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         // As the server runs a request: build in a turn, then send.

@@ -4,6 +4,7 @@ mod harness;
 
 mod conformance;
 mod control;
+mod control_wire;
 mod data_path;
 mod doors;
 mod execute;
