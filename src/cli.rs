@@ -597,7 +597,8 @@ fn stdout_line(line: &[u8]) -> bool {
 
 /// `agentvfs mcp`: copies stdin lines to the socket and socket lines to stdout until stdin
 /// ends; then half-closes, so replies still due arrive before the daemon closes its side.
-/// Requests for methods that are not the agent's are answered here ([`bridge_refusal`]).
+/// Requests for methods that are not the agent's are answered here ([`bridge_refusal`]), and so
+/// is a line longer than the daemon's limit, which is skipped without being held.
 fn mcp_bridge(path: &Path) -> Result<ExitCode> {
     let stream = connect_stream(path)?;
     let mut to_daemon = stream.try_clone()?;
@@ -606,22 +607,27 @@ fn mcp_bridge(path: &Path) -> Result<ExitCode> {
     let stdin_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = stdin_done.clone();
     std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut line = Vec::new();
+        use crate::control::proto::{self, Line};
+        // Read as the daemon reads: a line longer than the daemon takes is answered here as the
+        // daemon would, and skipped, so the bridge never holds (nor forwards) more of it.
+        let mut stdin = proto::LineReader::new(std::io::stdin().lock(), proto::MAX_LINE);
         loop {
-            line.clear();
-            match stdin.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if let Some(refusal) = bridge_refusal(&line) {
-                        stdout_line(&refusal);
-                        continue;
-                    }
-                    if to_daemon.write_all(&line).is_err() {
-                        // The daemon closed; the reader below reports it.
-                        return;
-                    }
+            let mut line = match stdin.read_line() {
+                Ok(Line::Complete(line)) => line,
+                Ok(Line::TooLong) => {
+                    stdout_line(&proto::encode(&proto::response(&Value::Null, Err(proto::line_too_long()))));
+                    continue;
                 }
+                Ok(Line::Eof) | Err(_) => break,
+            };
+            if let Some(refusal) = bridge_refusal(&line) {
+                stdout_line(&refusal);
+                continue;
+            }
+            line.push(b'\n');
+            if to_daemon.write_all(&line).is_err() {
+                // The daemon closed; the reader below reports it.
+                return;
             }
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);

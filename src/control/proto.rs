@@ -254,6 +254,12 @@ pub fn encode(message: &Value) -> Vec<u8> {
     line
 }
 
+/// The answer to a request line longer than [`MAX_LINE`] (sent with a `null` id): the daemon's,
+/// and `agentvfs mcp`'s, which stops such a line before it reaches the daemon.
+pub fn line_too_long() -> RpcError {
+    RpcError::invalid_request(format!("request line too long (limit {MAX_LINE} bytes); it was discarded"))
+}
+
 /// The params of a request as an object (absent params are an empty object).
 pub fn params_object(params: Option<&Value>) -> Result<Map<String, Value>, RpcError> {
     match params {

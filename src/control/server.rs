@@ -548,9 +548,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
         let line = match lines.read_line() {
             Ok(Line::Complete(line)) => line,
             Ok(Line::TooLong) => {
-                let message =
-                    format!("request line too long (limit {} bytes); it was discarded", proto::MAX_LINE);
-                writer.send(&proto::response(&Value::Null, Err(RpcError::invalid_request(message))));
+                writer.send(&proto::response(&Value::Null, Err(proto::line_too_long())));
                 continue;
             }
             Ok(Line::Eof) => break,

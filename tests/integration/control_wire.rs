@@ -1,14 +1,16 @@
 //! The control door's wire, over a real daemon: what a client that stops reading costs the same
-//! user's other connections. (Framing, errors and the CLI: `control.rs`.)
+//! user's other connections, and how `agentvfs mcp` bounds the lines it reads. (Framing, errors
+//! and the CLI: `control.rs`.)
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::control::FixturePaths;
-use crate::harness::{Conn, Fixture};
+use crate::harness::{Conn, Fixture, BIN};
 
 /// A connection that asks for several large replies and reads none is closed at its first
 /// reply's 30 s write deadline, and every reply queued behind that one is dropped with it: the
@@ -43,4 +45,59 @@ fn a_client_that_stops_reading_stalls_its_users_other_connections_for_one_deadli
     let mut received = Vec::new();
     stalled.read_to_end(&mut received).expect("the daemon closed the stalled connection");
     assert!(!received.contains(&b'\n'), "a whole reply reached the stalled client");
+}
+
+/// The resident memory of process `pid`, in bytes.
+fn resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// `agentvfs mcp` reads stdin as the daemon reads its socket: a line longer than the daemon
+/// takes is answered by the bridge as soon as it passes the limit, with the daemon's error,
+/// while the rest of it streams by unkept and unforwarded; the next line is served.
+#[test]
+fn the_stdio_bridge_answers_an_overlong_line_itself_and_keeps_serving() {
+    let f = Fixture::new("");
+    let mut bridge = Command::new(BIN)
+        .args(["mcp", "--socket"])
+        .arg(f.agent_socket())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = bridge.stdin.take().unwrap();
+    let stdout = BufReader::new(bridge.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || -> Value {
+        let line = rx.recv_timeout(Duration::from_secs(20)).expect("a line from the bridge");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    };
+    // 64 MiB of one line, its newline not sent yet.
+    stdin.write_all(br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":""#).unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..64 {
+        stdin.write_all(&chunk).unwrap();
+    }
+    stdin.flush().unwrap();
+    let too_long = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+        "message": "request line too long (limit 1048576 bytes); it was discarded"}});
+    assert_eq!(next(), too_long);
+    let held = resident(bridge.id());
+    assert!(held < 24 << 20, "the bridge holds {} MiB", held >> 20);
+    // The daemon never saw the line (it would answer it too): the next answer is the ping's.
+    stdin.write_all(b"\"}}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n").unwrap();
+    assert_eq!(next(), json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+    drop(stdin);
+    assert!(bridge.wait().unwrap().success());
+    assert!(rx.recv_timeout(Duration::from_secs(5)).is_err(), "a line more");
 }
