@@ -615,7 +615,10 @@ fn mcp_bridge(path: &Path) -> Result<ExitCode> {
             let mut line = match stdin.read_line() {
                 Ok(Line::Complete(line)) => line,
                 Ok(Line::TooLong) => {
-                    stdout_line(&proto::encode(&proto::response(&Value::Null, Err(proto::line_too_long()))));
+                    stdout_line(&proto::encode(&proto::response(
+                        &proto::Id::null(),
+                        Err(proto::line_too_long()),
+                    )));
                     continue;
                 }
                 Ok(Line::Eof) | Err(_) => break,

@@ -133,7 +133,7 @@ impl State {
         &self,
         session: &Session,
         peer: &Peer,
-        id: &Value,
+        id: &proto::Id,
         method: &str,
         params: Option<&Value>,
     ) -> Result<Value, RpcError> {
@@ -208,7 +208,7 @@ impl State {
         &self,
         session: &Session,
         peer: &Peer,
-        id: &Value,
+        id: &proto::Id,
         params: &Map<String, Value>,
     ) -> Result<Value, RpcError> {
         let name = string_param(params, "name")?;
@@ -222,10 +222,7 @@ impl State {
         // A string request id plays Deep Agents' tool_call_id: it names an offloaded result. A
         // number is a connection's request counter (every client starts at 1), so two clients'
         // results would overwrite each other: such a result gets a generated name instead.
-        let call_id = match id {
-            Value::String(s) => Some(s.clone()),
-            _ => None,
-        };
+        let call_id = id.as_string();
         let structured = match params.get("structured") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,

@@ -26,8 +26,9 @@
 //! # Messages
 //!
 //! - A **request** has `"jsonrpc": "2.0"`, an `id` (number, string or null), a `method`
-//!   (string) and optional `params` (object). Every request gets exactly one response with
-//!   the same `id`: `{"jsonrpc":"2.0","id":…,"result":…}` or
+//!   (string) and optional `params` (object: params are by name, and an array is `-32602`
+//!   for every method the server has). Every request gets exactly one response with the same
+//!   `id`, the same JSON text ([`Id`]): `{"jsonrpc":"2.0","id":…,"result":…}` or
 //!   `{"jsonrpc":"2.0","id":…,"error":{"code":…,"message":…,"data"?:…}}`.
 //! - A **notification** has no `id` and is never answered. The server acts on
 //!   `notifications/initialized` (nothing to do) and ignores all others, including
@@ -49,7 +50,7 @@
 //! | `initialize` | `{protocolVersion, capabilities?, clientInfo?}` | `{protocolVersion, capabilities: {tools: {listChanged: false}}, serverInfo: {name, version}, instructions}` — the client's revision is echoed when known ([`MCP_KNOWN_VERSIONS`]), else ours |
 //! | `ping` | — | `{}` |
 //! | `tools/list` | `{cursor?}` | `{tools: [{name, description, inputSchema, annotations: {readOnlyHint, destructiveHint, idempotentHint, openWorldHint}}]}` in a fixed order |
-//! | `tools/call` | `{name, arguments?, structured?, wait?, ticket?}` | MCP `CallToolResult`: `{content, isError, structuredContent}`; an unknown tool is error `-32602` |
+//! | `tools/call` | `{name, arguments?, structured?, wait?, ticket?}` (`arguments` absent or `null`: `{}`) | MCP `CallToolResult`: `{content, isError, structuredContent}`; an unknown tool is error `-32602` |
 //!
 //! `tools/call`'s extra parameters, for a harness's own backend: `structured: true` adds the
 //! data behind the text to `structuredContent`, whole, and never offloads (`read_file`:
@@ -80,9 +81,9 @@
 //! | code | meaning |
 //! |---|---|
 //! | `-32700` | parse error: the line is not JSON (or not UTF-8) |
-//! | `-32600` | invalid request: not a JSON-RPC 2.0 request object, a batch, or a line over the limit |
+//! | `-32600` | invalid request: not a JSON-RPC 2.0 request object (an `id` neither number, string nor null; `params` neither object nor array), a batch, or a line over the limit |
 //! | `-32601` | method not found |
-//! | `-32602` | invalid params: missing or mistyped parameters, unknown tool, unknown operation |
+//! | `-32602` | invalid params: `params` an array, missing or mistyped parameters, unknown tool, unknown operation |
 //! | `-32603` | internal error (a bug; the connection and daemon stay up) |
 //! | `-32000` | the operation failed (e.g. `vfs/reload` could not read the rules) |
 //! | `-32001` | permission denied: the peer lacks the socket's role (sent once with a `null` id, then the connection is closed), or the method needs a role this socket does not serve, or the connection would answer its own tool call's ticket (the connection stays) |
@@ -93,6 +94,8 @@
 
 use std::io::{self, BufRead, BufReader, Read};
 
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// The longest request line accepted, in bytes (without the newline).
@@ -170,11 +173,51 @@ impl std::fmt::Display for RpcError {
 
 impl std::error::Error for RpcError {}
 
+/// A request's id as the client wrote it (a number, a string or null), so that its response
+/// carries the same JSON text: read as a `Value`, `1e2` would go back as `100.0` and a number
+/// past 2^53 would lose digits, and JSON-RPC asks for the same value.
+#[derive(Clone, Debug)]
+pub struct Id(Box<RawValue>);
+
+impl Id {
+    /// The `null` id (of a reply to a line whose id could not be read).
+    pub fn null() -> Id {
+        Id(RawValue::from_string("null".into()).expect("null is JSON"))
+    }
+
+    /// An id given as a value (for ids that are not read from a request).
+    pub fn from_value(id: &Value) -> Id {
+        Id(serde_json::value::to_raw_value(id).expect("a JSON value always serialises"))
+    }
+
+    /// The id's text, as the client sent it.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The id when it is a string, unescaped.
+    pub fn as_string(&self) -> Option<String> {
+        serde_json::from_str(self.text()).ok()
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl Serialize for Id {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
 /// One parsed incoming line.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
     Request {
-        id: Value,
+        id: Id,
         method: String,
         params: Option<Value>,
     },
@@ -186,26 +229,39 @@ pub enum Message {
     Response,
 }
 
+/// The `id` member of a request line, as written.
+#[derive(Deserialize)]
+struct RawId<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+}
+
 /// Parses one line. On failure returns the error to send and the id to send it with (`null`
 /// when the id could not be read).
-pub fn parse(line: &[u8]) -> Result<Message, (Value, RpcError)> {
+pub fn parse(line: &[u8]) -> Result<Message, (Id, RpcError)> {
     let value: Value = serde_json::from_slice(line)
-        .map_err(|e| (Value::Null, RpcError::new(PARSE_ERROR, format!("parse error: {e}"))))?;
+        .map_err(|e| (Id::null(), RpcError::new(PARSE_ERROR, format!("parse error: {e}"))))?;
     let object = match value {
         Value::Object(o) => o,
         Value::Array(_) => {
-            return Err((Value::Null, RpcError::invalid_request("batch requests are not supported")))
+            return Err((Id::null(), RpcError::invalid_request("batch requests are not supported")))
         }
-        _ => return Err((Value::Null, RpcError::invalid_request("a request must be a JSON object"))),
+        _ => return Err((Id::null(), RpcError::invalid_request("a request must be a JSON object"))),
     };
     let id = match object.get("id") {
         None => None,
-        Some(id @ (Value::Null | Value::Number(_) | Value::String(_))) => Some(id.clone()),
+        // The text as sent; an `id` given twice (which the value keeps the last of) as read.
+        Some(id @ (Value::Null | Value::Number(_) | Value::String(_))) => Some(
+            serde_json::from_slice::<RawId>(line)
+                .ok()
+                .and_then(|raw| raw.id)
+                .map_or_else(|| Id::from_value(id), |raw| Id(raw.to_owned())),
+        ),
         Some(_) => {
-            return Err((Value::Null, RpcError::invalid_request("`id` must be a number, a string or null")))
+            return Err((Id::null(), RpcError::invalid_request("`id` must be a number, a string or null")))
         }
     };
-    let reply_id = id.clone().unwrap_or(Value::Null);
+    let reply_id = id.clone().unwrap_or_else(Id::null);
     if object.get("jsonrpc") != Some(&json!("2.0")) {
         return Err((reply_id, RpcError::invalid_request("`jsonrpc` must be \"2.0\"")));
     }
@@ -219,9 +275,7 @@ pub fn parse(line: &[u8]) -> Result<Message, (Value, RpcError)> {
     let params = match object.get("params") {
         None => None,
         Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p.clone()),
-        Some(_) => {
-            return Err((reply_id, RpcError::invalid_request("`params` must be an object or an array")))
-        }
+        Some(_) => return Err((reply_id, RpcError::invalid_request("`params` must be an object"))),
     };
     Ok(match id {
         Some(id) => Message::Request { id, method, params },
@@ -229,12 +283,25 @@ pub fn parse(line: &[u8]) -> Result<Message, (Value, RpcError)> {
     })
 }
 
-/// The response object for `id`.
-pub fn response(id: &Value, result: Result<Value, RpcError>) -> Value {
-    match result {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()}),
-    }
+/// A response as it is sent: `id` keeps its text, and the members are in sorted order, as in
+/// every other message the server sends.
+#[derive(Serialize)]
+pub struct Response<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+    id: &'a Id,
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+}
+
+/// The response for `id`.
+pub fn response(id: &Id, result: Result<Value, RpcError>) -> Response<'_> {
+    let (result, error) = match result {
+        Ok(result) => (Some(result), None),
+        Err(error) => (None, Some(error.to_json())),
+    };
+    Response { error, id, jsonrpc: "2.0", result }
 }
 
 /// A request object (for clients).
@@ -248,7 +315,7 @@ pub fn request(id: u64, method: &str, params: Option<Value>) -> Value {
 
 /// One message as it goes on the wire: compact JSON and a newline (serde_json escapes
 /// control characters, so the text never contains a raw newline).
-pub fn encode(message: &Value) -> Vec<u8> {
+pub fn encode(message: &impl Serialize) -> Vec<u8> {
     let mut line = serde_json::to_vec(message).expect("a JSON value always serialises");
     line.push(b'\n');
     line
@@ -260,13 +327,19 @@ pub fn line_too_long() -> RpcError {
     RpcError::invalid_request(format!("request line too long (limit {MAX_LINE} bytes); it was discarded"))
 }
 
-/// The params of a request as an object (absent params are an empty object).
-pub fn params_object(params: Option<&Value>) -> Result<Map<String, Value>, RpcError> {
+/// Refuses params by position (an array, which JSON-RPC allows): every method takes its params
+/// by name, so an array is refused alike whether the method reads its params or not.
+pub fn params_by_name(params: Option<&Value>) -> Result<(), RpcError> {
     match params {
-        None | Some(Value::Null) => Ok(Map::new()),
-        Some(Value::Object(o)) => Ok(o.clone()),
+        None | Some(Value::Null | Value::Object(_)) => Ok(()),
         Some(_) => Err(RpcError::invalid_params("params must be an object")),
     }
+}
+
+/// The params of a request as an object (absent params are an empty object).
+pub fn params_object(params: Option<&Value>) -> Result<Map<String, Value>, RpcError> {
+    params_by_name(params)?;
+    Ok(params.and_then(Value::as_object).cloned().unwrap_or_default())
 }
 
 /// What [`LineReader::read_line`] found.
@@ -389,7 +462,10 @@ mod tests {
     #[test]
     fn messages_are_classified() {
         let m = parse(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap();
-        assert_eq!(m, Message::Request { id: json!(7), method: "ping".into(), params: None });
+        assert_eq!(
+            m,
+            Message::Request { id: Id::from_value(&json!(7)), method: "ping".into(), params: None }
+        );
         let m = parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(matches!(m, Message::Notification { .. }));
         assert_eq!(parse(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap(), Message::Response);
@@ -398,10 +474,40 @@ mod tests {
         assert_eq!(err(b"[1]").1.code, INVALID_REQUEST);
         assert_eq!(
             err(br#"{"jsonrpc":"1.0","id":"a","method":"x"}"#),
-            (json!("a"), RpcError::invalid_request("`jsonrpc` must be \"2.0\""))
+            (Id::from_value(&json!("a")), RpcError::invalid_request("`jsonrpc` must be \"2.0\""))
         );
-        assert_eq!(err(br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#).0, Value::Null);
+        assert_eq!(err(br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#).0, Id::null());
         assert_eq!(err(br#"{"jsonrpc":"2.0","id":2,"method":"x","params":3}"#).1.code, INVALID_REQUEST);
         assert_eq!(err(br#"{"jsonrpc":"2.0","id":2}"#).1.code, INVALID_REQUEST);
+    }
+
+    /// An id is answered with the text it was sent as, without the blanks around it.
+    #[test]
+    fn ids_keep_their_text() {
+        for (line, text) in [
+            (&br#"{"jsonrpc":"2.0","id":1e2,"method":"ping"}"#[..], "1e2"),
+            (
+                br#"{"jsonrpc":"2.0","id": 123456789012345678901234567890 ,"method":"ping"}"#,
+                "123456789012345678901234567890",
+            ),
+            (br#"{"jsonrpc":"2.0","id":"\u0041","method":"ping"}"#, r#""\u0041""#),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":\tnull\t,\"method\":\"ping\"}", "null"),
+        ] {
+            let Ok(Message::Request { id, .. }) = parse(line) else { panic!("{line:?}") };
+            assert_eq!(id.text(), text);
+            let reply = encode(&response(&id, Ok(json!({}))));
+            assert_eq!(
+                reply,
+                format!("{{\"id\":{text},\"jsonrpc\":\"2.0\",\"result\":{{}}}}\n").into_bytes()
+            );
+        }
+        assert_eq!(parse(br#"{"jsonrpc":"1.0","id":1.50,"method":"x"}"#).unwrap_err().0.text(), "1.50");
+        // Given twice, the id is the one the value keeps: the last.
+        let Ok(Message::Request { id, .. }) = parse(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#)
+        else {
+            panic!()
+        };
+        assert_eq!(id.text(), "2");
+        assert_eq!(Id::from_value(&json!("a\"b")).as_string().as_deref(), Some("a\"b"));
     }
 }

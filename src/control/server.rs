@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use parking_lot::{Condvar, Mutex};
-use serde_json::Value;
 
 use crate::control::methods::{Peer, State};
 use crate::control::proto::{self, Line, LineReader, Message, RpcError};
@@ -337,7 +336,7 @@ pub(super) fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
 fn refuse(mut stream: UnixStream, error: RpcError) {
     let _ = write_within(
         &mut stream,
-        &proto::encode(&proto::response(&Value::Null, Err(error))),
+        &proto::encode(&proto::response(&proto::Id::null(), Err(error))),
         Duration::from_secs(1),
     );
     let _ = stream.shutdown(std::net::Shutdown::Both);
@@ -365,7 +364,7 @@ impl Writer {
     }
 
     /// Whether the line went out.
-    fn send(&self, message: &Value) -> bool {
+    fn send(&self, message: &impl serde::Serialize) -> bool {
         let line = proto::encode(message);
         self.budget.queued(line.len());
         let written = {
@@ -548,7 +547,7 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
         let line = match lines.read_line() {
             Ok(Line::Complete(line)) => line,
             Ok(Line::TooLong) => {
-                writer.send(&proto::response(&Value::Null, Err(proto::line_too_long())));
+                writer.send(&proto::response(&proto::Id::null(), Err(proto::line_too_long())));
                 continue;
             }
             Ok(Line::Eof) => break,
@@ -577,6 +576,14 @@ fn serve_connection(shared: &Arc<Shared>, peer: Peer, reader: UnixStream, writer
         if let Err(error) = roles::check_method(peer.socket, &method) {
             writer.send(&proto::response(&id, Err(error)));
             continue;
+        }
+        // Params by name only, for every method, even those that read none (an unknown method
+        // is left to answer "method not found").
+        if roles::role_of(&method).is_some() {
+            if let Err(error) = proto::params_by_name(params.as_ref()) {
+                writer.send(&proto::response(&id, Err(error)));
+                continue;
+            }
         }
         // A subscription lives as long as the connection and writes on it, so it is the
         // transport's business rather than a method's.

@@ -150,7 +150,7 @@ fn bad_input_gets_errors_and_the_connection_stays_usable() {
         ("\u{1}garbage\n", Value::Null, -32700, "parse error"),
         ("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]\n", Value::Null, -32600, "batch requests are not supported"),
         ("{\"jsonrpc\":\"1.0\",\"id\":3,\"method\":\"ping\"}\n", json!(3), -32600, "`jsonrpc` must be \"2.0\""),
-        ("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":7}\n", json!(4), -32600, "`params` must be an object or an array"),
+        ("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":7}\n", json!(4), -32600, "`params` must be an object"),
         ("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"frobnicate\"}\n", json!(5), -32601, "method not found: frobnicate"),
         ("{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{\"name\":5}}\n", json!(6), -32602, "parameter `name` must be a string, got 5"),
         ("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"ls\",\"arguments\":[1]}}\n", json!(7), -32602, "`arguments` must be an object, got [1]"),
