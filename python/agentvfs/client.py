@@ -22,6 +22,9 @@ What the clients guard against:
   connection.
 - An error reply that names no request fails every call waiting on the connection with
   `RpcError` and closes it, rather than leaving one waiting forever.
+- A socket that cannot be reached raises `ConnectionError` naming it (not `connect`'s bare
+  `OSError`), and a call out of time `TimeoutError` naming its method and socket (the async
+  client's too, rather than asyncio's empty one).
 
 The agent socket serves the agent's methods (tools, path mappings, uploads and downloads);
 the control socket also serves the approvers' (`interrupts/*`). Which path is which:
@@ -174,6 +177,20 @@ def _raised(error: BaseException) -> BaseException:
     return ConnectionError(str(error))
 
 
+def _unreachable(path: str, error: OSError) -> ConnectionError:
+    """The error for a connection the daemon's socket refused (absent, not listening, not
+    allowed), naming the socket."""
+    why = error.strerror or str(error)
+    return ConnectionError(f"cannot connect to the agentvfs socket {path}: {why} (is the daemon running, and is this its socket?)")
+
+
+def _late(method: str, path: str, timeout: float | None) -> str:
+    return (
+        f"no reply to {method} from {path} within {timeout}s; the call was abandoned and its connection closed"
+        " (the daemon withdraws it if it waits for an approval)"
+    )
+
+
 def _lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
     """Adds `chunk` to `buffer` (which holds no whole line) and takes the whole lines out of
     it, blank ones left out."""
@@ -220,9 +237,9 @@ class Client:
                 sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
                 try:
                     sock.connect(self.path)
-                except OSError:
+                except OSError as e:
                     sock.close()
-                    raise
+                    raise _unreachable(self.path, e) from e
                 conn = _Connection(sock)
                 conn.reader = threading.Thread(target=self._read_replies, args=(conn,), daemon=True, name="agentvfs-client")
                 conn.reader.start()
@@ -327,8 +344,7 @@ class Client:
                 raise
             if not answered:
                 if self._abandon(conn, request_id, method, f"got no reply within {timeout}s"):
-                    msg = f"{late}; the call was abandoned and its connection closed (the daemon withdraws it if it waits for an approval)"
-                    raise TimeoutError(msg)
+                    raise TimeoutError(_late(method, self.path, timeout))
                 event.wait()  # its reply (or the connection's end) is being handed over
         finally:
             conn.turns.release()
@@ -388,6 +404,9 @@ class AsyncClient:
                 try:
                     sock.setblocking(False)
                     await loop.sock_connect(sock, self.path)
+                except OSError as e:
+                    sock.close()
+                    raise _unreachable(self.path, e) from e
                 except BaseException:
                     sock.close()
                     raise
@@ -449,7 +468,13 @@ class AsyncClient:
         request_id = next(self._ids)
         line = _request_line(request_id, method, params)
         exchange = self._call(request_id, line, method)
-        return _outcome(await (exchange if timeout is None else asyncio.wait_for(exchange, timeout)))
+        if timeout is None:
+            return _outcome(await exchange)
+        try:
+            reply = await asyncio.wait_for(exchange, timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(_late(method, self.path, timeout)) from None
+        return _outcome(reply)
 
     async def _call(self, request_id: int, line: bytes, method: str) -> dict[str, Any]:
         while True:

@@ -9,7 +9,10 @@ FilesystemMiddleware renders what the model sees, as it does for its own backend
 arrive in the result types' error fields with agentvfs's texts. `upload_files` and
 `download_files` move bytes through `vfs/upload` and `vfs/download`. A request the daemon could
 not read (over its 1 MiB line limit, or with a string that is not valid UTF-8) is not sent:
-the method returns its error result instead (`invalid_path` for uploads and downloads).
+the method returns its error result instead (`invalid_path` for uploads and downloads). So
+does a call the daemon did not answer (its socket cannot be reached, the connection ended, or
+`timeout=` ran out), with the client's text, which names the socket: a failed tool call is the
+model's to see, not an exception that ends the graph run.
 
 Approvals: when a call meets an `interrupt` rule and the backend was given an approver socket
 (the daemon's control socket, which the harness process may use and the agent may not), the
@@ -102,8 +105,10 @@ class AgentvfsBackend(SandboxBackendProtocol):
             sandbox). Without it, paused calls wait on the daemon for an approver.
         sandbox_id: The `id` Deep Agents shows; by default `agentvfs:<socket>`.
         timeout: Seconds to wait for any one reply (`None`: no limit; approvals and commands
-            are bounded by the daemon's own timeouts). A call out of time raises
-            `TimeoutError` and closes its connection, so that the daemon withdraws it.
+            are bounded by the daemon's own timeouts). An `execute` given its own `timeout`
+            waits for that and 10 s more when it is longer. A call out of time closes its
+            connection, so that the daemon withdraws it, and returns its method's error
+            result, as does a call whose socket cannot be reached.
     """
 
     def __init__(
@@ -165,32 +170,49 @@ class AgentvfsBackend(SandboxBackendProtocol):
             params["wait"] = False
         return params
 
-    def _tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _tool(self, name: str, arguments: dict[str, Any], wait: float | None = None) -> dict[str, Any]:
+        """One tool call (paused and resumed when it meets an interrupt rule); a call that
+        was not sent, or not answered, is its failed result. `wait` replaces `timeout` for the
+        replies to the call itself."""
+        wait = self.timeout if wait is None else wait
         try:
-            result = self._client.call("tools/call", self._params(name, arguments), self.timeout)
+            result = self._client.call("tools/call", self._params(name, arguments), wait)
             ticket = _structured(result)
             if not ticket.get("interrupted"):
                 return result
             decision = _pause(name, arguments, ticket)
             if decision is not None and self._approver is not None:
                 self._approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-            return self._client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+            return self._client.call("tools/call", _finish(name, arguments, ticket), wait)
         except RequestError as e:
             return _unsent(name, e)
+        except _UNANSWERED as e:
+            return _unanswered(name, e)
 
-    async def _atool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def _atool(self, name: str, arguments: dict[str, Any], wait: float | None = None) -> dict[str, Any]:
+        wait = self.timeout if wait is None else wait
         client, approver = self._aclients()
         try:
-            result = await client.call("tools/call", self._params(name, arguments), self.timeout)
+            result = await client.call("tools/call", self._params(name, arguments), wait)
             ticket = _structured(result)
             if not ticket.get("interrupted"):
                 return result
             decision = _pause(name, arguments, ticket)
             if decision is not None and approver is not None:
                 await approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-            return await client.call("tools/call", _finish(name, arguments, ticket), self.timeout)
+            return await client.call("tools/call", _finish(name, arguments, ticket), wait)
         except RequestError as e:
             return _unsent(name, e)
+        except _UNANSWERED as e:
+            return _unanswered(name, e)
+
+    def _execute_wait(self, timeout: int | None) -> float | None:
+        """How long an `execute` waits for its reply: `timeout=`, or the command's own
+        `timeout` and a margin when that is longer, so that the backend does not cut a command
+        the daemon would still let run."""
+        if self.timeout is None or timeout is None:
+            return self.timeout
+        return max(self.timeout, timeout + _EXECUTE_MARGIN)
 
     # -- BackendProtocol ---------------------------------------------------------------------
 
@@ -238,7 +260,7 @@ class AgentvfsBackend(SandboxBackendProtocol):
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         try:
-            return _execute(self._tool("execute", _execute_args(command, timeout)))
+            return _execute(self._tool("execute", _execute_args(command, timeout), self._execute_wait(timeout)))
         except RpcError as e:
             if not _execute_missing(e):
                 raise
@@ -246,7 +268,7 @@ class AgentvfsBackend(SandboxBackendProtocol):
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:  # noqa: ASYNC109
         try:
-            return _execute(await self._atool("execute", _execute_args(command, timeout)))
+            return _execute(await self._atool("execute", _execute_args(command, timeout), self._execute_wait(timeout)))
         except RpcError as e:
             if not _execute_missing(e):
                 raise
@@ -265,6 +287,8 @@ class AgentvfsBackend(SandboxBackendProtocol):
                 reply = done.value
             except RequestError:
                 reply = _UNSENT_FILE
+            except _UNANSWERED as e:
+                reply = _unanswered_file(e)
             responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
         return responses
 
@@ -282,6 +306,8 @@ class AgentvfsBackend(SandboxBackendProtocol):
                 reply = done.value
             except RequestError:
                 reply = _UNSENT_FILE
+            except _UNANSWERED as e:
+                reply = _unanswered_file(e)
             responses.append(FileUploadResponse(path=path, error=_file_error(reply)))
         return responses
 
@@ -292,6 +318,8 @@ class AgentvfsBackend(SandboxBackendProtocol):
                 reply = self._client.call("vfs/download", {"path": path}, self.timeout)
             except RequestError:
                 reply = _UNSENT_FILE
+            except _UNANSWERED as e:
+                reply = _unanswered_file(e)
             responses.append(_download(path, reply))
         return responses
 
@@ -303,6 +331,8 @@ class AgentvfsBackend(SandboxBackendProtocol):
                 reply = await client.call("vfs/download", {"path": path}, self.timeout)
             except RequestError:
                 reply = _UNSENT_FILE
+            except _UNANSWERED as e:
+                reply = _unanswered_file(e)
             responses.append(_download(path, reply))
         return responses
 
@@ -382,6 +412,29 @@ def _unsent(name: str, error: RequestError) -> dict[str, Any]:
     if error.size is not None and name in ("write_file", "edit_file"):
         text += "; large content can be written with upload_files, which sends a file in pieces"
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+# -- the daemon unreachable, or out of time --------------------------------------------------
+
+# A call that got no answer: its socket could not be reached (no daemon, not its socket), the
+# connection ended, or `timeout=` ran out (the call was then abandoned and its connection closed).
+_UNANSWERED = (ConnectionError, TimeoutError)
+
+# What an `execute` with its own `timeout` waits for beyond it: the daemon kills the command
+# at its timeout, then answers.
+_EXECUTE_MARGIN = 10.0
+
+
+def _unanswered(name: str, error: Exception) -> dict[str, Any]:
+    """A failed tool result for a call the daemon did not answer; the client's text names the
+    socket and says why."""
+    return {"content": [{"type": "text", "text": f"Error: {name} failed: {error}"}], "isError": True}
+
+
+def _unanswered_file(error: Exception) -> dict[str, Any]:
+    """The reply standing for an upload or download the daemon did not answer: no
+    `FileOperationError` literal fits, so its error is the text (which names the socket)."""
+    return {"error_code": "UNANSWERED", "message": str(error)}
 
 
 # -- arguments ---------------------------------------------------------------------------------
