@@ -19,7 +19,8 @@ What the clients guard against:
   thread is interrupted) closes its connection: only a disconnect makes the daemon withdraw
   a call waiting for an approval, which would otherwise still run once approved. The other
   calls in flight on that connection fail with `ConnectionError`; the next call opens a new
-  connection.
+  connection. So does a call whose line could not be sent because its connection had ended
+  unseen (the daemon restarted): it is sent once more, on a new connection.
 - An error reply that names no request fails every call waiting on the connection with
   `RpcError` and closes it, rather than leaving one waiting forever.
 - A socket that cannot be reached raises `ConnectionError` naming it (not `connect`'s bare
@@ -477,17 +478,27 @@ class AsyncClient:
         return _outcome(reply)
 
     async def _call(self, request_id: int, line: bytes, method: str) -> dict[str, Any]:
+        resend = True
         while True:
             conn = await self._connection()
             async with conn.turns:
                 if conn.error is not None:
                     continue  # that connection ended while the call waited its turn
-                reply = await self._exchange(conn, request_id, line, method)
+                reply = await self._exchange(conn, request_id, line, method, resend)
+            if reply is None:
+                resend = False  # the line was not sent: once more, on a new connection
+                continue
             if not _overloaded(reply):
                 return reply
             await asyncio.sleep(_RETRY_PAUSE)
 
-    async def _exchange(self, conn: _AsyncConnection, request_id: int, line: bytes, method: str) -> dict[str, Any]:
+    async def _exchange(
+        self, conn: _AsyncConnection, request_id: int, line: bytes, method: str, resend: bool  # noqa: FBT001
+    ) -> dict[str, Any] | None:
+        """Sends the line on `conn` and awaits its reply. `None` when the line could not be
+        sent and `resend` allows sending it again: the connection had ended unseen (its
+        reader had not run since the daemon closed it, as after a daemon restart), and the
+        daemon never read the request, whose newline comes last."""
         future: asyncio.Future[dict[str, Any]] = conn.loop.create_future()
         conn.waiting[request_id] = future
         sent = False
@@ -499,6 +510,8 @@ class AsyncClient:
                         await conn.loop.sock_sendall(conn.sock, line)
                     except OSError as e:
                         self._fail(conn, ConnectionError(f"lost the connection to {self.path}: {e}"))
+                        if resend:
+                            return None
             return await future
         finally:
             if conn.waiting.pop(request_id, None) is not None and sent:

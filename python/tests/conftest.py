@@ -53,7 +53,7 @@ class Daemon:
     control_socket: Path
     agent_socket: Path
     host_root: Path
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None
     log: Path
 
     def log_text(self) -> str:
@@ -115,14 +115,25 @@ timeout_seconds = 60
 {rules}
 """
     )
-    log = state / "daemon.log"
+    return _launch(Daemon(state, mountpoint, control, state / "ctl-agent.sock", host_root, None, state / "daemon.log"))
+
+
+def restart_daemon(daemon: Daemon) -> None:
+    """Stops `daemon` and starts it again on the same config and sockets (the memory route
+    starts empty; the host and sqlite routes keep their files)."""
+    stop_daemon(daemon)
+    _launch(daemon)
+
+
+def _launch(daemon: Daemon) -> Daemon:
+    """Starts `agentvfs mount` on the config in `daemon.state`; returns once it is live."""
     env = {k: v for k, v in os.environ.items() if k not in ("SUDO_UID", "SUDO_GID")}
     env["RUST_LOG"] = "warn"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
+    config, mountpoint = daemon.state / "agentvfs.toml", daemon.mountpoint
+    with open(daemon.log, "wb") as out:
+        daemon.process = process = subprocess.Popen(
             [str(BIN), "mount", "--config", str(config), str(mountpoint)], stdout=out, stderr=out, env=env
         )
-    daemon = Daemon(state, mountpoint, control, state / "ctl-agent.sock", host_root, process, log)
     deadline = time.monotonic() + 30
     while not (_mounted(mountpoint) and "agentvfs: mounted at" in daemon.log_text() and daemon.agent_socket.exists()):
         if process.poll() is not None:
@@ -137,13 +148,14 @@ timeout_seconds = 60
 def stop_daemon(daemon: Daemon) -> None:
     """SIGTERM to the daemon's PID (SIGKILL if it lingers), then makes sure nothing stays
     mounted at its mountpoint."""
-    if daemon.process.poll() is None:
-        os.kill(daemon.process.pid, signal.SIGTERM)
+    process = daemon.process
+    if process is not None and process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
         try:
-            daemon.process.wait(timeout=20)
+            process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.kill(daemon.process.pid, signal.SIGKILL)
-            daemon.process.wait()
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
     if _mounted(daemon.mountpoint):
         subprocess.run(["umount", "-l", str(daemon.mountpoint)], check=False)
 

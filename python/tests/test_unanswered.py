@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon
+from conftest import Daemon, restart_daemon
 from deepagents import create_deep_agent
 from deepagents.backends.protocol import FileDownloadResponse, FileUploadResponse
 from langchain_core.messages import AIMessage, ToolMessage
@@ -110,3 +110,23 @@ def test_a_call_out_of_time_is_an_error_result_naming_the_socket(daemon: Daemon)
             f"Error: execute failed: no reply to tools/call from {daemon.agent_socket} within 1s; the call was"
             " abandoned and its connection closed (the daemon withdraws it if it waits for an approval)"
         )
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_call_after_a_daemon_restart_reconnects(daemon: Daemon, mode: str) -> None:
+    (daemon.host_root / "a.txt").write_text("before\n")
+    backend = AgentvfsBackend(str(daemon.agent_socket))
+
+    async def run() -> tuple[Any, Any]:
+        if mode == "sync":
+            first = backend.read("/workspace/a.txt")
+            restart_daemon(daemon)
+            return first, backend.read("/workspace/a.txt")
+        first = await backend.aread("/workspace/a.txt")
+        # The old connection's end is not seen yet: the loop has not run its reader since.
+        restart_daemon(daemon)
+        return first, await backend.aread("/workspace/a.txt")
+
+    first, second = asyncio.run(run())
+    assert first.error is None and second.error is None, second.error
+    assert second.file_data == first.file_data
