@@ -21,8 +21,11 @@ backend pauses the graph with LangGraph's `interrupt()` inside the tool call, in
 Deep Agents' own `interrupt_on` pauses; on `Command(resume=...)` the tool runs again, the
 same call gets the same approval back, `interrupt()` returns the human's decision, the backend
 sends it to the daemon on the approver socket, and the daemon finishes the call
-(`ticket: N`). Without an approver socket the call waits on the daemon until someone resolves
-it there (`agentvfs approve N`), as any agentvfs tool call does.
+(`ticket: N`). A malformed decision (an edit naming another tool, or missing its
+`edited_action`; a respond without its message) makes the resume raise
+`pydantic.ValidationError` before anything reaches the daemon: the graph stays paused and the
+approval pending, to be answered again. Without an approver socket the call waits on the
+daemon until someone resolves it there (`agentvfs approve N`), as any agentvfs tool call does.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import asyncio
 import base64
 import threading
 from collections.abc import Generator
-from typing import Any
+from typing import Annotated, Any
 
 from deepagents.backends.protocol import (
     DeleteResult,
@@ -343,7 +346,13 @@ class AgentvfsBackend(SandboxBackendProtocol):
 def _pause(name: str, arguments: dict[str, Any], ticket: dict[str, Any]) -> dict[str, Any] | None:
     """Pauses the graph on the pending approval (LangGraph `interrupt()`, in the format of
     Deep Agents' `interrupt_on` pauses) and returns the human's decision once resumed.
-    Outside a graph run there is nothing to pause: `None`, and the call waits on the daemon."""
+    Outside a graph run there is nothing to pause: `None`, and the call waits on the daemon.
+
+    The resume value is checked before LangGraph keeps it (`response_schema`), as LangChain's
+    `HumanInTheLoopMiddleware` checks its per-call decisions: a malformed decision, or an edit
+    naming another tool, makes the resume raise `pydantic.ValidationError` saying what is
+    wrong, before anything reaches the daemon; the graph stays paused on the same interrupt
+    and the daemon's approval stays pending, so the human answers again."""
     from langgraph.types import interrupt
 
     interrupt_id = ticket["interrupt_id"]
@@ -359,17 +368,60 @@ def _pause(name: str, arguments: dict[str, Any], ticket: dict[str, Any]) -> dict
         "agentvfs": {"interrupt_id": interrupt_id, "interrupt": described},
     }
     try:
-        answer = interrupt(payload)
+        decision: dict[str, Any] = interrupt(payload, response_schema=_answer_schema(name))
     except RuntimeError as e:
         if "runnable context" not in str(e) and "get_config" not in str(e):
             raise
         return None
-    return _decision(answer)
+    return decision
 
 
-def _decision(answer: Any) -> dict[str, Any]:
-    """The one decision in a resume value: `{"decisions": [decision]}` (Deep Agents' shape) or
-    a bare decision."""
+def _answer_schema(name: str) -> Any:
+    """The resume value a pause on `name` accepts: `_decision` checks it (LangGraph raises
+    its `ValueError` as a `pydantic.ValidationError`); the JSON schema is what clients see."""
+    from pydantic import AfterValidator, WithJsonSchema
+
+    def check(answer: Any) -> dict[str, Any]:
+        return _decision(name, answer)
+
+    return Annotated[Any, AfterValidator(check), WithJsonSchema(_decision_json_schema(name))]
+
+
+def _decision_json_schema(name: str) -> dict[str, Any]:
+    message = {"type": "string"}
+    one = {
+        "oneOf": [
+            {"type": "object", "properties": {"type": {"const": "approve"}}, "required": ["type"]},
+            {"type": "object", "properties": {"type": {"const": "reject"}, "message": message}, "required": ["type"]},
+            {"type": "object", "properties": {"type": {"const": "respond"}, "message": message}, "required": ["type", "message"]},
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"const": "edit"},
+                    "edited_action": {
+                        "type": "object",
+                        "properties": {"name": {"const": name}, "args": {"type": "object"}},
+                        "required": ["name", "args"],
+                    },
+                },
+                "required": ["type", "edited_action"],
+            },
+        ]
+    }
+    listed = {
+        "type": "object",
+        "properties": {"decisions": {"type": "array", "items": one, "minItems": 1, "maxItems": 1}},
+        "required": ["decisions"],
+    }
+    return {"anyOf": [listed, one]}
+
+
+def _decision(name: str, answer: Any) -> dict[str, Any]:
+    """The one decision in a resume value for a pause on tool `name`: `{"decisions":
+    [decision]}` (Deep Agents' shape) or a bare decision. `ValueError` says what is wrong with
+    one that is malformed: a `respond` needs its `message`, an `edit` its `edited_action` with
+    `args`, and, as in LangChain's per-call human-in-the-loop decisions, an edit cannot switch
+    tools (its `name` must be the paused call's)."""
     if isinstance(answer, dict) and "decisions" in answer:
         decisions = answer["decisions"]
         if not isinstance(decisions, list) or len(decisions) != 1:
@@ -379,16 +431,33 @@ def _decision(answer: Any) -> dict[str, Any]:
     if not isinstance(answer, dict) or answer.get("type") not in DECISIONS:
         msg = f"a decision is {{'type': one of {DECISIONS}, ...}}, got {answer!r}"
         raise ValueError(msg)
+    kind = answer["type"]
+    if kind == "edit":
+        action = answer.get("edited_action")
+        if not isinstance(action, dict) or not isinstance(action.get("args"), dict):
+            msg = f"an edit decision needs edited_action: {{'name': {name!r}, 'args': {{...}}}}, got {answer!r}"
+            raise ValueError(msg)
+        if action.get("name") != name:
+            msg = (
+                f"an edit cannot switch tools: the paused call is {name!r}, the edit names {action.get('name')!r}"
+                f" (edit {name!r}'s args, or reject the call)"
+            )
+            raise ValueError(msg)
+    elif kind == "respond" and not isinstance(answer.get("message"), str):
+        msg = f"a respond decision needs a message, the text the model gets as the tool's result; got {answer!r}"
+        raise ValueError(msg)
+    elif kind == "reject" and not isinstance(answer.get("message", ""), (str, type(None))):
+        msg = f"a reject decision's message is a string (the reason), got {answer!r}"
+        raise ValueError(msg)
     return answer
 
 
 def _resolution(interrupt_id: int, decision: dict[str, Any]) -> dict[str, Any]:
-    """`interrupts/resolve` params for a Deep Agents decision."""
+    """`interrupts/resolve` params for a decision `_decision` accepted."""
     kind = decision["type"]
     params: dict[str, Any] = {"id": interrupt_id, "decision": kind}
     if kind == "edit":
-        action = decision.get("edited_action") or {}
-        params["arguments"] = action.get("args", decision.get("args"))
+        params["arguments"] = decision["edited_action"]["args"]
     elif kind in ("reject", "respond") and decision.get("message") is not None:
         params["message"] = decision["message"]
     return params

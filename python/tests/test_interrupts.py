@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from conftest import Daemon, start_daemon, stop_daemon
 from deepagents import create_deep_agent
 from langchain_core.messages import AIMessage, ToolMessage
@@ -219,3 +220,49 @@ def test_the_agents_shell_cannot_reach_the_approver_socket(daemon: Daemon) -> No
     ran = backend.execute(f"ls {daemon.control_socket}")
     assert ran.exit_code != 0
     assert f"cannot access '{daemon.control_socket}': No such file or directory" in ran.output
+
+
+REFUSED = [
+    (
+        {"type": "edit", "edited_action": {"name": "edit_file", "args": {"file_path": PLAN, "old_string": "a", "new_string": "b"}}},
+        "an edit cannot switch tools: the paused call is 'write_file', the edit names 'edit_file' (edit 'write_file'\'s args,"
+        " or reject the call)",
+    ),
+    ({"type": "edit"}, "an edit decision needs edited_action: {'name': 'write_file', 'args': {...}}, got {'type': 'edit'}"),
+    (
+        {"type": "edit", "edited_action": {"name": "write_file"}},
+        "an edit decision needs edited_action: {'name': 'write_file', 'args': {...}}",
+    ),
+    (
+        {"type": "respond"},
+        "a respond decision needs a message, the text the model gets as the tool's result; got {'type': 'respond'}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("decision", "why"), REFUSED, ids=["other-tool", "edit-without-action", "edit-without-args", "respond-without-message"])
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "by-id"])
+def test_a_malformed_decision_is_refused_and_the_pause_can_be_answered_again(
+    daemon: Daemon, decision: dict[str, Any], why: str, keyed: bool  # noqa: FBT001
+) -> None:
+    model = scripted(tool_call("write_file", WRITE, "w1"), answer("Finished."))
+    agent = _agent(daemon, model)
+    first = agent.invoke(START, CONFIG)
+    interrupt_id = _paused(daemon, agent, first)
+    (pause,) = first["__interrupt__"]
+
+    def resume(value: dict[str, Any]) -> Command:
+        return Command(resume={pause.id: value} if keyed else value)
+
+    with pytest.raises(ValidationError) as refused:
+        agent.invoke(resume({"decisions": [decision]}), CONFIG)
+    assert why in str(refused.value)
+    # Nothing reached the daemon: the same approval is pending, nothing ran, and the graph is
+    # still paused on the same interrupt, which a valid decision then answers.
+    assert [t["id"] for t in _pending(daemon)] == [interrupt_id]
+    assert not (daemon.host_root / "guarded" / "plan.md").exists()
+    assert [i.id for i in agent.get_state(CONFIG).interrupts] == [pause.id]
+    result = agent.invoke(resume({"decisions": [{"type": "approve"}]}), CONFIG)
+    assert _last_tool_message(result).content == f"Updated file {PLAN}"
+    assert (daemon.host_root / "guarded" / "plan.md").read_text() == "the plan\n"
+    assert _pending(daemon) == []
