@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from conftest import Daemon, start_daemon, stop_daemon
+from conftest import DEFAULT_RULES, Daemon, start_daemon, stop_daemon
 from deepagents import create_deep_agent
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -266,3 +266,49 @@ def test_a_malformed_decision_is_refused_and_the_pause_can_be_answered_again(
     assert _last_tool_message(result).content == f"Updated file {PLAN}"
     assert (daemon.host_root / "guarded" / "plan.md").read_text() == "the plan\n"
     assert _pending(daemon) == []
+
+
+ASKED_READS = DEFAULT_RULES + '\n[[rules]]\noperations = ["read"]\npaths = ["/workspace/asked/**"]\nmode = "interrupt"\n'
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "seen"),
+    [
+        # The middleware puts `Error: ` before read_file's and ls's errors, where the message travels.
+        ("read_file", {"file_path": "/workspace/asked/a.txt"}, "Error: Ask me later."),
+        ("ls", {"path": "/workspace/asked"}, "Error: Ask me later."),
+        ("grep", {"pattern": "sec", "path": "/workspace/asked"}, "Ask me later."),
+    ],
+)
+def test_respond_on_a_paused_read_gives_the_model_the_message(tmp_path: Path, tool: str, args: dict[str, Any], seen: str) -> None:
+    daemon = start_daemon(tmp_path / "asked", ASKED_READS)
+    try:
+        (daemon.host_root / "asked").mkdir()
+        (daemon.host_root / "asked" / "a.txt").write_text("secret\n")
+        agent = _agent(daemon, scripted(tool_call(tool, args, "t1"), answer("Finished.")))
+        (pause,) = agent.invoke(START, CONFIG)["__interrupt__"]
+        assert pause.value["action_requests"][0]["name"] == tool
+        result = agent.invoke(Command(resume={"decisions": [{"type": "respond", "message": "Ask me later."}]}), CONFIG)
+        message = _last_tool_message(result)
+        assert (message.content, message.status) == (seen, "error")
+        assert "secret" not in str(result["messages"])
+        assert _pending(daemon) == []
+    finally:
+        stop_daemon(daemon)
+
+
+def test_a_glob_cannot_pause_the_graph(tmp_path: Path) -> None:
+    """Deep Agents' glob tool turns every exception of the backend call, LangGraph's pause
+    included, into its error text; the approval stays pending in the daemon."""
+    daemon = start_daemon(tmp_path / "asked", ASKED_READS)
+    try:
+        (daemon.host_root / "asked").mkdir()
+        (daemon.host_root / "asked" / "a.txt").write_text("secret\n")
+        agent = _agent(daemon, scripted(tool_call("glob", {"pattern": "*.txt", "path": "/workspace/asked"}, "g1"), answer("Finished.")))
+        result = agent.invoke(START, CONFIG)
+        assert "__interrupt__" not in result
+        assert str(_last_tool_message(result).content).startswith("Error: glob failed: (Interrupt(")
+        (ticket,) = _pending(daemon)
+        assert ticket["tool"]["name"] == "glob"
+    finally:
+        stop_daemon(daemon)
