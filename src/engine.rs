@@ -528,12 +528,13 @@ impl Engine {
     }
 
     pub fn create(&self, ctx: &Ctx, path: &VPath, mode: u32, flags: i32) -> FsResult<(Attr, OpenHandle)> {
-        let _adding = self.names.read();
-        let permit = self.check_new(ctx, "create", path, false)?;
-        if wants_read(flags) {
-            self.check(ctx, "create", Op::Read, path, false)?;
-        }
-        let (attr, file) = self.router.create(&permit, mode, flags, &ctx.caller)?;
+        let (attr, file) = self.adding(|| {
+            let permit = self.check_new(ctx, "create", path, false)?;
+            if wants_read(flags) {
+                self.check(ctx, "create", Op::Read, path, false)?;
+            }
+            self.router.create(&permit, mode, flags, &ctx.caller)
+        })?;
         self.note_change(ctx, path);
         // Writable as its access mode says, as an `open`'s: a size change the process makes
         // by name goes through its handle only if that handle writes.
@@ -541,31 +542,38 @@ impl Engine {
     }
 
     pub fn mknod(&self, ctx: &Ctx, path: &VPath, mode: u32, rdev: u32) -> FsResult<Attr> {
-        let _adding = self.names.read();
-        let permit = self.check_new(ctx, "mknod", path, false)?;
-        let result = self.router.mknod(&permit, mode, rdev, &ctx.caller);
-        if result.is_ok() {
-            self.note_change(ctx, path);
-        }
-        result
+        let attr = self.adding(|| {
+            let permit = self.check_new(ctx, "mknod", path, false)?;
+            self.router.mknod(&permit, mode, rdev, &ctx.caller)
+        })?;
+        self.note_change(ctx, path);
+        Ok(attr)
     }
 
     pub fn mkdir(&self, ctx: &Ctx, path: &VPath, mode: u32) -> FsResult<Attr> {
-        let _adding = self.names.read();
-        let permit = self.check_new(ctx, "mkdir", path, true)?;
-        let attr = self.router.mkdir(&permit, mode, &ctx.caller)?;
+        let attr = self.adding(|| {
+            let permit = self.check_new(ctx, "mkdir", path, true)?;
+            self.router.mkdir(&permit, mode, &ctx.caller)
+        })?;
         self.note_change(ctx, path);
         Ok(self.shown(path, attr))
     }
 
     pub fn symlink(&self, ctx: &Ctx, path: &VPath, target: &[u8]) -> FsResult<Attr> {
+        let attr = self.adding(|| {
+            let permit = self.check_new(ctx, "symlink", path, false)?;
+            self.router.symlink(&permit, target, &ctx.caller)
+        })?;
+        self.note_change(ctx, path);
+        Ok(attr)
+    }
+
+    /// Runs `add`, which adds a name, holding the namespace lock shared (see `names`). The
+    /// kernel is told of the change only after: its invalidation waits for the directory's
+    /// lock, which a rename through the mount holds while it waits for this lock.
+    fn adding<T>(&self, add: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
         let _adding = self.names.read();
-        let permit = self.check_new(ctx, "symlink", path, false)?;
-        let result = self.router.symlink(&permit, target, &ctx.caller);
-        if result.is_ok() {
-            self.note_change(ctx, path);
-        }
-        result
+        add()
     }
 
     /// A new name for an existing file. The file itself must be writable under the rules:
@@ -573,15 +581,16 @@ impl Engine {
     pub fn link(&self, ctx: &Ctx, existing: &VPath, new_path: &VPath) -> FsResult<Attr> {
         let ctx =
             &Ctx { names: Some(crate::policy::approvals::retry::names_key(existing, new_path)), ..*ctx };
-        let _adding = self.names.read();
-        let judged = || -> FsResult<_> {
-            let from = self.check(ctx, "link", Op::Write, existing, false)?;
-            let to = self.check_new(ctx, "link", new_path, false)?;
-            self.check_read_kept(ctx, "link", existing, new_path, false)?;
-            Ok((from, to))
-        };
-        let (from, to) = judged().map_err(|e| naming(e, existing, new_path))?;
-        let attr = self.router.link(&from, &to)?;
+        let attr = self.adding(|| {
+            let judged = || -> FsResult<_> {
+                let from = self.check(ctx, "link", Op::Write, existing, false)?;
+                let to = self.check_new(ctx, "link", new_path, false)?;
+                self.check_read_kept(ctx, "link", existing, new_path, false)?;
+                Ok((from, to))
+            };
+            let (from, to) = judged().map_err(|e| naming(e, existing, new_path))?;
+            self.router.link(&from, &to)
+        })?;
         self.note_change(ctx, existing);
         self.note_change(ctx, new_path);
         Ok(attr)

@@ -23,7 +23,7 @@ impl Engine {
             return Err(FsError::new(Errno::EINVAL, format!("unsupported rename flags {flags:#x}")));
         }
         let ctx = &Ctx { names: Some(crate::policy::approvals::retry::names_key(from, to)), ..*ctx };
-        let _moving = self.names.write();
+        let moving = self.names.write();
         let from_carries = self.gate.rename_may_change_verdicts(from, to);
         let from_is_dir = self.is_dir_for_rename(from, to, from_carries)?;
         let exchange = flags & crate::backend::RENAME_EXCHANGE != 0;
@@ -53,6 +53,8 @@ impl Engine {
             self.check_carried(ctx, &to_permit, to, from)?;
         }
         self.router.rename(&from_permit, &to_permit, flags)?;
+        // The kernel is told after the lock is let go (see `Engine::adding`).
+        drop(moving);
         self.note_change(ctx, from);
         self.note_change(ctx, to);
         Ok(())

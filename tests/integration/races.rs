@@ -99,3 +99,48 @@ fn a_tree_rename_never_carries_a_protected_entry_out_while_moves_race_inside_it(
         assert!(!ok && !text.contains("KEY"), "{pattern}: {text}");
     }
 }
+
+/// A tool call that adds names (a `write_file` whose directory is missing makes it) while
+/// renames through the mount churn the same directory: the tool tells the kernel of its change
+/// only after letting go of the namespace lock, since the kernel's invalidation waits for the
+/// directory's lock, which such a rename holds while it waits for the namespace lock. Before,
+/// the two waited for each other for good, and the daemon with them.
+#[test]
+fn tool_writes_and_renames_at_the_mount_in_one_directory_never_wait_for_each_other() {
+    let f = Fixture::new("");
+    let pub_dir = f.host_root.join("pub");
+    fs::create_dir_all(pub_dir.join("d")).unwrap();
+    // The churn runs in a process of its own: were it stuck in the kernel, only it would be.
+    let churn = format!(
+        r#"end=$(( $(date +%s) + 4 )); cd {dir}
+        while [ $(date +%s) -lt $end ]; do
+          mv d d.x 2>/dev/null; ln -s ../elsewhere d 2>/dev/null; rm -f d 2>/dev/null
+          mv d.x d 2>/dev/null || mkdir d 2>/dev/null
+        done"#,
+        dir = f.p("/host/pub").display()
+    );
+    let mut racer = std::process::Command::new("sh").args(["-c", &churn]).spawn().unwrap();
+    let mut c = crate::harness::Conn::open(&f.scratch.path().join("agentvfs-agent.sock"));
+    let started = std::time::Instant::now();
+    let mut calls = 0;
+    while started.elapsed() < std::time::Duration::from_secs(4) {
+        let args = serde_json::json!({"file_path": "/host/pub/d/s.txt", "content": "tool\n"});
+        // Answered, one way or another (the directory may be a symlink or gone meanwhile):
+        // a call the daemon never answers fails here after 20 s.
+        let reply =
+            c.request(calls, "tools/call", serde_json::json!({"name": "write_file", "arguments": args}));
+        assert!(reply["result"]["content"][0]["text"].is_string(), "{reply}");
+        calls += 1;
+    }
+    assert!(racer.wait().unwrap().success());
+    assert!(calls > 10, "only {calls} calls");
+    // The daemon still serves both doors.
+    fs::write(f.p("/host/pub/after.txt"), "after").unwrap();
+    let (ok, text) = call_tool(
+        &mut agentvfs::control::client::Client::connect(&f.scratch.path().join("agentvfs-agent.sock"))
+            .unwrap(),
+        "read_file",
+        serde_json::json!({"file_path": "/host/pub/after.txt"}),
+    );
+    assert!(ok && text.contains("after"), "{text}");
+}
