@@ -31,6 +31,8 @@ use crate::policy::{Gate, RuleSet};
 use crate::route::{Route, Router};
 use crate::vpath::VPath;
 
+pub mod stale_mount;
+
 /// Opens the storage of one route.
 /// Opens a route's backend. `own_files`: the daemon's own files under a host root, relative to
 /// it, which that route leaves out.
@@ -254,58 +256,61 @@ fn hand_root_to_exec(route: &RouteConfig, backend: &dyn Backend, config: &Config
 /// The newest mount at `path`, from /proc/self/mountinfo (so nothing asks the mounted
 /// filesystem itself): its device ("major:minor") and what it is ("<type> filesystem (<source>)").
 fn mount_at(path: &Path) -> Option<(String, String)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.to_string_lossy();
-    info.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let point = fields.get(4)?.replace("\\040", " ");
-        let sep = fields.iter().position(|f| *f == "-")?;
-        let (fstype, source) = (fields.get(sep + 1)?, fields.get(sep + 2)?);
-        if point != want {
-            return None;
-        }
-        Some((fields.get(2)?.to_string(), format!("{fstype} filesystem ({source})")))
-    })
+    stale_mount::mount_at(path).map(|m| (m.device.clone(), m.describe()))
 }
 
-/// Is `path` itself a mount point right now, and of what?
-fn mounted_at(path: &Path) -> Option<String> {
-    mount_at(path).map(|(_, what)| what)
+/// `path` with its parent resolved and its last component as it is: what mountinfo would list
+/// if something were mounted there, found without looking at `path` itself (a wedged mount
+/// hangs whoever does). `None` when there is no such form (`/`, a last `..`, a missing parent).
+fn resolved_parent_of(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    let parent = match path.parent()? {
+        p if p.as_os_str().is_empty() => Path::new("."),
+        p => p,
+    };
+    Some(parent.canonicalize().ok()?.join(name))
 }
 
-/// Makes `mountpoint` ready: creates it if missing, clears a stale mount a crashed daemon left
-/// (ENOTCONN), and refuses one that is in use.
+/// Makes `mountpoint` ready: creates it if missing, clears the mount a daemon that died left
+/// there (even one the kernel still holds, see [`stale_mount`]), and refuses one that is in use.
 pub fn prepare_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
-    match std::fs::metadata(mountpoint) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            tracing::warn!(
-                "{} holds a stale mount from a daemon that died; clearing it",
-                mountpoint.display()
-            );
-            nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH)
-                .with_context(|| format!("cannot clear the stale mount at {}", mountpoint.display()))?;
+    // mountinfo first, for the path and each symlink it leads through: nothing is asked of
+    // a mount before it is known not to be a dead one.
+    let mut path = mountpoint.to_path_buf();
+    for _ in 0..40 {
+        let Some(candidate) = resolved_parent_of(&path) else { break };
+        if stale_mount::mount_at(&candidate).is_some() {
+            stale_mount::clear_dead_mount(&candidate)?;
+            path = candidate;
+            break;
         }
+        match std::fs::symlink_metadata(&candidate) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&candidate)
+                    .with_context(|| format!("cannot resolve mountpoint {}", mountpoint.display()))?;
+                path = candidate.parent().unwrap_or(Path::new("/")).join(target);
+            }
+            _ => {
+                path = candidate;
+                break;
+            }
+        }
+    }
+    match std::fs::metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(mountpoint)
+            std::fs::create_dir_all(&path)
                 .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
         }
         Err(e) => bail!("cannot use mountpoint {}: {e}", mountpoint.display()),
         Ok(m) if !m.is_dir() => bail!("mountpoint {} is not a directory", mountpoint.display()),
         Ok(_) => {}
     }
-    let canonical = mountpoint
-        .canonicalize()
-        .with_context(|| format!("cannot resolve mountpoint {}", mountpoint.display()))?;
-    // A dead FUSE mount can still answer stat from the kernel's cache; statfs always asks
-    // the daemon, so ENOTCONN there is the reliable sign.
-    if mounted_at(&canonical).is_some()
-        && nix::sys::statvfs::statvfs(&canonical).err() == Some(nix::errno::Errno::ENOTCONN)
-    {
-        tracing::warn!("{} holds a stale mount from a daemon that died; clearing it", canonical.display());
-        nix::mount::umount2(&canonical, nix::mount::MntFlags::MNT_DETACH)
-            .with_context(|| format!("cannot clear the stale mount at {}", canonical.display()))?;
-    }
-    if let Some(fstype) = mounted_at(&canonical) {
+    let canonical =
+        path.canonicalize().with_context(|| format!("cannot resolve mountpoint {}", mountpoint.display()))?;
+    // A path that had no parent form above (`/mnt/x/..`); after a clearing, a mount under
+    // the cleared one.
+    stale_mount::clear_dead_mount(&canonical)?;
+    if let Some((_, fstype)) = mount_at(&canonical) {
         bail!(
             "mountpoint {} is busy: a {fstype} is already mounted there (unmount it first, e.g. `umount {}`)",
             canonical.display(),

@@ -85,10 +85,14 @@ impl Mount {
         env: &[(&str, &str)],
         wrapper: &[&str],
     ) -> Result<Mount, String> {
-        // A stale mount left by a killed daemon answers ENOTCONN here; the daemon clears it.
-        let _ = std::fs::create_dir_all(dir);
-        let parent = dir.parent().expect("a mountpoint has a parent").canonicalize().unwrap();
-        let dir = parent.join(dir.file_name().expect("a mountpoint has a name"));
+        let parent = dir.parent().expect("a mountpoint has a parent");
+        let _ = std::fs::create_dir_all(parent);
+        let dir = parent.canonicalize().unwrap().join(dir.file_name().expect("a mountpoint has a name"));
+        // A mount a killed daemon left there may answer ENOTCONN, or nothing at all (the kernel
+        // still holds its connection): only the daemon looks at it, and clears it.
+        if !is_mounted(&dir) {
+            let _ = std::fs::create_dir_all(&dir);
+        }
         let log = dir.with_extension("log");
         let out = std::fs::File::create(&log).unwrap();
         let mut command = match wrapper.split_first() {

@@ -55,6 +55,119 @@ fn a_stale_mount_is_recovered_and_a_busy_one_refused() {
     drop(first);
 }
 
+/// The FUSE connection number of the mount at `dir`: the minor of its device in mountinfo.
+fn connection_of(dir: &std::path::Path) -> u32 {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = dir.to_string_lossy();
+    let line = info.lines().rev().find(|l| l.split(' ').nth(4) == Some(want.as_ref())).expect("mounted");
+    line.split(' ').nth(2).unwrap().split_once(':').unwrap().1.parse().unwrap()
+}
+
+/// Whether a thread of process `pid` waits in the kernel to tell it to forget a name.
+fn waits_in_inval_entry(pid: u32) -> bool {
+    fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|task| {
+        fs::read_to_string(task.path().join("stack")).is_ok_and(|s| s.contains("fuse_reverse_inval_entry"))
+    })
+}
+
+/// Aborts the old connection when the test ends another way than the daemon meant, so a
+/// failing run leaves no process waiting in the kernel.
+struct AbortOnDrop(u32);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        let _ = agentvfs::daemon::stale_mount::abort_connection(self.0);
+    }
+}
+
+/// `kill -9` while the daemon holds a caller's request and a tool call's invalidation waits in
+/// the kernel for the directory that caller holds: the killed daemon cannot finish dying (its
+/// thread stays in the kernel, so its `/dev/fuse` descriptors stay open and the kernel keeps
+/// the connection), and the caller would wait for good. The next daemon on that mountpoint
+/// aborts the connection, mounts afresh and serves; the caller is released, the old daemon
+/// exits. By io_uring the dead mount answers ECANCELED; by `/dev/fuse` it does not answer.
+#[test]
+fn a_killed_daemon_the_kernel_still_holds_is_cleared_by_the_next_start() {
+    for io_uring in [true, false] {
+        clear_a_wedged_mount(io_uring);
+    }
+}
+
+fn clear_a_wedged_mount(io_uring: bool) {
+    use std::time::{Duration, Instant};
+    let rules = format!(
+        r#"
+[[rules]]
+operations = ["write"]
+paths = ["/host/d"]
+mode = "interrupt"
+
+[interrupts]
+timeout_seconds = 300
+
+[fuse]
+io_uring = {io_uring}
+"#
+    );
+    let Unmounted { scratch: s, host_root: root, config: cfg } = unmounted(&rules);
+    fs::create_dir(root.join("d")).unwrap();
+    let mnt = s.path().join("mnt");
+    let mut first = Mount::start(&cfg, &mnt);
+    let _abort = AbortOnDrop(connection_of(&first.dir));
+    let mut old = first.child.take().unwrap();
+    let socket = s.path().join("agentvfs.sock");
+    let pending = || {
+        let mut c = agentvfs::control::client::Client::connect(&socket).unwrap();
+        c.call("interrupts/list", Some(serde_json::json!({}))).unwrap()["interrupts"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    // chmod holds the directory's lock while its request waits for approval.
+    let mut caller = Command::new("chmod").arg("700").arg(first.path("/host/d")).spawn().unwrap();
+    crate::harness::within("the chmod waits for approval", Duration::from_secs(10), || pending() == 1);
+    // A tool's write in that directory: the daemon has the kernel forget the name, and the
+    // kernel waits for the directory's lock.
+    let tool_socket = socket.clone();
+    let tool = std::thread::spawn(move || {
+        let mut c = agentvfs::control::client::Client::connect(&tool_socket).unwrap();
+        let args = serde_json::json!({"name": "write_file", "arguments": {"file_path": "/host/d/new", "content": "x"}});
+        let _ = c.call("tools/call", Some(args));
+    });
+    crate::harness::within("the invalidation waits in the kernel", Duration::from_secs(10), || {
+        waits_in_inval_entry(old.id())
+    });
+    unsafe { libc::kill(old.id() as i32, libc::SIGKILL) };
+    // The kernel keeps the connection: the daemon does not exit, the caller still waits.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(old.try_wait().unwrap().is_none(), "the killed daemon exited: nothing held it");
+    assert!(caller.try_wait().unwrap().is_none(), "the caller was released");
+    assert!(waits_in_inval_entry(old.id()));
+
+    let started = Instant::now();
+    let second = Mount::start(&cfg, &mnt);
+    let log = second.log_text();
+    assert!(log.contains("whose daemon died"), "io_uring {io_uring}: {log}");
+    fs::write(second.path("/host/after-recovery"), "ok").unwrap();
+    assert_eq!(fs::read_to_string(root.join("after-recovery")).unwrap(), "ok");
+    assert_eq!(fs::read_to_string(second.path("/host/d/new")).unwrap(), "x");
+    let released = |child: &mut std::process::Child| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "process {} still waits", child.id());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait().unwrap()
+    };
+    assert!(!released(&mut caller).success(), "the chmod fails: its daemon died");
+    released(&mut old);
+    tool.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20), "io_uring {io_uring}: took {:?}", started.elapsed());
+    eprintln!("io_uring {io_uring}: {}", log.lines().find(|l| l.contains("whose daemon died")).unwrap());
+    second.stop();
+    drop(first);
+}
+
 fn mount_error(config_text: &str) -> String {
     let s = scratch();
     let cfg = s.path().join("bad.toml");
