@@ -559,6 +559,9 @@ pub fn explain_text(result: &Value) -> String {
     };
     let by = |v: &Value| match v.get("rule").and_then(Value::as_u64) {
         Some(i) => format!("by rule #{i}: {}", s(v, "rule_text")),
+        None if v.get("decision") == Some(&json!("deny")) => {
+            "a tool's temporary file: the daemon's own, hidden whatever the rules say".to_string()
+        }
         None => "no rule matches (default allow)".to_string(),
     };
     let slash = if result.get("directory") == Some(&json!(true)) { "/" } else { "" };

@@ -43,7 +43,7 @@ impl Engine {
     ) -> FsResult<Attr> {
         let permit = self.check_new(ctx, "write", path, false)?;
         let serial = TEMPORARY_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = temporary_name(path.name(), std::process::id(), serial);
+        let name = crate::policy::temporaries::temporary_name(path.name(), std::process::id(), serial);
         let temporary = permit.temporary_sibling(&name).ok_or_else(|| FsError::errno(Errno::EISDIR))?;
         let (attr, file) = {
             let _adding = self.names.read();
@@ -74,6 +74,11 @@ impl Engine {
             let now = self.router.getattr(&temporary)?;
             if (now.ino, now.kind) != (attr.ino, FileKind::File) {
                 return Err(FsError::new(Errno::EIO, "the temporary file was replaced"));
+            }
+            // Hidden from both doors, so only a host program could have linked it: the file
+            // must not keep a second name once it is the one the write was judged for.
+            if now.nlink != 1 {
+                return Err(FsError::new(Errno::EIO, "the temporary file was given another name"));
             }
             // The file being replaced, for opens that race the rename (see ChangeObserver):
             // held under the lock, so that it is the one the rename replaces.
@@ -141,28 +146,6 @@ impl Engine {
             if self.router.getattr(&temporary).is_ok_and(|a| a.ino == ino) {
                 let _ = self.router.unlink(&temporary);
             }
-        }
-    }
-}
-
-/// The name of a whole write's temporary file beside `name`: `.NAME.agentvfs-PID-N.tmp`, with
-/// `NAME` cut short (at a character boundary) so that the whole stays within the 255 bytes a
-/// name may have, since `NAME` itself may have up to 255.
-fn temporary_name(name: &str, pid: u32, serial: u64) -> String {
-    let suffix = format!(".agentvfs-{pid}-{serial}.tmp");
-    let room = 255 - 1 - suffix.len();
-    format!(".{}{suffix}", crate::display::prefix_within(name, room))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_temporary_name_fits_beside_the_longest_name() {
-        assert_eq!(super::temporary_name("f.txt", 12, 3), ".f.txt.agentvfs-12-3.tmp");
-        for name in ["n".repeat(255), "é".repeat(127), format!("{}é", "n".repeat(228))] {
-            let temporary = super::temporary_name(&name, u32::MAX, u64::MAX);
-            assert!(temporary.len() <= 255, "{}", temporary.len());
-            assert!(crate::vpath::VPath::check_name(temporary.as_bytes()).is_ok());
         }
     }
 }

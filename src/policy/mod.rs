@@ -6,6 +6,7 @@ mod branch_index;
 pub mod overlap;
 pub mod pattern;
 pub mod rules;
+pub mod temporaries;
 
 #[cfg(test)]
 mod model_tests;

@@ -157,6 +157,9 @@ pub struct Verdict {
 
 impl Verdict {
     pub const DEFAULT_ALLOW: Verdict = Verdict { mode: Mode::Allow, rule: None, hide: false };
+    /// A tool's temporary file, the daemon's own, hidden whatever the rules say (see
+    /// [`super::temporaries`]).
+    pub const TEMPORARY: Verdict = Verdict { mode: Mode::Deny, rule: None, hide: true };
 
     /// What the verdict does to `op`: its mode, and whether it hides (only a read denial
     /// can). Two verdicts with the same effect are the same decision, whichever rule gave them.
@@ -261,6 +264,9 @@ impl RuleSet {
 
     /// First matching rule for `op` on `path`; a directory is also judged as `path/`.
     pub fn decide(&self, op: Op, path: &VPath, is_dir: bool) -> Verdict {
+        if super::temporaries::is_temporary_name(path.name()) {
+            return Verdict::TEMPORARY;
+        }
         if !self.has_rules_for[op as usize] {
             return Verdict::DEFAULT_ALLOW;
         }
@@ -271,6 +277,9 @@ impl RuleSet {
     /// The decisions for `path` judged as a file and as a directory (whose kind is not known
     /// yet), for one set match fewer than two [`RuleSet::decide`]s.
     pub fn decide_both_kinds(&self, op: Op, path: &VPath) -> (Verdict, Verdict) {
+        if super::temporaries::is_temporary_name(path.name()) {
+            return (Verdict::TEMPORARY, Verdict::TEMPORARY);
+        }
         if !self.has_rules_for[op as usize] {
             return (Verdict::DEFAULT_ALLOW, Verdict::DEFAULT_ALLOW);
         }

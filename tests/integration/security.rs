@@ -5,7 +5,8 @@ use std::fs;
 use std::os::unix::fs::symlink;
 
 use crate::control::FixturePaths;
-use crate::harness::{sh, Fixture};
+use crate::harness::{call_tool, sh, Fixture};
+use agentvfs::control::client::Client;
 use serde_json::json;
 
 const RULES: &str = r#"
@@ -419,4 +420,51 @@ fn wildcards_in_rules_match_characters_not_bytes() {
     let names: Vec<String> =
         fs::read_dir(fx.p("/host")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.is_empty(), "{names:?}");
+}
+
+/// A tool's temporary file (its write's new content, renamed over the file once written) is
+/// the daemon's own: no door can list, open, write, link or make one, so what lands is what
+/// was judged (and approved), and no one keeps a descriptor or a second name of it. The same
+/// holds for one a crash left behind.
+#[test]
+fn a_tools_temporary_files_are_out_of_every_doors_reach() {
+    let f = Fixture::new("");
+    let leftover = ".a.txt.agentvfs-12-7.tmp";
+    std::fs::write(f.host_root.join("a.txt"), "a\n").unwrap();
+    std::fs::write(f.host_root.join(leftover), "left by a crash\n").unwrap();
+    let names: Vec<String> = std::fs::read_dir(f.p("/host"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["a.txt"]);
+    let at = f.p(&format!("/host/{leftover}"));
+    assert_eq!(std::fs::metadata(&at).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(std::fs::File::open(&at).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    let made = f.p("/host/.b.txt.agentvfs-99-1.tmp");
+    assert_eq!(std::fs::write(&made, "x").unwrap_err().raw_os_error(), Some(libc::EACCES));
+    assert_eq!(std::fs::hard_link(f.p("/host/a.txt"), &made).unwrap_err().raw_os_error(), Some(libc::EACCES));
+    assert_eq!(std::fs::rename(f.p("/host/a.txt"), &made).unwrap_err().raw_os_error(), Some(libc::EACCES));
+    assert!(!f.host_root.join(".b.txt.agentvfs-99-1.tmp").exists());
+    // The tools alike.
+    let mut c = Client::connect(&f.scratch.path().join("agentvfs-agent.sock")).unwrap();
+    let (_, listed) = call_tool(&mut c, "ls", json!({"path": "/host"}));
+    assert!(!listed.contains("agentvfs-"), "{listed}");
+    let (ok, read) = call_tool(&mut c, "read_file", json!({"file_path": format!("/host/{leftover}")}));
+    assert!(!ok && !read.contains("crash"), "{read}");
+    let (ok, wrote) =
+        call_tool(&mut c, "write_file", json!({"file_path": "/host/.c.agentvfs-1-1.tmp", "content": "x"}));
+    assert!(!ok, "{wrote}");
+    // A tool's own writes go on working through their temporaries.
+    let (ok, text) = call_tool(&mut c, "write_file", json!({"file_path": "/host/a.txt", "content": "b\n"}));
+    assert!(ok, "{text}");
+    assert_eq!(std::fs::read_to_string(f.p("/host/a.txt")).unwrap(), "b\n");
+    let explained = crate::harness::sh_ok(
+        f.scratch.path(),
+        &format!(
+            "{} explain --socket {} read /host/{leftover}",
+            crate::harness::BIN,
+            f.scratch.path().join("agentvfs.sock").display()
+        ),
+    );
+    assert!(explained.contains("a tool's temporary file: the daemon's own"), "{explained}");
 }
