@@ -129,8 +129,9 @@ pub fn resolution(v: &Value) -> String {
         let opens: Vec<String> =
             grant["opens"].as_array().into_iter().flatten().map(field).collect::<Vec<_>>();
         next.push_str(&format!(
-            "; for this session every {} at or beneath {} passes{}",
+            "; for this session every {} by uid {} at or beneath {} passes{}",
             field(&grant["op"]),
+            field(&grant["uid"]),
             field(&grant["root"]),
             match opens.is_empty() {
                 true => String::new(),

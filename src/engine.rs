@@ -88,6 +88,12 @@ impl Ctx {
         Ctx { door, caller, principal: None, approval: None, request: 0, names: None }
     }
 
+    /// The user who asks: the tool call's peer, or the caller at the mount (whose tickets and
+    /// session grants are theirs).
+    pub fn asker_uid(&self) -> u32 {
+        self.principal.map_or(self.caller.uid, |p| p.uid)
+    }
+
     /// Who may use an approved retry: a request at the mount (a tool call waits for its
     /// approval instead, so it never needs one).
     fn retry(&self) -> Option<crate::policy::approvals::retry::Retry> {
@@ -349,7 +355,7 @@ impl Engine {
             return Err(FsError::new(Errno::EROFS, format!("{path} is on a read-only route")));
         }
         let permit = decided
-            .or_else(|r| self.gate.approve(r, operation, ctx.approval, ctx.retry()))
+            .or_else(|r| self.gate.approve(r, operation, ctx.asker_uid(), ctx.approval, ctx.retry()))
             .map_err(|r| self.refuse(ctx, operation, r))?;
         if let (Door::Tool, Some(who)) = (ctx.door, &ctx.principal) {
             self.check_access(who, operation, op, path)?;
@@ -477,7 +483,7 @@ impl Engine {
             if let Some(verdict) = ask {
                 let refusal = Refusal { op: Op::Read, path: path.clone(), verdict };
                 self.gate
-                    .approve(refusal, "readdir", ctx.approval, ctx.retry())
+                    .approve(refusal, "readdir", ctx.asker_uid(), ctx.approval, ctx.retry())
                     .map_err(|r| self.refuse(ctx, "readdir", r))?;
             }
         }

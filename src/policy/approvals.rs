@@ -196,11 +196,13 @@ enum Cover {
     Call(Vec<VPath>),
 }
 
-/// A session-scope approval: `op` on `root` and everything beneath it.
+/// A session-scope approval: `op` on `root` and everything beneath it, by the user whose
+/// request was approved (through either door), not by anyone else.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
     pub op: Op,
     pub root: VPath,
+    pub uid: u32,
 }
 
 type Subscriber = Box<dyn Fn(&Value) -> bool + Send + Sync>;
@@ -494,8 +496,10 @@ impl Approvals {
             let judged = ticket.request.tool.as_ref().and_then(|call| call.resolved.as_ref());
             let path = judged.unwrap_or(&ticket.request.path);
             if let Some(root) = grant_root(path, is_dir_operation(&ticket.request.operation)) {
-                granted = Some(json!({"op": ticket.request.op.as_str(), "root": root.as_str()}));
-                let grant = Grant { op: ticket.request.op, root };
+                granted = Some(
+                    json!({"op": ticket.request.op.as_str(), "root": root.as_str(), "uid": ticket.request.uid}),
+                );
+                let grant = Grant { op: ticket.request.op, root, uid: ticket.request.uid };
                 if !inner.grants.contains(&grant) {
                     inner.grants.push(grant);
                 }
@@ -530,15 +534,15 @@ impl Approvals {
         self.inner.lock().covers.remove(&id);
     }
 
-    /// Whether an interrupt verdict on (`op`, `path`) may pass: under the approval the
-    /// operation re-runs with, or under a session grant.
-    pub fn covers(&self, approval: Option<ApprovalId>, op: Op, path: &VPath) -> bool {
+    /// Whether an interrupt verdict on (`op`, `path`) asked by `uid` may pass: under the
+    /// approval the operation re-runs with, or under a session grant of that user's.
+    pub fn covers(&self, approval: Option<ApprovalId>, op: Op, path: &VPath, uid: u32) -> bool {
         let inner = self.inner.lock();
         let by_ticket = approval.and_then(|id| inner.covers.get(&id)).is_some_and(|c| match c {
             Cover::Call(reach) => reach.iter().any(|r| path.starts_with(r) || r.starts_with(path)),
             Cover::Pairs(pairs) => pairs.iter().any(|(o, p)| *o == op && p == path),
         });
-        by_ticket || inner.grants.iter().any(|g| g.op == op && path.starts_with(&g.root))
+        by_ticket || inner.grants.iter().any(|g| g.op == op && g.uid == uid && path.starts_with(&g.root))
     }
 
     pub fn grants(&self) -> Vec<Grant> {

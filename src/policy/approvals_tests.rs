@@ -57,12 +57,12 @@ fn approve_once_covers_exactly_the_pair_until_finished() {
     assert_eq!(view["decision"], "approve");
     assert_eq!(rx.try_recv().unwrap(), (id, Outcome::Decided(Decision::Approve(Scope::Once))));
     assert_eq!(a.pending_count(), 0);
-    assert!(a.covers(Some(id), Op::Write, &p("/s/k")));
-    assert!(!a.covers(Some(id), Op::Write, &p("/s/other")));
-    assert!(!a.covers(Some(id), Op::Read, &p("/s/k")));
-    assert!(!a.covers(None, Op::Write, &p("/s/k")), "once leaves no grant");
+    assert!(a.covers(Some(id), Op::Write, &p("/s/k"), 0));
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/other"), 0));
+    assert!(!a.covers(Some(id), Op::Read, &p("/s/k"), 0));
+    assert!(!a.covers(None, Op::Write, &p("/s/k"), 0), "once leaves no grant");
     a.finish(id);
-    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")));
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k"), 0));
     assert!(a.resolve(id, Decision::Reject(None), "x").is_err(), "resolved twice");
 }
 
@@ -76,8 +76,8 @@ fn a_second_ticket_of_one_operation_keeps_the_first_pair() {
     a.finish(first);
     let second = only_id(&a);
     a.resolve(second, Decision::Approve(Scope::Once), "u").unwrap();
-    assert!(a.covers(Some(second), Op::Write, &p("/s/a")));
-    assert!(a.covers(Some(second), Op::Write, &p("/s/b")));
+    assert!(a.covers(Some(second), Op::Write, &p("/s/a"), 0));
+    assert!(a.covers(Some(second), Op::Write, &p("/s/b"), 0));
 }
 
 #[test]
@@ -86,17 +86,17 @@ fn tool_approvals_cover_the_call_where_it_was_shown_to_act() {
     let _rx = ask(&a, request("tool", "write_file", Op::Write, "/s/k", me()), None);
     let id = only_id(&a);
     a.resolve(id, Decision::Approve(Scope::Once), "u").unwrap();
-    assert!(a.covers(Some(id), Op::Write, &p("/s/k")));
-    assert!(a.covers(Some(id), Op::Read, &p("/s/k")));
-    assert!(a.covers(Some(id), Op::Write, &p("/s")), "a missing parent is made");
-    assert!(!a.covers(Some(id), Op::Write, &p("/s/other")), "another file of the directory");
-    assert!(!a.covers(Some(id), Op::Read, &p("/anything")));
+    assert!(a.covers(Some(id), Op::Write, &p("/s/k"), 0));
+    assert!(a.covers(Some(id), Op::Read, &p("/s/k"), 0));
+    assert!(a.covers(Some(id), Op::Write, &p("/s"), 0), "a missing parent is made");
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/other"), 0), "another file of the directory");
+    assert!(!a.covers(Some(id), Op::Read, &p("/anything"), 0));
     // Edited arguments move the cover to where they lead.
     a.cover_call(id, vec![p("/t/edited")]);
-    assert!(a.covers(Some(id), Op::Write, &p("/t/edited")));
-    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")));
+    assert!(a.covers(Some(id), Op::Write, &p("/t/edited"), 0));
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k"), 0));
     a.finish(id);
-    assert!(!a.covers(Some(id), Op::Write, &p("/t/edited")));
+    assert!(!a.covers(Some(id), Op::Write, &p("/t/edited"), 0));
 }
 
 #[test]
@@ -110,8 +110,10 @@ fn a_session_approval_through_a_symlink_grants_where_it_leads() {
     let _rx = ask(&a, r, None);
     let id = only_id(&a);
     a.resolve(id, Decision::Approve(Scope::Session), "u").unwrap();
-    assert_eq!(a.grants(), vec![Grant { op: Op::Write, root: p("/ws/guard") }]);
-    assert!(!a.covers(None, Op::Write, &p("/ws/secrets/x")));
+    assert_eq!(a.grants(), vec![Grant { op: Op::Write, root: p("/ws/guard"), uid: 0 }]);
+    assert!(a.covers(None, Op::Write, &p("/ws/guard/y"), 0));
+    assert!(!a.covers(None, Op::Write, &p("/ws/guard/y"), 1000), "another user's");
+    assert!(!a.covers(None, Op::Write, &p("/ws/secrets/x"), 0));
 }
 
 #[test]
@@ -124,7 +126,7 @@ fn edit_and_respond_are_for_tool_calls_only() {
     assert!(rx.try_recv().is_err(), "still pending");
     a.resolve(id, Decision::Reject(Some("no".into())), "u").unwrap();
     assert_eq!(rx.try_recv().unwrap().1, Outcome::Decided(Decision::Reject(Some("no".into()))));
-    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")), "a rejection covers nothing");
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k"), 0), "a rejection covers nothing");
 }
 
 fn of(uid: u32, path: &str) -> Request {
@@ -226,7 +228,7 @@ fn a_withdrawn_ticket_is_gone_and_resolving_it_says_why() {
         err,
         format!("approval #{id} is no longer pending: it was withdrawn because the client that asked disconnected")
     );
-    assert!(!a.covers(Some(id), Op::Write, &p("/s/k")));
+    assert!(!a.covers(Some(id), Op::Write, &p("/s/k"), 0));
     let answered = only_id(&a);
     a.resolve(answered, Decision::Reject(None), "uid 7").unwrap();
     let err = a.resolve(answered, Decision::Reject(None), "uid 7").unwrap_err();
@@ -242,18 +244,18 @@ fn session_grants_cover_the_subtree_and_end_with_the_rules() {
     let a = Approvals::default();
     let _rx = ask(&a, request("fuse", "mkdir", Op::Write, "/s/dst", me()), None);
     a.resolve(only_id(&a), Decision::Approve(Scope::Session), "u").unwrap();
-    assert!(a.covers(None, Op::Write, &p("/s/dst")));
-    assert!(a.covers(None, Op::Write, &p("/s/dst/sub/f")));
-    assert!(!a.covers(None, Op::Write, &p("/s/other")));
-    assert!(!a.covers(None, Op::Read, &p("/s/dst/f")));
+    assert!(a.covers(None, Op::Write, &p("/s/dst"), 0));
+    assert!(a.covers(None, Op::Write, &p("/s/dst/sub/f"), 0));
+    assert!(!a.covers(None, Op::Write, &p("/s/other"), 0));
+    assert!(!a.covers(None, Op::Read, &p("/s/dst/f"), 0));
 
     let _rx = ask(&a, request("fuse", "create", Op::Write, "/t/f1", me()), None);
     a.resolve(only_id(&a), Decision::Approve(Scope::Session), "u").unwrap();
-    assert!(a.covers(None, Op::Write, &p("/t/f2")), "a file's grant is its directory");
-    assert!(!a.covers(None, Op::Write, &p("/u/f")));
+    assert!(a.covers(None, Op::Write, &p("/t/f2"), 0), "a file's grant is its directory");
+    assert!(!a.covers(None, Op::Write, &p("/u/f"), 0));
     assert_eq!(a.grants().len(), 2);
     a.clear_grants();
-    assert!(!a.covers(None, Op::Write, &p("/t/f2")));
+    assert!(!a.covers(None, Op::Write, &p("/t/f2"), 0));
 }
 
 #[test]
@@ -271,7 +273,7 @@ fn a_session_approval_of_the_root_itself_holds_once() {
     let _rx = ask(&a, request("tool", "grep", Op::Read, "/", me()), None);
     a.resolve(only_id(&a), Decision::Approve(Scope::Session), "u").unwrap();
     assert!(a.grants().is_empty());
-    assert!(!a.covers(None, Op::Read, &p("/secrets/key")));
+    assert!(!a.covers(None, Op::Read, &p("/secrets/key"), 0));
 }
 
 #[test]
@@ -344,7 +346,7 @@ fn an_approved_retry_lets_one_attempt_through_and_outlives_its_caller() {
     a.spend(12);
     assert_eq!(a.retry_count(), 0);
     assert!(!a.covers_retry(retry(14), "mkdir", Op::Write, &p("/s/d")), "once");
-    assert!(!a.covers(None, Op::Write, &p("/s/d")), "once leaves no session grant");
+    assert!(!a.covers(None, Op::Write, &p("/s/d"), 0), "once leaves no session grant");
 }
 
 #[test]
@@ -356,10 +358,10 @@ fn a_rejected_retry_leaves_nothing_and_a_session_one_grants_the_directory() {
     assert!(!a.covers_retry(retry(21), "create", Op::Write, &p("/s/k")));
     let id = a.submit_retry(request("fuse", "create", Op::Write, "/s/k", 1), 22).unwrap();
     a.resolve(id, Decision::Approve(Scope::Session), "uid 0").unwrap();
-    assert!(a.covers(None, Op::Write, &p("/s/other")));
+    assert!(a.covers(None, Op::Write, &p("/s/other"), 0));
     // A reload ends both.
     a.clear_grants();
-    assert!(!a.covers(None, Op::Write, &p("/s/other")));
+    assert!(!a.covers(None, Op::Write, &p("/s/other"), 0));
     assert!(!a.covers_retry(retry(23), "create", Op::Write, &p("/s/k")));
 }
 

@@ -87,16 +87,18 @@ impl Gate {
     /// Lets an interrupt verdict pass when a human approved it: under `approval` (the
     /// operation re-running after its ticket was approved), under a session grant, or as the
     /// approved retry of a change refused earlier (`retry`: who asks, at the mount, and
-    /// `operation`: what it attempts, which must be what was approved).
+    /// `operation`: what it attempts, which must be what was approved). `uid` is who asks
+    /// (a session grant is its user's alone).
     pub fn approve(
         &self,
         refusal: Refusal,
         operation: &str,
+        uid: u32,
         approval: Option<approvals::ApprovalId>,
         retry: Option<approvals::retry::Retry>,
     ) -> Result<Permit, Refusal> {
         if refusal.verdict.mode == Mode::Interrupt
-            && (self.approvals.covers(approval, refusal.op, &refusal.path)
+            && (self.approvals.covers(approval, refusal.op, &refusal.path, uid)
                 || retry
                     .is_some_and(|r| self.approvals.covers_retry(r, operation, refusal.op, &refusal.path)))
         {

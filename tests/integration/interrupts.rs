@@ -489,7 +489,7 @@ fn a_session_approval_covers_a_recursive_copy() {
     // The approver is told what the session grant opens.
     assert!(
         said.trim_end().ends_with(
-            "; for this session every write at or beneath /host/secrets/dst passes, guarded there by: /host/secrets/**"
+            "; for this session every write by uid 0 at or beneath /host/secrets/dst passes, guarded there by: /host/secrets/**"
         ),
         "{said}"
     );
@@ -501,6 +501,15 @@ fn a_session_approval_covers_a_recursive_copy() {
         assert_eq!(std::fs::read_to_string(f.host_root.join(rel)).unwrap(), format!("content {i}\n"));
     }
     pending(&f, 0);
+    // The grant is its user's: another user's write there still asks.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(f.host_root.join("secrets/dst"), std::fs::Permissions::from_mode(0o777))
+        .unwrap();
+    let other = "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo x > secrets/dst/by-nobody'";
+    assert_ne!(finish(shell(&f.p("/host"), other), Duration::from_secs(10)).0, 0);
+    let t = pending(&f, 1).remove(0);
+    assert_eq!((t["path"].as_str(), t["uid"].as_u64()), (Some("/host/secrets/dst/by-nobody"), Some(65534)));
+    resolve(&f, json!({"id": t["id"], "decision": "reject"}));
     // Outside the granted directory a write still asks; a reload ends the grant.
     assert_ne!(finish(shell(&f.p("/host"), "echo x > secrets/elsewhere"), Duration::from_secs(10)).0, 0);
     let t = pending(&f, 1).remove(0);
