@@ -417,3 +417,56 @@ fn stored_size(name: &str) -> i64 {
     );
     row.unwrap().get(0)
 }
+
+/// Two daemons appending to one file at once through `O_APPEND` descriptors (a log both
+/// write to): each kernel puts an append at the end it has cached, which the other daemon's
+/// appends have passed, and the daemon writes at the end as stored instead, so every line
+/// lands once, whole, and both mounts then show the file's whole size. On each daemon one
+/// writer opens the file for every line, another keeps one descriptor for all of its lines.
+#[test]
+fn appends_through_two_daemons_at_once_lose_no_line() {
+    let ns = namespace("appends");
+    let (a, b) = (Daemon::start(&ns), Daemon::start(&ns));
+    fs::write(a.p("log"), "").unwrap();
+    within("the file, on the other daemon", Duration::from_secs(1), || b.p("log").exists());
+    const LINES: usize = 150;
+    let line = |tag: &str, i: usize| format!("{tag} {i:05} {}\n", ".".repeat(45 - tag.len()));
+    let writer = |path: PathBuf, tag: &'static str, reopen: bool| {
+        std::thread::spawn(move || {
+            let open = || fs::OpenOptions::new().append(true).open(&path).unwrap();
+            let mut kept = open();
+            for i in 0..LINES {
+                if reopen {
+                    kept = open();
+                }
+                kept.write_all(line(tag, i).as_bytes()).unwrap();
+            }
+        })
+    };
+    let writers = [
+        writer(a.p("log"), "A", true),
+        writer(a.p("log"), "AK", false),
+        writer(b.p("log"), "B", true),
+        writer(b.p("log"), "BK", false),
+    ];
+    for w in writers {
+        w.join().unwrap();
+    }
+    let mut want: Vec<String> =
+        ["A", "AK", "B", "BK"].iter().flat_map(|t| (0..LINES).map(move |i| line(t, i))).collect();
+    want.sort();
+    let size: u64 = want.iter().map(|l| l.len() as u64).sum();
+    for (d, name) in [(&a, "A"), (&b, "B")] {
+        // The other daemon's last appends arrive by notification, within milliseconds.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while fs::metadata(d.p("log")).unwrap().len() != size && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let text = read(&d.p("log"));
+        let mut got: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
+        got.sort();
+        let missing = want.iter().filter(|l| got.binary_search(l).is_err()).count();
+        assert!(got == want, "through {name}: {} lines of {}, {missing} missing", got.len(), want.len());
+        assert_eq!(fs::metadata(d.p("log")).unwrap().len(), size, "the size through {name}");
+    }
+}

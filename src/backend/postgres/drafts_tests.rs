@@ -471,3 +471,68 @@ fn a_daemon_that_joins_reads_the_writes_held_for_an_open_file() {
     assert_eq!(second.open("d/f", libc::O_RDONLY).unwrap().read(0, 100).unwrap(), b"STOred!");
     drop(f);
 }
+
+/// An `O_APPEND` handle writes at the file's end whatever offset it is given (the kernel's,
+/// from a size it may have cached before another daemon's appends): on a draft, with writes
+/// held back, and on the server; the kernel's write-back of cached pages
+/// ([`OpenFile::write_back`](crate::backend::OpenFile::write_back)) lands where it is sent.
+#[test]
+fn appends_land_at_the_end_of_a_draft_of_held_writes_and_of_a_stored_file() {
+    let (ns, first) = alone_with_a_directory();
+    let caller = Caller::daemon();
+    let (_, f) = first.create("d/f", 0o644, libc::O_WRONLY | libc::O_APPEND, &caller).unwrap();
+    assert_eq!(drafts(&first), 1, "a draft");
+    f.write(0, b"one ").unwrap();
+    f.write(0, b"two ").unwrap();
+    f.write_back(0, b"O").unwrap();
+    drop(f);
+    assert_eq!(on_server(&first, "d", "f").unwrap().3, b"One two ");
+
+    let f = first.open("d/f", libc::O_WRONLY | libc::O_APPEND).unwrap();
+    f.write(0, b"three ").unwrap();
+    f.write(3, b"four ").unwrap();
+    assert_eq!(on_server(&first, "d", "f").unwrap().3, b"One two ", "held");
+    assert_eq!(f.getattr().unwrap().size, 19);
+    f.flush().unwrap();
+    assert_eq!(on_server(&first, "d", "f").unwrap().3, b"One two three four ");
+
+    // Another daemon: nobody holds writes back now, each append goes to the server.
+    let second = backend(&ns);
+    assert!(!first.inner.drafts.allowed());
+    let g = second.open("d/f", libc::O_WRONLY | libc::O_APPEND).unwrap();
+    f.write(0, b"five ").unwrap();
+    g.write(0, b"six ").unwrap();
+    f.write(5, b"seven").unwrap();
+    g.write_back(1, b"NE").unwrap();
+    drop((f, g));
+    assert_eq!(on_server(&first, "d", "f").unwrap().3, b"ONE two three four five six seven");
+}
+
+/// Two daemons appending to one file at once, each from its own idea of the end (as two
+/// kernels with their cached sizes): every line lands once, whole.
+#[test]
+fn appends_of_two_daemons_at_once_never_overwrite_each_other() {
+    let (ns, first) = alone_with_a_directory();
+    let second = backend(&ns);
+    stored_file(&second, "d/log", b"");
+    let run = |b: PostgresBackend, tag: char| {
+        std::thread::spawn(move || {
+            for i in 0..100 {
+                let f = b.open("d/log", libc::O_WRONLY | libc::O_APPEND).unwrap();
+                // Offset 0: as a kernel that never saw the other daemon's appends.
+                f.write(0, format!("{tag} {i:03}\n").as_bytes()).unwrap();
+                f.flush().unwrap();
+            }
+            b
+        })
+    };
+    let (a, b) = (run(first, 'a'), run(second, 'b'));
+    let (first, _second) = (a.join().unwrap(), b.join().unwrap());
+    let content = String::from_utf8(on_server(&first, "d", "log").unwrap().3).unwrap();
+    let mut lines: Vec<&str> = content.lines().collect();
+    assert_eq!(content.len(), 200 * 6, "{content}");
+    lines.sort();
+    let want: Vec<String> =
+        ['a', 'b'].iter().flat_map(|t| (0..100).map(move |i| format!("{t} {i:03}"))).collect();
+    assert_eq!(lines, want);
+}

@@ -47,6 +47,10 @@ pub(super) struct PgFile {
     may_hold: bool,
     /// Writes through this handle are held back in the journal; its close sends them.
     held: AtomicBool,
+    /// Opened with `O_APPEND`: every write lands at the file's end as stored when it is
+    /// made (the end the kernel computed is its cached size, which another daemon's appends
+    /// may have passed); not the kernel's write-back of cached pages ([`OpenFile::write_back`]).
+    append: bool,
 }
 
 fn stale() -> FsError {
@@ -54,11 +58,12 @@ fn stale() -> FsError {
 }
 
 impl PgFile {
-    /// A handle on `ino`, already registered with [`Inner::opened`].
-    pub fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, path: &str) -> PgFile {
+    /// A handle on `ino`, already registered with [`Inner::opened`], opened with `flags`.
+    pub fn new(inner: Arc<Inner>, ino: u64, kind: FileKind, path: &str, flags: i32) -> PgFile {
         let may_hold = inner.drafts.allowed();
         let (changed, held) = (AtomicBool::new(false), AtomicBool::new(false));
-        PgFile { inner, ino, kind, path: path.to_string(), changed, draft: None, may_hold, held }
+        let append = flags & libc::O_APPEND != 0;
+        PgFile { inner, ino, kind, path: path.to_string(), changed, draft: None, may_hold, held, append }
     }
 
     /// This handle, on the draft in `slot`.
@@ -144,29 +149,12 @@ impl OpenFile for PgFile {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
-        self.check_data()?;
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let end = chunks::end_of(offset, data.len() as u64)?;
-        if let Some(slot) = &self.draft {
-            let mut state = slot.lock();
-            if let State::Draft(d) = &mut *state {
-                let drafts = &self.inner.drafts;
-                if end <= DRAFT_MAX && drafts.reserve(d.growth(end)) {
-                    d.write(offset, data);
-                    let attr = d.node.attr();
-                    return self.learning_attrs(|| Ok(attr)).map(|_| data.len() as u32);
-                }
-                self.stored(&mut state)?;
-            }
-        }
-        if self.may_hold && self.inner.journal_write(self.ino, &self.path, offset, data).is_some() {
-            self.changed.store(true, Ordering::Release);
-            self.held.store(true, Ordering::Release);
-            return Ok(data.len() as u32);
-        }
-        self.learning_attrs(|| self.write_at(offset, data, end)).map(|_| data.len() as u32)
+        self.write_to(offset, data, self.append)
+    }
+
+    /// At `offset` even through an `O_APPEND` handle: the pages are the file's at their place.
+    fn write_back(&self, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.write_to(offset, data, false)
     }
 
     fn flush(&self) -> FsResult<()> {
@@ -261,14 +249,52 @@ impl OpenFile for PgFile {
         self.learning_attrs(|| self.set_attrs(changes))
     }
 
-    fn reopen(&self, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+    fn reopen(&self, flags: i32) -> FsResult<Box<dyn OpenFile>> {
         self.store_draft(false)?;
         self.inner.opened(self.ino);
-        Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path)))
+        Ok(Box::new(PgFile::new(self.inner.clone(), self.ino, self.kind, &self.path, flags)))
     }
 }
 
 impl PgFile {
+    /// Writes `data` at `offset`, or (`append`) at the file's end as it stands when the write
+    /// is made: a draft's or a file with held writes in this daemon, where it knows the end
+    /// (it is alone on the namespace), else on the server, in the statement that writes.
+    fn write_to(&self, offset: u64, data: &[u8], append: bool) -> FsResult<u32> {
+        self.check_data()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if !append {
+            chunks::end_of(offset, data.len() as u64)?;
+        }
+        if let Some(slot) = &self.draft {
+            let mut state = slot.lock();
+            if let State::Draft(d) = &mut *state {
+                let offset = if append { d.node.size } else { offset };
+                let end = chunks::end_of(offset, data.len() as u64)?;
+                let drafts = &self.inner.drafts;
+                if end <= DRAFT_MAX && drafts.reserve(d.growth(end)) {
+                    d.write(offset, data);
+                    let attr = d.node.attr();
+                    return self.learning_attrs(|| Ok(attr)).map(|_| data.len() as u32);
+                }
+                self.stored(&mut state)?;
+            }
+        }
+        let at = if append { None } else { Some(offset) };
+        if self.may_hold && self.inner.journal_write(self.ino, &self.path, at, data).is_some() {
+            self.changed.store(true, Ordering::Release);
+            self.held.store(true, Ordering::Release);
+            return Ok(data.len() as u32);
+        }
+        let written = match at {
+            Some(offset) => self.learning_attrs(|| self.write_at(offset, data)),
+            None => self.learning_attrs(|| self.append_at_end(data)),
+        };
+        written.map(|_| data.len() as u32)
+    }
+
     /// `setattr`, on the server.
     fn set_attrs(&self, changes: &SetAttr) -> FsResult<Attr> {
         let inner = &self.inner;
@@ -289,11 +315,12 @@ impl PgFile {
         })
     }
 
-    /// [`OpenFile::write`] of `data` at `offset`, ending at `end`, on the server, in one call
-    /// that splices the bytes where the chunks are stored (a new file's chunks, whole chunks
-    /// and partly kept ones alike); the file's attributes after it.
-    fn write_at(&self, offset: u64, data: &[u8], end: u64) -> FsResult<Attr> {
+    /// [`OpenFile::write`] of `data` at `offset` on the server, in one call that splices the
+    /// bytes where the chunks are stored (a new file's chunks, whole chunks and partly kept
+    /// ones alike); the file's attributes after it.
+    fn write_at(&self, offset: u64, data: &[u8]) -> FsResult<Attr> {
         let inner = &self.inner;
+        let end = chunks::end_of(offset, data.len() as u64)?;
         let spans: Vec<chunks::Span> = chunks::spans(offset, data.len() as u64).collect();
         let payload = inner.payload(Changed::FileContent(self.ino), &self.path);
         let node = inner
@@ -307,6 +334,24 @@ impl PgFile {
                 done?.ok_or_else(stale)
             })
             .map_err(at(&self.path))?;
+        self.changed.store(true, Ordering::Release);
+        Ok(node.attr())
+    }
+
+    /// An `O_APPEND` write of `data` on the server: one call that locks the inode's row,
+    /// writes at the size it finds there and grows it (see `splice::APPEND_MIGRATION`), so
+    /// that appends of several daemons never overwrite each other; the file's attributes
+    /// after it.
+    fn append_at_end(&self, data: &[u8]) -> FsResult<Attr> {
+        let inner = &self.inner;
+        let payload = inner.payload(Changed::FileContent(self.ino), &self.path);
+        let node = inner
+            .call(|sql| {
+                let done = sql.append_data(self.ino, data, tree::now_ns(), (&inner.channel, &payload));
+                done?.ok_or_else(stale)
+            })
+            .map_err(at(&self.path))?
+            .ok_or_else(|| FsError::errno(Errno::EFBIG))?;
         self.changed.store(true, Ordering::Release);
         Ok(node.attr())
     }

@@ -162,11 +162,18 @@ impl HeldWrites {
 }
 
 impl Inner {
-    /// Holds back the write of `data` at `offset` to the stored file `ino` (opened as
-    /// `path`) if this daemon is alone, the write is small, there is room, and the cache knows
-    /// the file's attributes: those attributes after it, or `None` when it must be made at
-    /// once.
-    pub(super) fn journal_write(&self, ino: u64, path: &str, offset: u64, data: &[u8]) -> Option<Attr> {
+    /// Holds back the write of `data` at `offset` (`None`: at the end, for `O_APPEND`) to the
+    /// stored file `ino` (opened as `path`) if this daemon is alone, the write is small, there
+    /// is room, and the cache knows the file's attributes: those attributes after it, or
+    /// `None` when it must be made at once. (Alone, this daemon knows where the file ends: the
+    /// size its cache holds, with the writes held before this one.)
+    pub(super) fn journal_write(
+        &self,
+        ino: u64,
+        path: &str,
+        offset: Option<u64>,
+        data: &[u8],
+    ) -> Option<Attr> {
         if data.len() > HOLD_MAX {
             return None;
         }
@@ -176,6 +183,9 @@ impl Inner {
             return None;
         }
         let mut attr = self.dirs.attr_of(ino)?;
+        let offset = offset.unwrap_or(attr.size);
+        // Past the largest file: made at once, which answers EFBIG.
+        chunks::end_of(offset, data.len() as u64).ok()?;
         if drafts.held_bytes.fetch_add(data.len(), Ordering::AcqRel) + data.len() > HELD_MAX {
             drafts.held_bytes.fetch_sub(data.len(), Ordering::AcqRel);
             return None;

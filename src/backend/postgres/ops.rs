@@ -158,8 +158,8 @@ impl Inner {
 }
 
 impl PostgresBackend {
-    fn file(&self, ino: u64, kind: FileKind, path: &str) -> PgFile {
-        PgFile::new(self.inner.clone(), ino, kind, path)
+    fn file(&self, ino: u64, kind: FileKind, path: &str, flags: i32) -> PgFile {
+        PgFile::new(self.inner.clone(), ino, kind, path, flags)
     }
 
     /// `setattr`, on the server.
@@ -252,14 +252,14 @@ impl Backend for PostgresBackend {
         Ok(entries)
     }
 
-    fn open(&self, path: &str, _flags: i32) -> FsResult<Box<dyn OpenFile>> {
+    fn open(&self, path: &str, flags: i32) -> FsResult<Box<dyn OpenFile>> {
         let inner = &self.inner;
         // A name whose node is known needs no walk. Before the lookup, as before a walk: a
         // deletion of this daemon that ended since has already made the cache forget the name.
         let before = inner.handles.before_walk();
         if let Some(node) = inner.dirs.node(path) {
             if inner.handles.register_after(node.ino, before) {
-                return Ok(Box::new(self.file(node.ino, node.kind, path)));
+                return Ok(Box::new(self.file(node.ino, node.kind, path, flags)));
             }
             inner.closed(node.ino);
         }
@@ -268,14 +268,14 @@ impl Backend for PostgresBackend {
             let before = inner.handles.before_walk();
             let node = inner.read(|sql| tree::resolve_node(sql, inner.root, path)).map_err(at(path))?;
             if inner.handles.register_after(node.ino, before) {
-                return Ok(Box::new(self.file(node.ino, node.kind, path)));
+                return Ok(Box::new(self.file(node.ino, node.kind, path, flags)));
             }
             // A deletion of this daemon that did not see the registration is under way or
             // ended since the walk: once it is over, the inode's rows are there for good (the
             // next deletion sees the handle) or gone.
             inner.handles.wait_for_deletions();
             match inner.read(|sql| Tree::node(sql, node.ino)) {
-                Ok(Some(_)) => return Ok(Box::new(self.file(node.ino, node.kind, path))),
+                Ok(Some(_)) => return Ok(Box::new(self.file(node.ino, node.kind, path, flags))),
                 Ok(None) => {
                     inner.closed(node.ino);
                     // Replaced meanwhile (the name may lead to another node now): look again,
@@ -298,11 +298,11 @@ impl Backend for PostgresBackend {
         &self,
         path: &str,
         mode: u32,
-        _flags: i32,
+        flags: i32,
         caller: &Caller,
     ) -> FsResult<(Attr, Box<dyn OpenFile>)> {
         let (node, draft) = self.inner.make_node(path, Spec::new(FileKind::File, mode), caller, true)?;
-        let file = self.file(node.ino, FileKind::File, path);
+        let file = self.file(node.ino, FileKind::File, path, flags);
         Ok((
             node.attr(),
             Box::new(match draft {

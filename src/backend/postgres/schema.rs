@@ -26,6 +26,7 @@ fn migrations() -> Vec<Cow<'static, str>> {
     all.push(Cow::Borrowed(super::journal::MIGRATION));
     all.push(Cow::Borrowed(super::journal::MOVES_MIGRATION));
     all.push(Cow::Borrowed(super::held_writes::MIGRATION));
+    all.push(Cow::Borrowed(super::splice::APPEND_MIGRATION));
     all
 }
 
