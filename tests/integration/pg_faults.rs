@@ -7,12 +7,13 @@
 
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
+use std::os::fd::IntoRawFd;
 use std::time::{Duration, Instant};
 
 use agentvfs::backend::postgres::testing::TestServer;
 
 use crate::harness::{status_at, within};
-use crate::shared_store::{namespace, Daemon};
+use crate::shared_store::{namespace, wait_until_unlinks_wait_on, Daemon};
 
 #[test]
 fn a_database_that_goes_away_answers_eio_and_comes_back_by_itself() {
@@ -227,4 +228,52 @@ fn what_fsync_fsyncdir_and_a_synced_close_acknowledged_survives_a_server_crash()
             }
         }
     }
+}
+
+/// On a server whose disk is full (its data on a small tmpfs, filled to the last byte), a new
+/// file that the lone daemon kept to itself until its `fsync` (a draft) cannot be stored:
+/// its `fsync` and its close answer ENOSPC, the server's reason, not EIO; the file is gone.
+#[test]
+fn a_new_file_that_meets_the_servers_full_disk_answers_enospc_at_fsync_and_close() {
+    let scratch = crate::harness::scratch();
+    let disk_dir = scratch.path().join("pgdisk");
+    let _disk = crate::harness::HostMount::small_disk(&disk_dir, 64);
+    let server = TestServer::start_in(disk_dir.clone()).unwrap();
+    let a = Daemon::start_with(&namespace("full"), &server.url());
+    fs::create_dir(a.p("w")).unwrap();
+    wait_until_unlinks_wait_on(&a.p("w"), &server.url());
+    // Nothing waits in the daemon (the fsync of the directory sends its journal).
+    fs::File::open(a.p("w")).unwrap().sync_all().unwrap();
+
+    let mut filler = fs::File::create(disk_dir.join("filler")).unwrap();
+    for block in [1 << 20, 4096, 1] {
+        while filler.write_all(&vec![0u8; block]).is_ok() {}
+    }
+    // Bytes lz4 cannot shrink, so the server must find room for all of them.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..200_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut f = fs::File::create(a.p("w/new")).unwrap();
+    f.write_all(&data).unwrap();
+    let e = f.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "fsync: {e}");
+    // SAFETY: closing the descriptor this test owns (taken out of `f`), once.
+    let closed = unsafe { libc::close(f.into_raw_fd()) };
+    let e = std::io::Error::last_os_error();
+    assert_eq!((closed, e.raw_os_error()), (-1, Some(libc::ENOSPC)), "close: {e}");
+    within("the log line", Duration::from_secs(5), || a.mount.log_text().contains("could not be stored"));
+    assert!(!a.p("w/new").exists());
+
+    drop(filler);
+    fs::remove_file(disk_dir.join("filler")).unwrap();
+    within("the mount works again", Duration::from_secs(10), || fs::write(a.p("w/after"), "room").is_ok());
+    assert_eq!(fs::read_to_string(a.p("w/after")).unwrap(), "room");
+    drop(a);
+    drop(server);
 }

@@ -242,12 +242,17 @@ fn wait_until_unlinks_wait(d: &Daemon, dir: &str) {
 
 /// [`wait_until_unlinks_wait`] in the directory `dir` of a postgres route's mount.
 fn wait_until_unlinks_wait_in(dir: &Path) {
+    wait_until_unlinks_wait_on(dir, &crate::harness::pg().url());
+}
+
+/// [`wait_until_unlinks_wait_in`] for a mount of the server at `url`.
+pub fn wait_until_unlinks_wait_on(dir: &Path, url: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     for k in 0.. {
         let name = format!("probe-{}-{k}", std::process::id());
         fs::write(dir.join(&name), "x").unwrap();
         fs::remove_file(dir.join(&name)).unwrap();
-        if stored_names(&name) == 1 {
+        if stored_names_on(url, &name) == 1 {
             return;
         }
         assert!(Instant::now() < deadline, "the lone daemon journals its unlinks");
@@ -257,7 +262,12 @@ fn wait_until_unlinks_wait_in(dir: &Path) {
 
 /// How many names `name` the test server's store holds (in any namespace).
 fn stored_names(name: &str) -> i64 {
-    let mut c = postgres::Client::connect(&crate::harness::pg().url(), postgres::NoTls).unwrap();
+    stored_names_on(&crate::harness::pg().url(), name)
+}
+
+/// [`stored_names`] on the server at `url`.
+fn stored_names_on(url: &str, name: &str) -> i64 {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
     c.query_one("SELECT count(*) FROM agentvfs.dentries WHERE name = $1", &[&name]).unwrap().get(0)
 }
 

@@ -111,6 +111,13 @@ pub(super) fn push_bytea_text(text: &mut String, data: &[u8]) {
     text.push_str("'::bytea");
 }
 
+/// What the close and `fsync` of the draft at `path` answer once it is lost for `why` (see
+/// [`Inner::drop_draft`]).
+fn lost(path: &str, why: FsError) -> FsError {
+    let errno = if why.is(Errno::ENOSPC) { Errno::ENOSPC } else { Errno::EIO };
+    FsError::new(errno, format!("{path}: not stored: {why}"))
+}
+
 /// A file not yet on the server.
 pub(super) struct Draft {
     /// Its node as it will be stored: attributes and size.
@@ -423,7 +430,9 @@ impl Inner {
         }
     }
 
-    /// Gives the draft in `state` up: `why` is what its close answers. The name goes.
+    /// Gives the draft in `state` up: its close and `fsync` answer `why`'s errno if it is the
+    /// server's full disk (ENOSPC), else EIO (a name taken meanwhile, a directory gone: no
+    /// answer of `close` or `fsync` says those). The name goes.
     pub(super) fn drop_draft(&self, state: &mut State, why: FsError) {
         let State::Draft(draft) = state else {
             return;
@@ -436,7 +445,7 @@ impl Inner {
         self.drafts.settle(draft);
         let ticket = self.dirs.changing();
         self.dirs.failed(ticket, &draft.path);
-        *state = State::Lost(FsError::new(Errno::EIO, format!("{}: not stored: {why}", draft.path)));
+        *state = State::Lost(lost(&draft.path, why));
     }
 
     /// The call of `create_file_at` for `draft` as SQL text (for the journal's batch), if
@@ -522,5 +531,21 @@ impl Sql<'_> {
             )?
             .expect("a function call returns a row");
         functions::errno_of(row.get(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_draft_keeps_a_full_disk_and_answers_eio_for_the_rest() {
+        let full = FsError::new(Errno::ENOSPC, "postgres: db error: No space left on device");
+        let lost_full = lost("d/f", full);
+        assert!(lost_full.is(Errno::ENOSPC), "{lost_full}");
+        assert!(lost_full.context.contains("d/f: not stored") && lost_full.context.contains("No space"));
+        for other in [Errno::EEXIST, Errno::ENOENT, Errno::ENOTDIR, Errno::EIO] {
+            assert!(lost("d/f", FsError::errno(other)).is(Errno::EIO), "{other}");
+        }
     }
 }

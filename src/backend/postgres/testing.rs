@@ -54,12 +54,18 @@ fn sh_quote(s: &str) -> String {
 impl TestServer {
     /// initdb and start a new server; it is ready when this returns.
     pub fn start() -> Result<TestServer, String> {
+        let dir = nix::unistd::mkdtemp("/tmp/agentvfs-pg-XXXXXX").map_err(|e| format!("mkdtemp: {e}"))?;
+        TestServer::start_in(dir)
+    }
+
+    /// [`TestServer::start`] with its files in `dir`, an empty directory (a small filesystem
+    /// mounted there, to fill the server's disk). Its contents are removed with the server.
+    pub fn start_in(dir: PathBuf) -> Result<TestServer, String> {
         let bin = bin_dir()?;
         let user = ["postgres", "nobody"]
             .into_iter()
             .find(|u| nix::unistd::User::from_name(u).ok().flatten().is_some())
             .ok_or("no unprivileged user (postgres, nobody) to run the server as")?;
-        let dir = nix::unistd::mkdtemp("/tmp/agentvfs-pg-XXXXXX").map_err(|e| format!("mkdtemp: {e}"))?;
         let pw = nix::unistd::User::from_name(user).ok().flatten().expect("found above");
         nix::unistd::chown(&dir, Some(pw.uid), Some(pw.gid)).map_err(|e| e.to_string())?;
         let pwfile = dir.join("pw");
