@@ -499,8 +499,7 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     let reloader = Arc::new(Reloader {
         engine: engine.clone(),
         config_path,
-        routes: config.routes.clone(),
-        control: config.control.clone(),
+        in_force: config.clone(),
         invalidator,
         lock: Mutex::new(()),
     });
@@ -570,10 +569,9 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
 pub struct Reloader {
     engine: Arc<Engine>,
     config_path: Option<PathBuf>,
-    /// The routes in force (they are not reloadable; a changed file earns a warning).
-    routes: Vec<RouteConfig>,
-    /// The roles in force (not reloadable either).
-    control: crate::config::ControlConfig,
+    /// The config the daemon started with: of a reloaded file, the rules and the interrupt
+    /// timeout are applied; any other setting that changed earns a warning naming it.
+    in_force: Config,
     /// Tells the kernel to forget what the old rules let it cache.
     invalidator: Arc<KernelInvalidator>,
     /// One reload at a time, so invalidations never interleave with a newer rule set.
@@ -603,26 +601,80 @@ impl Reloader {
         let Some(path) = self.config_path.as_deref() else {
             return Err("the daemon runs on the embedded default config; there is no file to reload".into());
         };
-        let config = Config::load(path).map_err(|e| e.to_string())?;
-        let rules = RuleSet::new(config.rules).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut config = Config::load(path).map_err(|e| e.to_string())?;
+        let rules = RuleSet::new(std::mem::take(&mut config.rules))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let count = rules.len();
         self.engine.gate.reload(rules);
+        self.engine.gate.approvals.set_timeout(config.interrupt_timeout);
         self.invalidator.forget_everything();
-        let mut warnings = Vec::new();
-        if config.routes != self.routes {
-            warnings.push(format!(
-                "the routes in {} changed; routes are not reloaded (restart the daemon to apply them)",
+        let unapplied = not_reloaded(&self.in_force, &config);
+        let warnings = match unapplied.is_empty() {
+            true => Vec::new(),
+            false => vec![format!(
+                "{} in {} changed; only the rules and [interrupts] are reloaded (restart the daemon to apply the rest)",
+                unapplied.join(", "),
                 path.display()
-            ));
-        }
-        if config.control != self.control {
-            warnings.push(format!(
-                "[control] in {} changed; roles are not reloaded (restart the daemon to apply them)",
-                path.display()
-            ));
-        }
+            )],
+        };
         Ok(Reloaded { rules: count, config: path.to_path_buf(), warnings })
     }
+}
+
+/// The parts of `new` that differ from `old` and that a reload does not apply (everything
+/// but the rules and `[interrupts]`), by the names the file gives them. Exhaustive: a new
+/// setting must be placed here, or this does not compile.
+fn not_reloaded(old: &Config, new: &Config) -> Vec<&'static str> {
+    let Config {
+        source: _,
+        file: _,
+        mountpoint,
+        socket,
+        agent_socket,
+        control,
+        routes,
+        rules: _,
+        interrupt_timeout: _,
+        audit_database,
+        audit_max_records,
+        fuse_threads,
+        allow_other,
+        passthrough,
+        cached_reads_max,
+        xattrs,
+        read_ahead_kb,
+        io_uring,
+        io_uring_idle_class,
+        io_uring_spin,
+        observation,
+        exec,
+        run,
+    } = new;
+    let fuse = (fuse_threads, allow_other, passthrough, cached_reads_max, xattrs, read_ahead_kb)
+        != (
+            &old.fuse_threads,
+            &old.allow_other,
+            &old.passthrough,
+            &old.cached_reads_max,
+            &old.xattrs,
+            &old.read_ahead_kb,
+        )
+        || (io_uring, io_uring_idle_class, io_uring_spin)
+            != (&old.io_uring, &old.io_uring_idle_class, &old.io_uring_spin);
+    [
+        ("mountpoint", *mountpoint != old.mountpoint),
+        ("socket", (socket, agent_socket) != (&old.socket, &old.agent_socket)),
+        ("[control]", *control != old.control),
+        ("the routes", *routes != old.routes),
+        ("[audit]", (audit_database, audit_max_records) != (&old.audit_database, &old.audit_max_records)),
+        ("[fuse]", fuse),
+        ("[tools]", *observation != old.observation),
+        ("[exec]", *exec != old.exec),
+        ("[run]", *run != old.run),
+    ]
+    .into_iter()
+    .filter_map(|(name, changed)| changed.then_some(name))
+    .collect()
 }
 
 /// A role's holders as `vfs/status` lists them, joined for the start-up lines.

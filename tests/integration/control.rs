@@ -662,9 +662,10 @@ fn reload_applies_new_rules_and_the_kernel_forgets_cached_entries() {
         "{err}"
     );
     assert!(!f.p("/mem/secret.txt").exists());
-    std::fs::write(&cfg, good + "[[routes]]\npath = \"/extra\"\nbackend = \"memory\"\n").unwrap();
+    let changed = format!("{good}[[routes]]\npath = \"/extra\"\nbackend = \"memory\"\n[tools]\nobservation = \"off\"\n[interrupts]\ntimeout_seconds = 42\n");
+    std::fs::write(&cfg, changed).unwrap();
     let out = cli_ok(&["reload", "--socket", &socket]);
-    assert_eq!(out, format!("reloaded 2 rule(s) from {0}\nwarning: the routes in {0} changed; routes are not reloaded (restart the daemon to apply them)\n", cfg.display()));
+    assert_eq!(out, format!("reloaded 2 rule(s) from {0}\nwarning: the routes, [tools] in {0} changed; only the rules and [interrupts] are reloaded (restart the daemon to apply the rest)\n", cfg.display()));
     assert_eq!(Conn::open(&f.socket()).result(1, "vfs/status", json!({}))["rules"], json!(2));
     // Lifting the rule shows the files at once, in a directory and in the root: a hidden name
     // is never cached as absent.
