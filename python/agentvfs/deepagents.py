@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import threading
 from collections.abc import Generator
 from typing import Annotated, Any
@@ -53,7 +54,7 @@ from deepagents.backends.protocol import (
     WriteResult,
 )
 
-from agentvfs.client import AsyncClient, Client, RequestError, RpcError, resolve_socket
+from agentvfs.client import MAX_LINE, AsyncClient, Client, RequestError, RpcError, resolve_socket
 
 __all__ = ["AgentvfsBackend", "DECISIONS"]
 
@@ -178,15 +179,24 @@ class AgentvfsBackend(SandboxBackendProtocol):
         was not sent, or not answered, is its failed result. `wait` replaces `timeout` for the
         replies to the call itself."""
         wait = self.timeout if wait is None else wait
+        def send(params: dict[str, Any]) -> dict[str, Any]:
+            steps = _call_requests(params)
+            try:
+                method, request = next(steps)
+                while True:
+                    method, request = steps.send(self._client.call(method, request, wait))
+            except StopIteration as done:
+                return done.value
+
         try:
-            result = self._client.call("tools/call", self._params(name, arguments), wait)
+            result = send(self._params(name, arguments))
             ticket = _structured(result)
             if not ticket.get("interrupted"):
                 return result
             decision = _pause(name, arguments, ticket)
             if decision is not None and self._approver is not None:
                 self._approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-            return self._client.call("tools/call", _finish(name, arguments, ticket), wait)
+            return send(_finish(name, arguments, ticket))
         except RequestError as e:
             return _unsent(name, e)
         except _UNANSWERED as e:
@@ -195,15 +205,24 @@ class AgentvfsBackend(SandboxBackendProtocol):
     async def _atool(self, name: str, arguments: dict[str, Any], wait: float | None = None) -> dict[str, Any]:
         wait = self.timeout if wait is None else wait
         client, approver = self._aclients()
+        async def send(params: dict[str, Any]) -> dict[str, Any]:
+            steps = _call_requests(params)
+            try:
+                method, request = next(steps)
+                while True:
+                    method, request = steps.send(await client.call(method, request, wait))
+            except StopIteration as done:
+                return done.value
+
         try:
-            result = await client.call("tools/call", self._params(name, arguments), wait)
+            result = await send(self._params(name, arguments))
             ticket = _structured(result)
             if not ticket.get("interrupted"):
                 return result
             decision = _pause(name, arguments, ticket)
             if decision is not None and approver is not None:
                 await approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-            return await client.call("tools/call", _finish(name, arguments, ticket), wait)
+            return await send(_finish(name, arguments, ticket))
         except RequestError as e:
             return _unsent(name, e)
         except _UNANSWERED as e:
@@ -478,8 +497,6 @@ def _unsent(name: str, error: RequestError) -> dict[str, Any]:
     """A failed tool result for a call the client did not send, as the daemon could not have
     read its request (over its 1 MiB limit, or with a string that is not valid UTF-8)."""
     text = f"Error: {name} {error}"
-    if error.size is not None and name in ("write_file", "edit_file"):
-        text += "; large content can be written with upload_files, which sends a file in pieces"
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
@@ -530,6 +547,56 @@ def _glob_args(pattern: str, path: str | None) -> dict[str, Any]:
 
 def _execute_args(command: str, timeout: int | None) -> dict[str, Any]:
     return {"command": command} if timeout is None else {"command": command, "timeout": timeout}
+
+
+# Room for the rest of a `tools/call` line beside its arguments; an argument that would take
+# the line past it is staged first (`vfs/upload` with `argument: true`).
+_CALL_ROOM = MAX_LINE - (64 << 10)
+
+
+# The arguments that may be staged: file contents (a command or a pattern that long is a
+# mistake the daemon should not run).
+_STAGED_TEXTS = {"write_file": ("content",), "edit_file": ("old_string", "new_string")}
+
+
+def _line_size(params: dict[str, Any]) -> int:
+    return len(json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+
+
+def _call_requests(params: dict[str, Any]) -> Generator[tuple[str, dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """The requests of one `tools/call`, each sent with the answer to the one before: the call
+    itself, after its longest string arguments when the line would be over the daemon's
+    limit (a 3 MB `write_file` content, an `edit_file` appending to a long file), each staged
+    in pieces and named in `staged_arguments`. Its result is the call's (or a staged piece's
+    refusal as the call's failure)."""
+    arguments = dict(params["arguments"])
+    staged: dict[str, int] = {}
+    texts = _STAGED_TEXTS.get(params["name"], ())
+    longest = sorted((k for k in texts if isinstance(arguments.get(k), str)), key=lambda k: -len(arguments[k]))
+    label = str(arguments.get("file_path") or "/")
+    for key in longest:
+        if _line_size({**params, "arguments": arguments}) <= _CALL_ROOM:
+            break
+        try:
+            data = arguments[key].encode("utf-8")
+        except UnicodeEncodeError as e:
+            msg = f"request not sent: `{key}` holds {e.object[e.start]!r}, which is not valid UTF-8"
+            raise RequestError(msg) from None
+        number = None
+        for at in range(0, max(len(data), 1), _UPLOAD_PIECE):
+            piece: dict[str, Any] = {"path": label, "content": base64.b64encode(data[at : at + _UPLOAD_PIECE]).decode("ascii")}
+            piece.update({"more": True, "argument": True})
+            if number is not None:
+                piece["upload"] = number
+            reply = yield ("vfs/upload", piece)
+            if "error_code" in reply:
+                return {"content": [{"type": "text", "text": reply.get("message", "")}], "isError": True, "structuredContent": reply}
+            number = reply["upload"]
+        staged[key] = number
+        del arguments[key]
+    if staged:
+        params = {**params, "arguments": arguments, "staged_arguments": staged}
+    return (yield ("tools/call", params))
 
 
 def _upload_steps(path: str, content: bytes) -> Generator[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -33,7 +33,6 @@ from agentvfs.deepagents import AgentvfsBackend
 # Every test that could hang without its fix bounds its calls by this instead.
 BOUND = 20.0
 BIG = "x" * MAX_LINE
-TOO_LARGE = "; large content can be written with upload_files, which sends a file in pieces"
 SURROGATE = "it holds '\\udcff', which is not valid UTF-8 (a lone surrogate, as os.fsdecode makes of a name that is not UTF-8)"
 
 
@@ -61,26 +60,36 @@ def _run(mode: str, backend: AgentvfsBackend, name: str, *args: Any) -> Any:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_request_over_the_line_limit_is_an_error_result(daemon: Daemon, mode: str) -> None:
+def test_content_over_the_line_limit_goes_up_in_pieces_with_its_call(daemon: Daemon, mode: str) -> None:
+    """`write` and `edit` of content larger than one request line stage it first (Deep Agents
+    offloads a large tool result with `write`, and appends a summarized conversation with
+    `edit`); other calls that long are not sent, and are their error result."""
     backend = AgentvfsBackend(str(daemon.agent_socket), timeout=BOUND)
     path = "/workspace/big.txt"
-    written = _run(mode, backend, "write", path, BIG)
-    assert written == WriteResult(
-        error=f"Error: write_file request not sent: it is {_size(written.error)} bytes, over the daemon's limit of"
-        f" 1048576 bytes (1 MiB) for one request{TOO_LARGE}"
-    )
-    assert _size(written.error) > MAX_LINE
-    assert _run(mode, backend, "write", path, "small\n") == WriteResult(path=path)
-    assert _run(mode, backend, "read", path).error is None
-    edited = _run(mode, backend, "edit", path, "small", BIG)
-    assert isinstance(edited, EditResult) and edited.error is not None
-    assert edited.error.startswith("Error: edit_file request not sent: it is ") and edited.error.endswith(TOO_LARGE)
+    big = "".join(f"line {i:07d}\n" for i in range(250_000))  # 3 MB
+    assert _run(mode, backend, "write", path, big) == WriteResult(path=path)
+    assert (daemon.host_root / "big.txt").read_text() == big
+    # Read, then edited on one connection (an event loop's own, in async mode).
+    if mode == "sync":
+        assert backend.read(path, 0, 1).error is None
+        edited = backend.edit(path, big, big + "appended\n")
+    else:
+
+        async def read_then_edit() -> EditResult:
+            assert (await backend.aread(path, 0, 1)).error is None
+            return await backend.aedit(path, big, big + "appended\n")
+
+        edited = asyncio.run(read_then_edit())
+    assert edited == EditResult(path=path, occurrences=1)
+    assert (daemon.host_root / "big.txt").read_text() == big + "appended\n"
+    # The rules hold for staged content as for any.
+    denied = _run(mode, backend, "write", "/workspace/.env", big)
+    assert denied == WriteResult(error="Error: permission denied for write on /workspace/.env")
     ran = _run(mode, backend, "execute", "echo " + BIG)
     assert isinstance(ran, ExecuteResponse) and ran.exit_code is None
-    assert ran.output.startswith("Error: execute request not sent: it is ") and not ran.output.endswith(TOO_LARGE)
-    # The connection was never disturbed: large content goes up with upload_files.
-    assert _run(mode, backend, "upload_files", [(path, BIG.encode())]) == [FileUploadResponse(path=path)]
-    assert (daemon.host_root / "big.txt").read_text() == BIG
+    assert ran.output.startswith("Error: execute request not sent: it is ")
+    written = _run(mode, backend, "write", "/workspace/" + BIG, "x")
+    assert written.error is not None and written.error.startswith("Error: write_file request not sent: it is ")
 
 
 def test_the_line_limit_is_the_daemons(daemon: Daemon) -> None:

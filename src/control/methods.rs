@@ -212,13 +212,40 @@ impl State {
         params: &Map<String, Value>,
     ) -> Result<Value, RpcError> {
         let name = string_param(params, "name")?;
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(a @ Value::Object(_)) => a.clone(),
+        let mut arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(a)) => a.clone(),
             Some(other) => {
                 return Err(RpcError::invalid_params(format!("`arguments` must be an object, got {other}")))
             }
         };
+        // Arguments too long for one request line, staged beforehand with `vfs/upload`
+        // (`argument: true`): the call takes them out of the session.
+        match params.get("staged_arguments") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(staged)) => {
+                for (key, number) in staged {
+                    let Some(number) = number.as_u64() else {
+                        return Err(RpcError::invalid_params(format!(
+                            "`staged_arguments.{key}` must be an upload's number, got {number}"
+                        )));
+                    };
+                    if arguments.contains_key(key) {
+                        return Err(RpcError::invalid_params(format!(
+                            "`{key}` is given both in `arguments` and in `staged_arguments`"
+                        )));
+                    }
+                    let text = session.staging.take_argument(number).map_err(RpcError::invalid_params)?;
+                    arguments.insert(key.clone(), Value::String(text));
+                }
+            }
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!(
+                    "`staged_arguments` must be an object of upload numbers, got {other}"
+                )))
+            }
+        }
+        let arguments = Value::Object(arguments);
         // A string request id plays Deep Agents' tool_call_id: it names an offloaded result. A
         // number is a connection's request counter (every client starts at 1), so two clients'
         // results would overwrite each other: such a result gets a generated name instead.

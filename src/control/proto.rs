@@ -50,7 +50,7 @@
 //! | `initialize` | `{protocolVersion, capabilities?, clientInfo?}` | `{protocolVersion, capabilities: {tools: {listChanged: false}}, serverInfo: {name, version}, instructions}` — the client's revision is echoed when known ([`MCP_KNOWN_VERSIONS`]), else ours |
 //! | `ping` | — | `{}` |
 //! | `tools/list` | `{cursor?}` | `{tools: [{name, description, inputSchema, annotations: {readOnlyHint, destructiveHint, idempotentHint, openWorldHint}}]}` in a fixed order |
-//! | `tools/call` | `{name, arguments?, structured?, wait?, ticket?}` (`arguments` absent or `null`: `{}`) | MCP `CallToolResult`: `{content, isError, structuredContent}`; an unknown tool is error `-32602` |
+//! | `tools/call` | `{name, arguments?, staged_arguments?, structured?, wait?, ticket?}` (`arguments` absent or `null`: `{}`; `staged_arguments` names `vfs/upload`s of arguments too long for one line) | MCP `CallToolResult`: `{content, isError, structuredContent}`; an unknown tool is error `-32602` |
 //!
 //! `tools/call`'s extra parameters, for a harness's own backend: `structured: true` adds the
 //! data behind the text to `structuredContent`, whole, and never offloads (`read_file`:
@@ -68,7 +68,7 @@
 //! |---|---|---|---|
 //! | `vfs/paths` | agent | — | `{mountpoint, routes: [{virtual, shell, backend, location}], execute, prompt, socket}` (`socket`: `agent` or `control`, the socket that answered) |
 //! | `vfs/explain` | agent | `{operation: "read"\|"write", path}` (a trailing `/` judges a directory) | `{operation, path, directory, decision, hidden, effect, rule, rule_text, as_directory?}` |
-//! | `vfs/upload` | agent | `{path, content (base64), more?, upload?}`; a first piece with `more: true` starts upload N, later pieces name it (`upload: N`), the last writes the file atomically | `{path, size}` (`{path, staged, upload}` for a staged piece), or `{path, error_code, message}` |
+//! | `vfs/upload` | agent | `{path, content (base64), more?, upload?}`; a first piece with `more: true` starts upload N, later pieces name it (`upload: N`), the last writes the file atomically; with `argument: true` the pieces stage a `tools/call` argument instead (`staged_arguments`) | `{path, size}` (`{path, staged, upload}` for a staged piece), or `{path, error_code, message}` |
 //! | `vfs/download` | agent | `{path}` | `{path, content (base64), size}`, or `{path, error_code, message}` |
 //! | `vfs/status` | operator | — | `{version, pid, mountpoint, socket, agent_socket, roles: {agents, approvers}, config, uptime_seconds, routes: [{path, backend, location, …}], rules, pending_interrupts, observation, counters: {…}}` |
 //! | `vfs/reload` | operator | — | `{rules, config, warnings}`; a failure is error `-32000` and the old rules stay |

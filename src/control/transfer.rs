@@ -57,6 +57,9 @@ struct Uploads {
 struct Unfinished {
     path: String,
     bytes: Vec<u8>,
+    /// Staged for a tool call's argument (`argument: true`), not for a file: the `tools/call`
+    /// that names it takes it, and no piece of it writes anything.
+    argument: bool,
 }
 
 impl Uploads {
@@ -79,22 +82,31 @@ impl Staging {
         STAGED.fetch_sub(n, Ordering::AcqRel);
     }
 
-    /// Adds `piece` of the file at `raw` to upload `number` (a new upload when `None`): with
-    /// `more`, keeps it and says how much the upload holds; without, hands the whole file
-    /// over. Past either budget the upload is dropped (a file missing a piece cannot be
-    /// finished) and the answer says why; so is one whose piece names another path.
-    fn add(&self, raw: &str, number: Option<u64>, piece: &[u8], more: bool) -> Result<Staged, ToolOutput> {
+    /// Adds `piece` of the file at `raw` (or, with `argument`, of a tool call's argument) to
+    /// upload `number` (a new upload when `None`): with `more`, keeps it and says how much the
+    /// upload holds; without, hands the whole file over. Past either budget the upload is
+    /// dropped (a file missing a piece cannot be finished) and the answer says why; so is one
+    /// whose piece names another path, or ends an argument's upload.
+    fn add(
+        &self,
+        raw: &str,
+        number: Option<u64>,
+        piece: &[u8],
+        more: bool,
+        argument: bool,
+    ) -> Result<Staged, ToolOutput> {
         let mut uploads = self.uploads.lock();
         let number = match number {
             Some(n) => match uploads.unfinished.get(&n) {
                 None => return Err(not_under_way(raw, n)),
-                Some(u) if u.path != raw => {
+                Some(u) if u.path != raw || (u.argument && !more) => {
+                    let why = match u.path != raw {
+                        true => format!("upload #{n} is of another path, not '{raw}'"),
+                        false => format!("upload #{n} is a tool call's argument: the tools/call naming it in `staged_arguments` takes it, no piece ends it"),
+                    };
                     let other = uploads.unfinished.remove(&n).map_or(0, |u| u.bytes.len());
                     Self::release(other);
-                    return Err(ToolOutput::error(
-                        ErrorCode::InvalidArgument,
-                        format!("Error: upload #{n} is of another path, not '{raw}'; it was dropped"),
-                    ));
+                    return Err(ToolOutput::error(ErrorCode::InvalidArgument, format!("Error: {why}; it was dropped")));
                 }
                 Some(_) => n,
             },
@@ -109,7 +121,7 @@ impl Staging {
             None => {
                 uploads.last += 1;
                 let n = uploads.last;
-                uploads.unfinished.insert(n, Unfinished { path: raw.to_string(), bytes: Vec::new() });
+                uploads.unfinished.insert(n, Unfinished { path: raw.to_string(), bytes: Vec::new(), argument });
                 n
             }
         };
@@ -135,6 +147,24 @@ impl Staging {
         let data = uploads.unfinished.remove(&number).map(|u| u.bytes).unwrap_or_default();
         Self::release(data.len());
         Ok(Staged::Whole(data))
+    }
+}
+
+impl Staging {
+    /// The text staged as upload `number` for a tool call's argument, taken out of the
+    /// session; why not, for the caller's `-32602`.
+    pub fn take_argument(&self, number: u64) -> Result<String, String> {
+        let mut uploads = self.uploads.lock();
+        match uploads.unfinished.get(&number) {
+            Some(u) if u.argument => {}
+            Some(_) => return Err(format!("upload #{number} is a file's, not an argument's (`argument: true`)")),
+            None => return Err(format!("upload #{number} is not under way on this connection (a piece of it was refused, or it was used)")),
+        }
+        let bytes = uploads.unfinished.remove(&number).map(|u| u.bytes).unwrap_or_default();
+        Self::release(bytes.len());
+        String::from_utf8(bytes).map_err(|e| {
+            format!("upload #{number} is not UTF-8 text (at byte {})", e.utf8_error().valid_up_to())
+        })
     }
 }
 
@@ -166,6 +196,18 @@ pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> 
             return Err(RpcError::invalid_params(format!("`more` must be a boolean, got {other}")))
         }
     };
+    let argument = match params.get("argument") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!("`argument` must be a boolean, got {other}")))
+        }
+    };
+    if argument && !more {
+        return Err(RpcError::invalid_params(
+            "an argument is staged with `more: true` on every piece; the tools/call naming it in `staged_arguments` takes it",
+        ));
+    }
     let number = match params.get("upload") {
         None | Some(Value::Null) => None,
         Some(n) => Some(n.as_u64().filter(|&n| n > 0).ok_or_else(|| {
@@ -173,12 +215,13 @@ pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> 
         })?),
     };
     // The first of many pieces: a path that will be refused is refused now, not at the end.
-    if number.is_none() && more {
+    // (An argument's is the tool call's to judge.)
+    if number.is_none() && more && !argument {
         if let Err(refusal) = admit(env, raw) {
             return Ok(failure(raw, &refusal));
         }
     }
-    let data = match staging.add(raw, number, &piece, more) {
+    let data = match staging.add(raw, number, &piece, more, argument) {
         Ok(Staged::More { number, staged }) => {
             return Ok(json!({"path": raw, "staged": staged, "upload": number}))
         }
@@ -356,15 +399,20 @@ mod tests {
         let _alone = DAEMON_BUDGET.lock();
         let staging = Staging::default();
         let piece = vec![7u8; 16 << 20];
-        let Ok(Staged::More { number, .. }) = staging.add("/big", None, &piece, true) else { panic!() };
+        let Ok(Staged::More { number, .. }) = staging.add("/big", None, &piece, true, false) else {
+            panic!()
+        };
         for _ in 1..MAX_FILE_BYTES / piece.len() {
-            assert!(matches!(staging.add("/big", Some(number), &piece, true), Ok(Staged::More { .. })));
+            assert!(matches!(
+                staging.add("/big", Some(number), &piece, true, false),
+                Ok(Staged::More { .. })
+            ));
         }
-        let refused = staging.add("/big", Some(number), &piece, true).err().unwrap();
+        let refused = staging.add("/big", Some(number), &piece, true, false).err().unwrap();
         assert_eq!(refused.structured.get("error_code"), Some(&json!("FS_TOO_LARGE")));
         assert_eq!(staging.uploads.lock().staged(), 0, "its pieces are dropped");
         for more in [true, false] {
-            let later = staging.add("/big", Some(number), b"tail", more).err().unwrap();
+            let later = staging.add("/big", Some(number), b"tail", more, false).err().unwrap();
             assert_eq!(later.structured.get("error_code"), Some(&json!("FS_INVALID_ARGUMENT")));
         }
     }
@@ -373,12 +421,15 @@ mod tests {
     fn a_session_holds_a_bounded_number_of_uploads() {
         let staging = Staging::default();
         for i in 0..MAX_UNFINISHED {
-            assert!(matches!(staging.add(&format!("/f{i}"), None, b"", true), Ok(Staged::More { .. })));
+            assert!(matches!(
+                staging.add(&format!("/f{i}"), None, b"", true, false),
+                Ok(Staged::More { .. })
+            ));
         }
-        let refused = staging.add("/one-more", None, b"", true).err().unwrap();
+        let refused = staging.add("/one-more", None, b"", true, false).err().unwrap();
         assert_eq!(refused.structured.get("error_code"), Some(&json!("FS_TOO_LARGE")));
         assert!(
-            matches!(staging.add("/whole", None, b"x", false), Ok(Staged::Whole(_))),
+            matches!(staging.add("/whole", None, b"x", false, false), Ok(Staged::Whole(_))),
             "one piece is never staged"
         );
     }
@@ -403,29 +454,31 @@ mod tests {
         let _alone = DAEMON_BUDGET.lock();
         let mib = |n: usize| vec![0u8; n << 20];
         let one = Staging::default();
-        let Ok(Staged::More { number: a, staged }) = one.add("/a", None, &mib(100), true) else { panic!() };
+        let Ok(Staged::More { number: a, staged }) = one.add("/a", None, &mib(100), true, false) else {
+            panic!()
+        };
         assert_eq!(staged, 100 << 20);
-        assert!(matches!(one.add("/b", None, &mib(100), true), Ok(Staged::More { .. })));
-        let refused = one.add("/c", None, &mib(100), true).err().unwrap();
+        assert!(matches!(one.add("/b", None, &mib(100), true, false), Ok(Staged::More { .. })));
+        let refused = one.add("/c", None, &mib(100), true, false).err().unwrap();
         assert!(
             refused.joined_text().contains("with the other unfinished uploads"),
             "{}",
             refused.joined_text()
         );
         assert!(
-            matches!(one.add("/a", Some(a), &mib(1), false), Ok(Staged::Whole(data)) if data.len() == 101 << 20)
+            matches!(one.add("/a", Some(a), &mib(1), false, false), Ok(Staged::Whole(data)) if data.len() == 101 << 20)
         );
         drop(one);
         let many: Vec<Staging> = (0..4).map(|_| Staging::default()).collect();
         for s in &many {
-            assert!(matches!(s.add("/x", None, &mib(250), true), Ok(Staged::More { .. })));
+            assert!(matches!(s.add("/x", None, &mib(250), true, false), Ok(Staged::More { .. })));
         }
         let fifth = Staging::default();
-        let refused = fifth.add("/x", None, &mib(100), true).err().unwrap();
+        let refused = fifth.add("/x", None, &mib(100), true, false).err().unwrap();
         assert!(refused.joined_text().contains("bytes of unfinished uploads"), "{}", refused.joined_text());
         drop(many);
         assert!(
-            matches!(fifth.add("/x", None, &mib(100), true), Ok(Staged::More { .. })),
+            matches!(fifth.add("/x", None, &mib(100), true, false), Ok(Staged::More { .. })),
             "given back when sessions end"
         );
     }

@@ -358,3 +358,79 @@ fn a_download_lets_the_connection_edit_what_it_downloaded() {
     assert_eq!(edited["isError"], json!(false), "{edited}");
     assert_eq!(std::fs::read_to_string(f.host_root.join("notes.md")).unwrap(), "two\n");
 }
+
+/// Stages `text` as a tool call's argument, in pieces; its upload's number.
+fn stage_argument(c: &mut Client, label: &str, text: &[u8]) -> u64 {
+    let mut number = None;
+    for chunk in text.chunks(600_000) {
+        let mut params = json!({"path": label, "content": b64(chunk), "more": true, "argument": true});
+        if let Some(n) = number {
+            params["upload"] = json!(n);
+        }
+        let answer = c.call("vfs/upload", Some(params)).unwrap();
+        number = Some(answer["upload"].as_u64().unwrap_or_else(|| panic!("{answer}")));
+    }
+    number.unwrap()
+}
+
+#[test]
+fn arguments_too_long_for_one_request_are_staged_and_judged_with_their_call() {
+    let f = fixture();
+    let mut c = Client::connect(&agent_socket(&f)).unwrap();
+    // 3 MB of text: three times what one request line may hold.
+    let text: String =
+        (0..60_000).map(|i| format!("line {i:06} of a long tool result\n")).collect::<String>();
+    assert!(text.len() > 2_000_000);
+    let n = stage_argument(&mut c, "/host/big.md", text.as_bytes());
+    let staged = json!({"name": "write_file", "arguments": {"file_path": "/host/big.md"}, "staged_arguments": {"content": n}});
+    let done = tools_call(&mut c, staged.clone());
+    assert_eq!(done["content"][0]["text"], "Updated file /host/big.md", "{done}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("big.md")).unwrap(), text);
+    // Used once.
+    match c.call("tools/call", Some(staged)) {
+        Err(ClientError::Rpc(e)) => assert_eq!(
+            (e.code, e.message.as_str()),
+            (-32602, format!("upload #{n} is not under way on this connection (a piece of it was refused, or it was used)").as_str())
+        ),
+        other => panic!("{other:?}"),
+    }
+    // An edit whose strings are staged: judged and observed like any edit.
+    let appended = format!("{text}one more line\n");
+    let old = stage_argument(&mut c, "/host/big.md", text.as_bytes());
+    let new = stage_argument(&mut c, "/host/big.md", appended.as_bytes());
+    let edit = json!({"name": "edit_file", "arguments": {"file_path": "/host/big.md"}, "staged_arguments": {"old_string": old, "new_string": new}});
+    let done = tools_call(&mut c, edit);
+    assert_eq!(done["isError"], json!(false), "{done}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("big.md")).unwrap(), appended);
+    // The rules hold: a denied path is refused, an interrupt rule asks with the staged text.
+    let n = stage_argument(&mut c, "/host/.env", b"K=1\n");
+    let refused = tools_call(
+        &mut c,
+        json!({"name": "write_file", "arguments": {"file_path": "/host/.env"}, "staged_arguments": {"content": n}}),
+    );
+    assert_eq!(refused["content"][0]["text"], "Error: permission denied for write on /host/.env");
+    let n = stage_argument(&mut c, "/host/guarded/g.md", text.as_bytes());
+    let paused = tools_call(
+        &mut c,
+        json!({"name": "write_file", "arguments": {"file_path": "/host/guarded/g.md"}, "staged_arguments": {"content": n}, "wait": false}),
+    );
+    let id = paused["structuredContent"]["interrupt_id"].as_u64().unwrap_or_else(|| panic!("{paused}"));
+    control(&f).call("interrupts/resolve", Some(json!({"id": id, "decision": "approve"}))).unwrap();
+    let n = stage_argument(&mut c, "/host/guarded/g.md", text.as_bytes());
+    let done = tools_call(
+        &mut c,
+        json!({"name": "write_file", "arguments": {"file_path": "/host/guarded/g.md"}, "staged_arguments": {"content": n}, "ticket": id}),
+    );
+    assert_eq!(done["content"][0]["text"], "Updated file /host/guarded/g.md", "{done}");
+    assert_eq!(std::fs::read_to_string(f.host_root.join("guarded/g.md")).unwrap(), text);
+    // Not text, or ended by a last piece: refused.
+    let n = stage_argument(&mut c, "/host/x", &[0xff, 0xfe]);
+    match c.call("tools/call", Some(json!({"name": "write_file", "arguments": {"file_path": "/host/x"}, "staged_arguments": {"content": n}}))) {
+        Err(ClientError::Rpc(e)) => assert_eq!(e.message, format!("upload #{n} is not UTF-8 text (at byte 0)")),
+        other => panic!("{other:?}"),
+    }
+    let n = stage_argument(&mut c, "/host/x", b"x");
+    let ended = piece(&mut c, "/host/x", b"y", false, Some(n));
+    assert_eq!(ended["error_code"], "FS_INVALID_ARGUMENT", "{ended}");
+    assert!(!f.host_root.join("x").exists());
+}
