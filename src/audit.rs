@@ -53,6 +53,40 @@ pub struct Audit {
 /// audit database's disk (and the log, and the queue's memory) in seconds.
 pub const MAX_COMMAND: usize = 4096;
 
+/// `value` as compact JSON for a record, cut like a command line but without building the
+/// whole text first: a tool call's arguments may be a staged 256 MiB string, whose JSON (six
+/// bytes for every control character) would be several times that.
+pub fn arguments_text(value: &serde_json::Value) -> String {
+    struct Kept {
+        text: Vec<u8>,
+        total: usize,
+    }
+    impl std::io::Write for Kept {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            // Room for the tool's name and the cut's note within MAX_COMMAND.
+            let room = (MAX_COMMAND - 256).saturating_sub(self.text.len());
+            self.text.extend_from_slice(&buf[..buf.len().min(room)]);
+            self.total += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut kept = Kept { text: Vec::new(), total: 0 };
+    let _ = serde_json::to_writer(&mut kept, value);
+    // JSON is UTF-8; only the cut may have split a character.
+    let whole = match std::str::from_utf8(&kept.text) {
+        Ok(text) => text.len(),
+        Err(e) => e.valid_up_to(),
+    };
+    let text = String::from_utf8_lossy(&kept.text[..whole]).into_owned();
+    match kept.total - text.len() {
+        0 => text,
+        cut => format!("{text}… [{cut} more bytes]"),
+    }
+}
+
 /// `command` cut to [`MAX_COMMAND`] bytes (at a character boundary), saying how much was cut.
 fn cut_command(command: &mut String) {
     if command.len() <= MAX_COMMAND {
@@ -333,6 +367,25 @@ mod tests {
         }
         assert_eq!(pids, (16..=25).collect::<Vec<_>>());
         assert_eq!((audit.recorded(), audit.dropped()), (25, 0));
+    }
+
+    #[test]
+    fn arguments_are_cut_without_being_written_whole() {
+        let small = serde_json::json!({"file_path": "/a", "content": "é"});
+        assert_eq!(arguments_text(&small), r#"{"content":"é","file_path":"/a"}"#);
+        let large = serde_json::json!({"content": "\u{1}".repeat(1 << 20)});
+        let text = arguments_text(&large);
+        let kept = MAX_COMMAND - 256;
+        assert_eq!(
+            text,
+            format!(
+                "{{\"content\":\"{}… [{} more bytes]",
+                &"\\u0001".repeat(kept)[..kept - 12],
+                6 * (1 << 20) + 14 - kept
+            )
+        );
+        let wide = serde_json::json!({"content": "é".repeat(5000)});
+        assert!(arguments_text(&wide).contains("é… ["), "cut at a character boundary");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::Backend;
+use crate::backend::{Backend, Caller};
 use crate::policy::{Rule, RuleSet};
 use crate::route::Route;
 

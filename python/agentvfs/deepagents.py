@@ -587,7 +587,7 @@ def _call_requests(params: dict[str, Any]) -> Generator[tuple[str, dict[str, Any
             piece: dict[str, Any] = {"path": label, "content": base64.b64encode(data[at : at + _UPLOAD_PIECE]).decode("ascii")}
             piece.update({"more": True, "argument": True})
             if number is not None:
-                piece["upload"] = number
+                piece.update({"upload": number, "offset": at})
             reply = yield ("vfs/upload", piece)
             if "error_code" in reply:
                 return {"content": [{"type": "text", "text": reply.get("message", "")}], "isError": True, "structuredContent": reply}
@@ -609,7 +609,7 @@ def _upload_steps(path: str, content: bytes) -> Generator[dict[str, Any], dict[s
     for i, piece in enumerate(pieces):
         params = {"path": path, "content": base64.b64encode(piece).decode("ascii"), "more": i + 1 < len(pieces)}
         if number is not None:
-            params["upload"] = number
+            params.update({"upload": number, "offset": i * _UPLOAD_PIECE})
         reply = yield params
         if "error_code" in reply:
             break

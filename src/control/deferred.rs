@@ -118,8 +118,10 @@ pub struct Deferred {
     slots: Mutex<Slots>,
     /// Held from the look for a call's pending ticket until the ticket opened for it is
     /// registered, so that identical calls racing open one ticket between them. Not `slots`
-    /// itself: opening a ticket may deliver its outcome at once, which takes `slots`.
-    opening: Mutex<()>,
+    /// itself: opening a ticket may deliver its outcome at once, which takes `slots`. One of
+    /// several, by the call's hash: opening a ticket tells the subscribed approvers, which can
+    /// take a slow one's write timeout, and unrelated calls should not queue behind that.
+    opening: [Mutex<()>; 16],
 }
 
 impl Deferred {
@@ -133,7 +135,8 @@ impl Deferred {
         keep: Duration,
         submit: impl FnOnce() -> Option<ApprovalId>,
     ) -> Option<ApprovalId> {
-        let _opening = self.opening.lock();
+        // Identical calls have one digest, so one stripe.
+        let _opening = self.opening[usize::from(call.digest[0]) % self.opening.len()].lock();
         if let Some(&id) = self.slots.lock().pending.get(&call) {
             return Some(id);
         }

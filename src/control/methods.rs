@@ -219,33 +219,6 @@ impl State {
                 return Err(RpcError::invalid_params(format!("`arguments` must be an object, got {other}")))
             }
         };
-        // Arguments too long for one request line, staged beforehand with `vfs/upload`
-        // (`argument: true`): the call takes them out of the session.
-        match params.get("staged_arguments") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(staged)) => {
-                for (key, number) in staged {
-                    let Some(number) = number.as_u64() else {
-                        return Err(RpcError::invalid_params(format!(
-                            "`staged_arguments.{key}` must be an upload's number, got {number}"
-                        )));
-                    };
-                    if arguments.contains_key(key) {
-                        return Err(RpcError::invalid_params(format!(
-                            "`{key}` is given both in `arguments` and in `staged_arguments`"
-                        )));
-                    }
-                    let text = session.staging.take_argument(number).map_err(RpcError::invalid_params)?;
-                    arguments.insert(key.clone(), Value::String(text));
-                }
-            }
-            Some(other) => {
-                return Err(RpcError::invalid_params(format!(
-                    "`staged_arguments` must be an object of upload numbers, got {other}"
-                )))
-            }
-        }
-        let arguments = Value::Object(arguments);
         // A string request id plays Deep Agents' tool_call_id: it names an offloaded result. A
         // number is a connection's request counter (every client starts at 1), so two clients'
         // results would overwrite each other: such a result gets a generated name instead.
@@ -272,6 +245,37 @@ impl State {
                 return Err(RpcError::invalid_params(format!("`wait` must be a boolean, got {other}")))
             }
         };
+        // Arguments too long for one request line, staged beforehand with `vfs/upload`
+        // (`argument: true`): the call takes them out of the session, once the rest of the
+        // request is known to be good (a bad one would have used them up for nothing).
+        let mut holding = Vec::new();
+        match params.get("staged_arguments") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(staged)) => {
+                for (key, number) in staged {
+                    let Some(number) = number.as_u64() else {
+                        return Err(RpcError::invalid_params(format!(
+                            "`staged_arguments.{key}` must be an upload's number, got {number}"
+                        )));
+                    };
+                    if arguments.contains_key(key) {
+                        return Err(RpcError::invalid_params(format!(
+                            "`{key}` is given both in `arguments` and in `staged_arguments`"
+                        )));
+                    }
+                    let (text, held) =
+                        session.staging.take_argument(number).map_err(RpcError::invalid_params)?;
+                    arguments.insert(key.clone(), Value::String(text));
+                    holding.push(held);
+                }
+            }
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!(
+                    "`staged_arguments` must be an object of upload numbers, got {other}"
+                )))
+            }
+        }
+        let arguments = Value::Object(arguments);
         let mut env = self.tool_env(session, peer, name, &arguments, call_id);
         env.structured = structured;
         match interrupts::call(&mut env, peer, name, &arguments, wait, &self.deferred)? {
@@ -305,7 +309,7 @@ impl State {
         fs.ctx.caller.pid = peer.pid;
         fs.ctx.principal = Some(peer.principal());
         fs.tool = name.to_string();
-        fs.arguments = arguments.to_string();
+        fs.arguments = crate::audit::arguments_text(arguments);
         ToolEnv { fs, session, exec: self.exec.as_ref(), call_id, structured: false }
     }
 

@@ -90,7 +90,7 @@ impl Staging {
     fn add(
         &self,
         raw: &str,
-        number: Option<u64>,
+        (number, offset): (Option<u64>, Option<u64>),
         piece: &[u8],
         more: bool,
         argument: bool,
@@ -99,6 +99,17 @@ impl Staging {
         let number = match number {
             Some(n) => match uploads.unfinished.get(&n) {
                 None => return Err(not_under_way(raw, n)),
+                Some(u) if offset.is_some_and(|o| o != u.bytes.len() as u64) => {
+                    let had = u.bytes.len();
+                    Self::release(uploads.unfinished.remove(&n).map_or(0, |u| u.bytes.len()));
+                    return Err(ToolOutput::error(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "Error: this piece of upload #{n} begins at byte {}, but {had} bytes came before it (a piece was lost); it was dropped",
+                            offset.unwrap_or_default()
+                        ),
+                    ));
+                }
                 Some(u) if u.path != raw || (u.argument && !more) => {
                     let why = match u.path != raw {
                         true => format!("upload #{n} is of another path, not '{raw}'"),
@@ -150,21 +161,49 @@ impl Staging {
     }
 }
 
+/// The longest argument a call may take from the staging: the tools' limit on a text they
+/// take whole (a longer file could not be read back or edited either).
+pub const MAX_ARGUMENT_BYTES: usize = common::MAX_TEXT_BYTES as usize;
+
+/// Bytes of a staged argument a call holds: they stay counted in the daemon's staging budget
+/// until the call is over (dropped), so that staging again while calls hold their arguments
+/// cannot take the daemon past the budget.
+pub struct HeldArgument(usize);
+
+impl Drop for HeldArgument {
+    fn drop(&mut self) {
+        Staging::release(self.0);
+    }
+}
+
 impl Staging {
     /// The text staged as upload `number` for a tool call's argument, taken out of the
-    /// session; why not, for the caller's `-32602`.
-    pub fn take_argument(&self, number: u64) -> Result<String, String> {
+    /// session (its bytes still counted while the call holds them); why not, for the
+    /// caller's `-32602`.
+    pub fn take_argument(&self, number: u64) -> Result<(String, HeldArgument), String> {
         let mut uploads = self.uploads.lock();
         match uploads.unfinished.get(&number) {
-            Some(u) if u.argument => {}
+            Some(u) if u.argument && u.bytes.len() <= MAX_ARGUMENT_BYTES => {}
+            Some(u) if u.argument => {
+                let size = u.bytes.len();
+                Self::release(uploads.unfinished.remove(&number).map_or(0, |u| u.bytes.len()));
+                return Err(format!(
+                    "upload #{number} holds {size} bytes, over the {MAX_ARGUMENT_BYTES} an argument may have"
+                ));
+            }
             Some(_) => return Err(format!("upload #{number} is a file's, not an argument's (`argument: true`)")),
-            None => return Err(format!("upload #{number} is not under way on this connection (a piece of it was refused, or it was used)")),
+            None => {
+                return Err(format!(
+                    "upload #{number} is not under way on this connection (a piece of it was refused, or it was used)"
+                ))
+            }
         }
         let bytes = uploads.unfinished.remove(&number).map(|u| u.bytes).unwrap_or_default();
-        Self::release(bytes.len());
-        String::from_utf8(bytes).map_err(|e| {
+        let held = HeldArgument(bytes.len());
+        let text = String::from_utf8(bytes).map_err(|e| {
             format!("upload #{number} is not UTF-8 text (at byte {})", e.utf8_error().valid_up_to())
-        })
+        })?;
+        Ok((text, held))
     }
 }
 
@@ -176,42 +215,70 @@ enum Staged {
     Whole(Vec<u8>),
 }
 
+impl Staging {
+    /// Ends upload `number`, if it is under way (one of its pieces was malformed).
+    fn drop_upload(&self, number: u64) {
+        let dropped = self.uploads.lock().unfinished.remove(&number);
+        Self::release(dropped.map_or(0, |u| u.bytes.len()));
+    }
+}
+
 impl Drop for Staging {
     fn drop(&mut self) {
         Self::release(self.uploads.get_mut().staged());
     }
 }
 
-/// `vfs/upload {path, content (base64), more?, upload?}` → `{path, size}`, `{path, staged,
-/// upload}` for a piece kept, or `{path, error_code, message}` when it failed (a failure is a
-/// result, not a protocol error, as for tools).
+/// `vfs/upload {path, content (base64), more?, upload?, offset?, argument?}` → `{path, size}`,
+/// `{path, staged, upload}` for a piece kept, or `{path, error_code, message}` when it failed
+/// (a failure is a result, not a protocol error, as for tools). A piece of an upload under way
+/// that is malformed ends that upload too, as a refused one does: a later piece must never
+/// follow a gap.
 pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let number = match params.get("upload") {
+        None | Some(Value::Null) => None,
+        Some(n) => Some(n.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+            RpcError::invalid_params(format!("`upload` must be the number a first piece was given, got {n}"))
+        })?),
+    };
+    let answer = upload_piece(env, staging, params, number);
+    if let (Err(_), Some(n)) = (&answer, number) {
+        staging.drop_upload(n);
+    }
+    answer
+}
+
+fn upload_piece(
+    env: &ToolEnv,
+    staging: &Staging,
+    params: &Map<String, Value>,
+    number: Option<u64>,
+) -> Result<Value, RpcError> {
     let raw = string(params, "path")?;
     let piece = decode_base64(string(params, "content")?)
         .ok_or_else(|| RpcError::invalid_params("`content` must be base64 (RFC 4648, with padding)"))?;
-    let more = match params.get("more") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(RpcError::invalid_params(format!("`more` must be a boolean, got {other}")))
-        }
+    let flag = |name: &str| match params.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(RpcError::invalid_params(format!("`{name}` must be a boolean, got {other}"))),
     };
-    let argument = match params.get("argument") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(RpcError::invalid_params(format!("`argument` must be a boolean, got {other}")))
-        }
-    };
+    let (more, argument) = (flag("more")?, flag("argument")?);
     if argument && !more {
         return Err(RpcError::invalid_params(
             "an argument is staged with `more: true` on every piece; the tools/call naming it in `staged_arguments` takes it",
         ));
     }
-    let number = match params.get("upload") {
-        None | Some(Value::Null) => None,
-        Some(n) => Some(n.as_u64().filter(|&n| n > 0).ok_or_else(|| {
-            RpcError::invalid_params(format!("`upload` must be the number a first piece was given, got {n}"))
+    // Where a later piece begins: a piece lost on the way (a line too long to read names no
+    // upload) shows as a gap, and the upload is refused rather than written without it.
+    let offset = match (number, params.get("offset")) {
+        (None, None | Some(Value::Null)) => None,
+        (Some(n), None | Some(Value::Null)) => {
+            return Err(RpcError::invalid_params(format!(
+                "a piece of upload #{n} gives its `offset`, the bytes sent before it"
+            )))
+        }
+        (_, Some(o)) => Some(o.as_u64().ok_or_else(|| {
+            RpcError::invalid_params(format!("`offset` must be a count of bytes, got {o}"))
         })?),
     };
     // The first of many pieces: a path that will be refused is refused now, not at the end.
@@ -221,7 +288,7 @@ pub fn upload(env: &ToolEnv, staging: &Staging, params: &Map<String, Value>) -> 
             return Ok(failure(raw, &refusal));
         }
     }
-    let data = match staging.add(raw, number, &piece, more, argument) {
+    let data = match staging.add(raw, (number, offset), &piece, more, argument) {
         Ok(Staged::More { number, staged }) => {
             return Ok(json!({"path": raw, "staged": staged, "upload": number}))
         }
@@ -399,22 +466,49 @@ mod tests {
         let _alone = DAEMON_BUDGET.lock();
         let staging = Staging::default();
         let piece = vec![7u8; 16 << 20];
-        let Ok(Staged::More { number, .. }) = staging.add("/big", None, &piece, true, false) else {
+        let Ok(Staged::More { number, .. }) = staging.add("/big", (None, None), &piece, true, false) else {
             panic!()
         };
         for _ in 1..MAX_FILE_BYTES / piece.len() {
             assert!(matches!(
-                staging.add("/big", Some(number), &piece, true, false),
+                staging.add("/big", (Some(number), None), &piece, true, false),
                 Ok(Staged::More { .. })
             ));
         }
-        let refused = staging.add("/big", Some(number), &piece, true, false).err().unwrap();
+        let refused = staging.add("/big", (Some(number), None), &piece, true, false).err().unwrap();
         assert_eq!(refused.structured.get("error_code"), Some(&json!("FS_TOO_LARGE")));
         assert_eq!(staging.uploads.lock().staged(), 0, "its pieces are dropped");
         for more in [true, false] {
-            let later = staging.add("/big", Some(number), b"tail", more, false).err().unwrap();
+            let later = staging.add("/big", (Some(number), None), b"tail", more, false).err().unwrap();
             assert_eq!(later.structured.get("error_code"), Some(&json!("FS_INVALID_ARGUMENT")));
         }
+    }
+
+    #[test]
+    fn a_taken_argument_counts_until_its_call_is_over_and_has_a_limit() {
+        let _alone = DAEMON_BUDGET.lock();
+        let staging = Staging::default();
+        let before = STAGED.load(Ordering::Acquire);
+        let Ok(Staged::More { number, .. }) = staging.add("/a", (None, None), b"text", true, true) else {
+            panic!()
+        };
+        let (text, held) = staging.take_argument(number).unwrap();
+        assert_eq!((text.as_str(), STAGED.load(Ordering::Acquire) - before), ("text", 4));
+        drop(held);
+        assert_eq!(STAGED.load(Ordering::Acquire), before, "given back when the call is over");
+        let long = vec![b'x'; MAX_ARGUMENT_BYTES + 1];
+        let Ok(Staged::More { number, .. }) = staging.add("/a", (None, None), &long, true, true) else {
+            panic!()
+        };
+        let refused = staging.take_argument(number).err().unwrap();
+        assert_eq!(
+            refused,
+            format!(
+                "upload #{number} holds {} bytes, over the {MAX_ARGUMENT_BYTES} an argument may have",
+                MAX_ARGUMENT_BYTES + 1
+            )
+        );
+        assert_eq!(STAGED.load(Ordering::Acquire), before);
     }
 
     #[test]
@@ -422,14 +516,14 @@ mod tests {
         let staging = Staging::default();
         for i in 0..MAX_UNFINISHED {
             assert!(matches!(
-                staging.add(&format!("/f{i}"), None, b"", true, false),
+                staging.add(&format!("/f{i}"), (None, None), b"", true, false),
                 Ok(Staged::More { .. })
             ));
         }
-        let refused = staging.add("/one-more", None, b"", true, false).err().unwrap();
+        let refused = staging.add("/one-more", (None, None), b"", true, false).err().unwrap();
         assert_eq!(refused.structured.get("error_code"), Some(&json!("FS_TOO_LARGE")));
         assert!(
-            matches!(staging.add("/whole", None, b"x", false, false), Ok(Staged::Whole(_))),
+            matches!(staging.add("/whole", (None, None), b"x", false, false), Ok(Staged::Whole(_))),
             "one piece is never staged"
         );
     }
@@ -454,31 +548,32 @@ mod tests {
         let _alone = DAEMON_BUDGET.lock();
         let mib = |n: usize| vec![0u8; n << 20];
         let one = Staging::default();
-        let Ok(Staged::More { number: a, staged }) = one.add("/a", None, &mib(100), true, false) else {
+        let Ok(Staged::More { number: a, staged }) = one.add("/a", (None, None), &mib(100), true, false)
+        else {
             panic!()
         };
         assert_eq!(staged, 100 << 20);
-        assert!(matches!(one.add("/b", None, &mib(100), true, false), Ok(Staged::More { .. })));
-        let refused = one.add("/c", None, &mib(100), true, false).err().unwrap();
+        assert!(matches!(one.add("/b", (None, None), &mib(100), true, false), Ok(Staged::More { .. })));
+        let refused = one.add("/c", (None, None), &mib(100), true, false).err().unwrap();
         assert!(
             refused.joined_text().contains("with the other unfinished uploads"),
             "{}",
             refused.joined_text()
         );
         assert!(
-            matches!(one.add("/a", Some(a), &mib(1), false, false), Ok(Staged::Whole(data)) if data.len() == 101 << 20)
+            matches!(one.add("/a", (Some(a), None), &mib(1), false, false), Ok(Staged::Whole(data)) if data.len() == 101 << 20)
         );
         drop(one);
         let many: Vec<Staging> = (0..4).map(|_| Staging::default()).collect();
         for s in &many {
-            assert!(matches!(s.add("/x", None, &mib(250), true, false), Ok(Staged::More { .. })));
+            assert!(matches!(s.add("/x", (None, None), &mib(250), true, false), Ok(Staged::More { .. })));
         }
         let fifth = Staging::default();
-        let refused = fifth.add("/x", None, &mib(100), true, false).err().unwrap();
+        let refused = fifth.add("/x", (None, None), &mib(100), true, false).err().unwrap();
         assert!(refused.joined_text().contains("bytes of unfinished uploads"), "{}", refused.joined_text());
         drop(many);
         assert!(
-            matches!(fifth.add("/x", None, &mib(100), true, false), Ok(Staged::More { .. })),
+            matches!(fifth.add("/x", (None, None), &mib(100), true, false), Ok(Staged::More { .. })),
             "given back when sessions end"
         );
     }

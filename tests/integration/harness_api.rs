@@ -242,7 +242,7 @@ fn bytes_go_up_in_pieces_and_come_down_whole_under_the_rules() {
         let number = staged["upload"].as_u64().unwrap();
         assert_eq!(staged, json!({"path": path, "staged": 400_000, "upload": number}));
         assert!(!f.p(&path).exists(), "nothing is written before the last piece");
-        let last = json!({"path": path, "content": b64(rest), "upload": number});
+        let last = json!({"path": path, "content": b64(rest), "upload": number, "offset": 400_000});
         let done = c.call("vfs/upload", Some(last)).unwrap();
         assert_eq!(done, json!({"path": path, "size": 700_000}));
         assert_eq!(std::fs::read(f.p(&path)).unwrap(), data);
@@ -278,11 +278,13 @@ fn b64(data: &[u8]) -> String {
     agentvfs::control::tools::common::base64(data)
 }
 
-/// `vfs/upload` of one piece (`more`), as part of upload `number` when given.
-fn piece(c: &mut Client, path: &str, data: &[u8], more: bool, number: Option<u64>) -> Value {
+/// `vfs/upload` of one piece (`more`), as part of upload `number` after `offset` bytes when
+/// given.
+fn piece(c: &mut Client, path: &str, data: &[u8], more: bool, number: Option<(u64, usize)>) -> Value {
     let mut params = json!({"path": path, "content": b64(data), "more": more});
-    if let Some(n) = number {
+    if let Some((n, offset)) = number {
         params["upload"] = json!(n);
+        params["offset"] = json!(offset);
     }
     c.call("vfs/upload", Some(params)).unwrap()
 }
@@ -296,17 +298,32 @@ fn a_refused_piece_ends_its_upload_and_uploads_at_once_never_mix() {
     // later piece of it is refused, so the file is never written from what came after.
     let path = "/host/cut.bin";
     let number = piece(&mut c, path, b"head", true, None)["upload"].as_u64().unwrap();
-    let wrong = piece(&mut c, "/host/d.bin", b"d", true, Some(number));
+    let wrong = piece(&mut c, "/host/d.bin", b"d", true, Some((number, 4)));
     assert_eq!(
         wrong["message"],
         format!("Error: upload #{number} is of another path, not '/host/d.bin'; it was dropped")
     );
-    let after = piece(&mut c, path, b"tail", true, Some(number));
+    let after = piece(&mut c, path, b"tail", true, Some((number, 4)));
     let gone = format!("Error: upload #{number} of '{path}' is not under way on this connection (a piece of it was refused, or it was finished); send the file again from its first piece");
     assert_eq!(after, json!({"path": path, "error_code": "FS_INVALID_ARGUMENT", "message": gone}));
-    let last = piece(&mut c, path, b"end", false, Some(number));
+    let last = piece(&mut c, path, b"end", false, Some((number, 8)));
     assert_eq!(last["error_code"], "FS_INVALID_ARGUMENT", "{last}");
     assert!(!f.host_root.join("cut.bin").exists() && !f.host_root.join("d.bin").exists());
+
+    // A piece that cannot be read (bad base64, a line too long) ends its upload too, and a
+    // piece after a lost one shows the gap: the file is never written with a hole.
+    let path = "/host/gap.bin";
+    let number = piece(&mut c, path, b"AAA", true, None)["upload"].as_u64().unwrap();
+    let bad = c.call(
+        "vfs/upload",
+        Some(json!({"path": path, "content": "not base64!", "more": true, "upload": number, "offset": 3})),
+    );
+    assert!(matches!(bad, Err(ClientError::Rpc(ref e)) if e.code == -32602), "{bad:?}");
+    assert_eq!(piece(&mut c, path, b"CCC", false, Some((number, 3)))["error_code"], "FS_INVALID_ARGUMENT");
+    let number = piece(&mut c, path, b"AAA", true, None)["upload"].as_u64().unwrap();
+    let gap = piece(&mut c, path, b"CCC", false, Some((number, 6)));
+    assert_eq!(gap["message"], format!("Error: this piece of upload #{number} begins at byte 6, but 3 bytes came before it (a piece was lost); it was dropped"));
+    assert!(!f.host_root.join("gap.bin").exists());
 
     // Two uploads of one path, their pieces interleaved on one connection: each lands whole.
     let (a, b) = (vec![b'a'; 300_000], vec![b'b'; 300_000]);
@@ -314,15 +331,15 @@ fn a_refused_piece_ends_its_upload_and_uploads_at_once_never_mix() {
     let na = piece(&mut c, path, &a, true, None)["upload"].as_u64().unwrap();
     let nb = piece(&mut c, path, &b, true, None)["upload"].as_u64().unwrap();
     assert_ne!(na, nb);
-    assert_eq!(piece(&mut c, path, &a, false, Some(na))["size"], 600_000);
+    assert_eq!(piece(&mut c, path, &a, false, Some((na, 300_000)))["size"], 600_000);
     assert_eq!(std::fs::read(f.host_root.join("same.bin")).unwrap(), [a.clone(), a.clone()].concat());
-    assert_eq!(piece(&mut c, path, &b, false, Some(nb))["size"], 600_000);
+    assert_eq!(piece(&mut c, path, &b, false, Some((nb, 300_000)))["size"], 600_000);
     assert_eq!(std::fs::read(f.host_root.join("same.bin")).unwrap(), [b.clone(), b.clone()].concat());
     // Another connection's numbers are not this one's.
     let mut other = Client::connect(&agent_socket(&f)).unwrap();
     let elsewhere = piece(&mut c, "/host/e.bin", b"e", true, None)["upload"].as_u64().unwrap();
     assert_eq!(
-        piece(&mut other, "/host/e.bin", b"e", false, Some(elsewhere))["error_code"],
+        piece(&mut other, "/host/e.bin", b"e", false, Some((elsewhere, 1)))["error_code"],
         "FS_INVALID_ARGUMENT"
     );
 }
@@ -362,10 +379,11 @@ fn a_download_lets_the_connection_edit_what_it_downloaded() {
 /// Stages `text` as a tool call's argument, in pieces; its upload's number.
 fn stage_argument(c: &mut Client, label: &str, text: &[u8]) -> u64 {
     let mut number = None;
-    for chunk in text.chunks(600_000) {
+    for (i, chunk) in text.chunks(600_000).enumerate() {
         let mut params = json!({"path": label, "content": b64(chunk), "more": true, "argument": true});
         if let Some(n) = number {
             params["upload"] = json!(n);
+            params["offset"] = json!(i * 600_000);
         }
         let answer = c.call("vfs/upload", Some(params)).unwrap();
         number = Some(answer["upload"].as_u64().unwrap_or_else(|| panic!("{answer}")));
@@ -430,7 +448,7 @@ fn arguments_too_long_for_one_request_are_staged_and_judged_with_their_call() {
         other => panic!("{other:?}"),
     }
     let n = stage_argument(&mut c, "/host/x", b"x");
-    let ended = piece(&mut c, "/host/x", b"y", false, Some(n));
+    let ended = piece(&mut c, "/host/x", b"y", false, Some((n, 1)));
     assert_eq!(ended["error_code"], "FS_INVALID_ARGUMENT", "{ended}");
     assert!(!f.host_root.join("x").exists());
 }

@@ -150,7 +150,10 @@ pub fn apply(env: &ToolEnv, name: &str, output: ToolOutput) -> ToolOutput {
     let id = env.call_id.clone().unwrap_or_else(generated_id);
     let path = format!("{DIRECTORY}/{}", sanitize_id(&id));
     let Ok(vpath) = VPath::parse(&path) else { return output };
-    if let Err(e) = env.fs.write_atomic(&vpath, text.as_bytes(), 0o644) {
+    // Made durable before the notice points the model at it (the call's own changes, if
+    // any, were made durable before it ran).
+    let written = env.fs.write_atomic(&vpath, text.as_bytes(), 0o644).and_then(|_| env.fs.make_durable());
+    if let Err(e) = written {
         // The path holds the caller's call id.
         tracing::warn!(
             "cannot offload a large {name} result to {}: {}",
