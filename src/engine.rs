@@ -540,7 +540,13 @@ impl Engine {
 
     pub fn rmdir(&self, ctx: &Ctx, path: &VPath) -> FsResult<()> {
         let permit = self.check(ctx, "rmdir", Op::Write, path, true)?;
-        let result = self.router.rmdir(&permit);
+        let result = match self.router.rmdir(&permit) {
+            // Only tool temporaries a crash left (hidden, so nobody else can remove them).
+            Err(e) if e.is(Errno::ENOTEMPTY) && self.remove_leftover_temporaries(&permit) => {
+                self.router.rmdir(&permit)
+            }
+            other => other,
+        };
         if result.is_ok() {
             self.note_change(ctx, path);
         }

@@ -136,6 +136,25 @@ impl Drop for Unfinished<'_> {
 }
 
 impl Engine {
+    /// Removes what holds the directory of `removing` (whose removal the gate allowed) from
+    /// being removed, when that is only temporaries of tool writes no longer under way (a
+    /// crash left them; they are hidden from both doors, so no one could remove them, and the
+    /// directory would answer ENOTEMPTY while it shows nothing). Whether it removed them all.
+    pub(super) fn remove_leftover_temporaries(&self, removing: &Permit) -> bool {
+        let Ok(entries) = self.router.readdir(removing) else { return false };
+        let leftovers: Vec<Permit> = entries
+            .iter()
+            .filter(|e| e.name != "." && e.name != "..")
+            .map(|e| removing.temporary_within(&e.name))
+            .collect::<Option<_>>()
+            .unwrap_or_default();
+        if leftovers.is_empty() {
+            return false;
+        }
+        let in_use = |p: &Permit| self.unfinished.lock().values().any(|(t, _)| t.path() == p.path());
+        leftovers.iter().all(|t| !in_use(t) && self.router.unlink(t).is_ok())
+    }
+
     /// Removes the temporary files of the whole writes still under way, for a stop: the
     /// process ends before their threads do, and a temporary would otherwise stay beside its
     /// file for good (the file itself keeps its old content). One whose name now holds

@@ -35,6 +35,13 @@ impl Permit {
         self.op
     }
 
+    /// A permit to remove the tool temporary `name` (see [`temporaries`]) inside the directory
+    /// whose removal this permit allows. `None` for any other name or permit.
+    pub fn temporary_within(&self, name: &str) -> Option<Permit> {
+        (self.op == Op::Write && temporaries::is_temporary_name(name))
+            .then(|| Permit { path: self.path.join(name), op: Op::Write })
+    }
+
     /// A permit for a temporary file named `name` beside this permit's path, which may be
     /// written only to replace the path at once by renaming it there: the write of the path is
     /// what the gate judged, and the temporary name never outlives the operation. `None` for

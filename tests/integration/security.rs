@@ -458,6 +458,26 @@ fn a_tools_temporary_files_are_out_of_every_doors_reach() {
     let (ok, text) = call_tool(&mut c, "write_file", json!({"file_path": "/host/a.txt", "content": "b\n"}));
     assert!(ok, "{text}");
     assert_eq!(std::fs::read_to_string(f.p("/host/a.txt")).unwrap(), "b\n");
+    // A directory holding only leftovers is removed, as it shows nothing (else it would answer
+    // ENOTEMPTY for good, on a database route with no host to clean it on).
+    for (dir, by_tool) in [("d1", false), ("d2", true)] {
+        std::fs::create_dir(f.host_root.join(dir)).unwrap();
+        std::fs::write(f.host_root.join(dir).join(".x.agentvfs-5-5.tmp"), "left").unwrap();
+        assert_eq!(std::fs::read_dir(f.p(&format!("/host/{dir}"))).unwrap().count(), 0);
+        if by_tool {
+            let (ok, text) = call_tool(&mut c, "delete", json!({"file_path": format!("/host/{dir}")}));
+            assert!(ok, "{text}");
+        } else {
+            std::fs::remove_dir(f.p(&format!("/host/{dir}"))).unwrap();
+        }
+        assert!(!f.host_root.join(dir).exists(), "{dir}");
+    }
+    // Beside a visible entry, a leftover stays, and the directory is not empty.
+    std::fs::create_dir(f.host_root.join("d3")).unwrap();
+    std::fs::write(f.host_root.join("d3/.x.agentvfs-5-5.tmp"), "left").unwrap();
+    std::fs::write(f.host_root.join("d3/kept"), "kept").unwrap();
+    assert_eq!(std::fs::remove_dir(f.p("/host/d3")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert!(f.host_root.join("d3/.x.agentvfs-5-5.tmp").exists());
     let explained = crate::harness::sh_ok(
         f.scratch.path(),
         &format!(
