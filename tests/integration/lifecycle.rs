@@ -368,12 +368,16 @@ fn a_stop_during_a_tool_write_leaves_no_temporary_file() {
     let mut c = agentvfs::control::client::Client::connect(&socket).unwrap();
     let piece = agentvfs::control::tools::common::base64(&vec![7u8; 700_000]);
     const PIECES: usize = 120;
-    for _ in 0..PIECES - 1 {
-        let params = serde_json::json!({"path": "/host/big.bin", "content": piece, "more": true});
-        c.call("vfs/upload", Some(params)).unwrap();
+    let mut number = serde_json::Value::Null;
+    for i in 0..PIECES - 1 {
+        let params = serde_json::json!({"path": "/host/big.bin", "content": piece, "more": true, "upload": number, "offset": i * 700_000});
+        let staged = c.call("vfs/upload", Some(params)).unwrap();
+        assert_eq!(staged["staged"], (i + 1) * 700_000, "{staged}");
+        number = staged["upload"].clone();
     }
     let last = std::thread::spawn(move || {
-        let params = serde_json::json!({"path": "/host/big.bin", "content": piece});
+        let offset = (PIECES - 1) * 700_000;
+        let params = serde_json::json!({"path": "/host/big.bin", "content": piece, "upload": number, "offset": offset});
         let _ = c.call("vfs/upload", Some(params));
     });
     let temporary = || {
