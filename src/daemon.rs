@@ -273,14 +273,19 @@ fn resolved_parent_of(path: &Path) -> Option<PathBuf> {
 
 /// Makes `mountpoint` ready: creates it if missing, clears the mount a daemon that died left
 /// there (even one the kernel still holds, see [`stale_mount`]), and refuses one that is in use.
-pub fn prepare_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
+/// Returns the resolved mountpoint and its lock, held from before the mount there was first
+/// examined: keep it until the new mount is made, so that a daemon starting there meanwhile
+/// finds that mount (and refuses it as busy) rather than the one this daemon cleared.
+pub fn prepare_mountpoint(mountpoint: &Path) -> Result<(PathBuf, stale_mount::MountpointLock)> {
     // mountinfo first, for the path and each symlink it leads through: nothing is asked of
     // a mount before it is known not to be a dead one.
     let mut path = mountpoint.to_path_buf();
+    let mut lock = None;
     for _ in 0..40 {
         let Some(candidate) = resolved_parent_of(&path) else { break };
         if stale_mount::mount_at(&candidate).is_some() {
-            stale_mount::clear_dead_mount(&candidate)?;
+            let held = lock.insert(stale_mount::MountpointLock::take(&candidate));
+            stale_mount::clear_dead_mount(&candidate, held)?;
             path = candidate;
             break;
         }
@@ -307,9 +312,18 @@ pub fn prepare_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
     }
     let canonical =
         path.canonicalize().with_context(|| format!("cannot resolve mountpoint {}", mountpoint.display()))?;
+    // One lock at a time (two daemons never wait for each other's), and always the canonical
+    // path's from here to the mount.
+    let lock = match lock {
+        Some(held) if held.point() == canonical => held,
+        other => {
+            drop(other);
+            stale_mount::MountpointLock::take(&canonical)
+        }
+    };
     // A path that had no parent form above (`/mnt/x/..`); after a clearing, a mount under
-    // the cleared one.
-    stale_mount::clear_dead_mount(&canonical)?;
+    // the cleared one; or the mount of a daemon that held the lock until it had mounted.
+    stale_mount::clear_dead_mount(&canonical, &lock)?;
     if let Some((_, fstype)) = mount_at(&canonical) {
         bail!(
             "mountpoint {} is busy: a {fstype} is already mounted there (unmount it first, e.g. `umount {}`)",
@@ -325,7 +339,7 @@ pub fn prepare_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
             canonical.display()
         );
     }
-    Ok(canonical)
+    Ok((canonical, lock))
 }
 
 /// Whether to ask the kernel for FUSE over io_uring: configured, and both the kernel (its module
@@ -394,7 +408,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
     raise_open_file_limit();
     check_fuse_device()?;
-    let mountpoint = prepare_mountpoint(mountpoint)?;
+    // The lock keeps other daemons starting on this mountpoint out until the mount is made.
+    let (mountpoint, mountpoint_lock) = prepare_mountpoint(mountpoint)?;
     let (host_changes, engine_config) = watch_host_routes(&config);
     let engine = build_engine(&engine_config)?;
     if let Some(changes) = &host_changes {
@@ -450,6 +465,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
         };
         anyhow!("cannot mount at {}: {e}{hint}", mountpoint.display())
     })?;
+    // Mounted: a daemon starting here now finds this mount, served.
+    drop(mountpoint_lock);
     // After the handshake, which would otherwise lower the window again to the kernel's.
     if config.read_ahead_kb > 0 {
         if let Err(e) = set_read_ahead(&mountpoint, config.read_ahead_kb) {

@@ -17,9 +17,18 @@
 //! - no live process holds a `/dev/fuse` descriptor of its connection: each such descriptor's
 //!   `fdinfo` names its connection (`fuse_connection:`), and a process counts as dying when
 //!   every one of its threads is a zombie or has SIGKILL pending;
-//! - the mount does not answer `statfs` within [`PROBE_WAIT`], or answers ENOTCONN or
-//!   ECONNABORTED (the kernel ended the connection) or ECANCELED (its io_uring queues are
-//!   gone).
+//! - the mount answers `statfs` with ENOTCONN or ECONNABORTED (the kernel ended the
+//!   connection), or it does not answer within [`PROBE_WAIT`] (or answers ECANCELED: its
+//!   io_uring queues are gone) while a dying process holds its connection. A silent mount with
+//!   no holder in sight is not cleared: with no holder at all the kernel would have ended the
+//!   connection, so some process this one cannot see (another PID namespace) serves it;
+//!   that is refused with the commands that would end it.
+//!
+//! Daemons starting on one mountpoint take turns: each holds a [`MountpointLock`] from before
+//! it looks at the mount there until its own mount is made, so none examines a mount another
+//! is replacing. And just before the connection is aborted, the mount at the mountpoint and the
+//! connection's holders are looked at again: the same mount (id and device) must still be
+//! there, still with no live holder, since connection numbers are reused at once.
 //!
 //! Then its connection is aborted through fusectl (the connection's number is the minor of the
 //! mount's device; fusectl is mounted for that if it is not, and unmounted again), the mount is
@@ -27,14 +36,15 @@
 //! store locks. A mount a live process serves is never touched: it is "busy".
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-/// How long a mount has to answer `statfs` before it is taken for wedged (when no live process
-/// serves it).
+/// How long a mount has to answer `statfs` before it is taken for wedged (when only dying
+/// processes hold its connection).
 pub const PROBE_WAIT: Duration = Duration::from_secs(5);
 
 /// How long a dying daemon is given to leave once its connection is aborted.
@@ -43,9 +53,15 @@ const EXIT_WAIT: Duration = Duration::from_secs(10);
 /// Where fusectl shows the kernel's FUSE connections.
 const FUSECTL: &str = "/sys/fs/fuse/connections";
 
+/// Where root's daemons keep their mountpoint locks (see [`MountpointLock`]).
+pub const LOCK_DIR: &str = "/run/agentvfs-mountpoints";
+
 /// The newest mount at a path, as `/proc/self/mountinfo` lists it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MountEntry {
+    /// The mount's id (mountinfo's first field): a mount made later at the same path, even of
+    /// the same device, has another.
+    pub id: u64,
     /// "major:minor".
     pub device: String,
     pub fstype: String,
@@ -66,6 +82,11 @@ impl MountEntry {
     /// The FUSE connection's number: the minor of the mount's device.
     pub fn connection(&self) -> Option<u32> {
         self.device.split_once(':')?.1.parse().ok()
+    }
+
+    /// The same mount: same id and device (a mount id is reused only once its mount is gone).
+    fn same_mount(&self, other: &MountEntry) -> bool {
+        (self.id, &self.device) == (other.id, &other.device)
     }
 }
 
@@ -90,12 +111,8 @@ fn unescape(field: &str) -> Vec<u8> {
     out
 }
 
-/// The newest mount at `path`, from `/proc/self/mountinfo`: nothing asks the mounted
-/// filesystem itself.
-pub fn mount_at(path: &Path) -> Option<MountEntry> {
-    use std::os::unix::ffi::OsStrExt;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.as_os_str().as_bytes();
+/// The newest mount at path `want` in the text of a mountinfo file.
+fn find_mount(info: &str, want: &[u8]) -> Option<MountEntry> {
     info.lines().rev().find_map(|line| {
         let fields: Vec<&str> = line.split(' ').collect();
         if unescape(fields.get(4)?) != want {
@@ -103,11 +120,20 @@ pub fn mount_at(path: &Path) -> Option<MountEntry> {
         }
         let sep = fields.iter().position(|f| *f == "-")?;
         Some(MountEntry {
+            id: fields.first()?.parse().ok()?,
             device: fields.get(2)?.to_string(),
             fstype: fields.get(sep + 1)?.to_string(),
             source: String::from_utf8_lossy(&unescape(fields.get(sep + 2)?)).into_owned(),
         })
     })
+}
+
+/// The newest mount at `path`, from `/proc/self/mountinfo`: nothing asks the mounted
+/// filesystem itself.
+pub fn mount_at(path: &Path) -> Option<MountEntry> {
+    use std::os::unix::ffi::OsStrExt;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    find_mount(&info, path.as_os_str().as_bytes())
 }
 
 fn busy(point: &Path, entry: &MountEntry, why: &str) -> anyhow::Error {
@@ -119,37 +145,161 @@ fn busy(point: &Path, entry: &MountEntry, why: &str) -> anyhow::Error {
     )
 }
 
+/// The refusal for a mount of agentvfs whose state cannot be told safely, with the commands
+/// that end it by hand.
+fn cannot_tell(point: &Path, conn: u32, why: &str) -> anyhow::Error {
+    anyhow!(
+        "mountpoint {} holds a mount of agentvfs that is not cleared: {why}; if no daemon serves it, end it \
+         with `echo 1 > {FUSECTL}/{conn}/abort` and `umount -l {}`",
+        point.display(),
+        point.display()
+    )
+}
+
+/// An exclusive `flock` on a file named after one mountpoint, which daemons starting there
+/// take in turn: held from before the mount there is examined until the daemon's own mount is
+/// made (or it gives up), so that no daemon examines, aborts or unmounts a mount another is
+/// replacing. The file is `<dir>/<sha256 of the path>.lock`, `dir` [`LOCK_DIR`] for root and
+/// `$XDG_RUNTIME_DIR/agentvfs-mountpoints` otherwise; the lock goes with the descriptor, so a
+/// daemon that dies releases it. When no lock can be had (no such directory can be made, or
+/// it is not this user's alone), the daemon still mounts where nothing is mounted, but clears
+/// nothing.
+#[derive(Debug)]
+pub struct MountpointLock {
+    point: PathBuf,
+    held: std::result::Result<std::fs::File, String>,
+}
+
+impl MountpointLock {
+    /// Takes the lock of `point` (a resolved path), waiting while another daemon holds it.
+    pub fn take(point: &Path) -> MountpointLock {
+        let dir = match nix::unistd::geteuid().is_root() {
+            true => Some(PathBuf::from(LOCK_DIR)),
+            false => dirs::runtime_dir().map(|d| d.join("agentvfs-mountpoints")),
+        };
+        let lock = match dir {
+            Some(dir) => Self::take_in(&dir, point),
+            None => MountpointLock { point: point.to_path_buf(), held: Err("no runtime directory".into()) },
+        };
+        if let Err(why) = &lock.held {
+            tracing::warn!(
+                "cannot lock mountpoint {} against other daemons starting there ({why}); a stale mount there \
+                 will not be cleared",
+                point.display()
+            );
+        }
+        lock
+    }
+
+    /// Takes the lock of `point` in directory `dir` (made, mode 0700, if missing).
+    pub fn take_in(dir: &Path, point: &Path) -> MountpointLock {
+        let held = Self::lock_file(dir, point).and_then(|file| {
+            if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+                tracing::info!(
+                    "another agentvfs daemon is preparing mountpoint {}; waiting for it to mount or give up",
+                    point.display()
+                );
+                flock(&file, libc::LOCK_EX).map_err(|e| format!("cannot lock {}: {e}", dir.display()))?;
+            }
+            Ok(file)
+        });
+        MountpointLock { point: point.to_path_buf(), held }
+    }
+
+    fn lock_file(dir: &Path, point: &Path) -> std::result::Result<std::fs::File, String> {
+        use sha2::{Digest, Sha256};
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+        let shown = dir.display();
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(format!("cannot create {shown}: {e}"))
+            }
+            _ => {}
+        }
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{shown}: {e}"))?;
+        if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+            return Err(format!("{shown} is not a directory this user alone may write"));
+        }
+        let digest = Sha256::digest(point.as_os_str().as_bytes());
+        let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let file = dir.join(format!("{name}.lock"));
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&file)
+            .map_err(|e| format!("cannot open {}: {e}", file.display()))
+    }
+
+    /// The mountpoint this lock is for.
+    pub fn point(&self) -> &Path {
+        &self.point
+    }
+
+    /// Whether the lock is held (else why not).
+    pub fn is_held(&self) -> std::result::Result<(), &str> {
+        self.held.as_ref().map(|_| ()).map_err(String::as_str)
+    }
+}
+
+fn flock(file: &std::fs::File, how: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor this function borrows.
+        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Who holds `/dev/fuse` descriptors of one connection.
 #[derive(Debug, PartialEq)]
 enum Holders {
-    /// No process (that this one can see).
+    /// No process that this one can see.
     Nobody,
-    /// Only dying processes: killed, with threads still in the kernel.
+    /// Dying processes, killed with threads still in the kernel, and no live one this process
+    /// can see. (One whose descriptors it may not read could hold the connection too; but a
+    /// silent mount a dying daemon holds is the wedge the module describes, where a live
+    /// daemon would answer.)
     Dying(Vec<u32>),
     /// A live process: it serves the mount.
     Live(u32),
-    /// A live process whose FUSE descriptors (or whose descriptors at all) this process cannot
-    /// tell apart: a kernel whose fdinfo does not name the connection, or no permission.
+    /// No holder seen, and a live process whose descriptors this process may not read (a
+    /// process with capabilities this one lacks, or another user's when not root).
     Unknown(u32),
 }
 
-/// The descriptors of process `pid`, as `(fd link dir, fdinfo dir)`: the process's own, or,
-/// once its first thread has exited (a zombie leader lists none), those of a thread still in it.
-fn fd_dirs(pid: &str) -> Vec<(PathBuf, PathBuf)> {
+/// The fdinfo directories of process `pid`: the process's own, or, once its first thread has
+/// exited (a zombie leader lists none), those of a thread still in it.
+fn fdinfo_dirs(pid: &str) -> Vec<PathBuf> {
     let base = Path::new("/proc").join(pid);
     let mut dirs = vec![base.clone()];
     if let Ok(tasks) = std::fs::read_dir(base.join("task")) {
         dirs.extend(tasks.flatten().map(|t| t.path()));
     }
-    dirs.into_iter().map(|d| (d.join("fd"), d.join("fdinfo"))).collect()
+    dirs.into_iter().map(|d| d.join("fdinfo")).collect()
 }
 
-/// The connections of `/dev/fuse` descriptors `pid` holds (`None` for one fdinfo does not
-/// name), or an error when its descriptors cannot be read.
-fn fuse_connections(pid: &str) -> io::Result<Vec<Option<u32>>> {
+/// The FUSE connection a descriptor's fdinfo names: only a `/dev/fuse` descriptor attached to
+/// a connection has a `fuse_connection:` line.
+fn connection_in(fdinfo: &str) -> Option<u32> {
+    fdinfo.lines().find_map(|l| l.strip_prefix("fuse_connection:")?.trim().parse().ok())
+}
+
+/// The connections of the `/dev/fuse` descriptors `pid` holds, or an error when its
+/// descriptors cannot be read. Known by their fdinfo alone: the link of a descriptor may name
+/// the device by a path this process does not see it by (`/srv/x/dev/fuse` in a chroot), and
+/// the descriptor itself is never looked at (a `stat` of one on a wedged mount would hang).
+fn fuse_connections(pid: &str) -> io::Result<Vec<u32>> {
     let mut last_error = None;
-    for (fd_dir, info_dir) in fd_dirs(pid) {
-        let entries = match std::fs::read_dir(&fd_dir) {
+    for info_dir in fdinfo_dirs(pid) {
+        let entries = match std::fs::read_dir(&info_dir) {
             Ok(entries) => entries.flatten().collect::<Vec<_>>(),
             Err(e) => {
                 last_error.get_or_insert(e);
@@ -159,15 +309,8 @@ fn fuse_connections(pid: &str) -> io::Result<Vec<Option<u32>>> {
         if entries.is_empty() {
             continue;
         }
-        let mut found = Vec::new();
-        for entry in entries {
-            if std::fs::read_link(entry.path()).ok().as_deref() != Some(Path::new("/dev/fuse")) {
-                continue;
-            }
-            let info = std::fs::read_to_string(info_dir.join(entry.file_name())).unwrap_or_default();
-            found.push(info.lines().find_map(|l| l.strip_prefix("fuse_connection:")?.trim().parse().ok()));
-        }
-        return Ok(found);
+        let infos = entries.iter().filter_map(|e| std::fs::read_to_string(e.path()).ok());
+        return Ok(infos.filter_map(|info| connection_in(&info)).collect());
     }
     match last_error {
         // A process with no descriptors (exited threads, a zombie) or one gone meanwhile.
@@ -203,28 +346,25 @@ fn holders(conn: u32) -> Holders {
         if name == own {
             continue;
         }
-        let (holds, unnamed) = match fuse_connections(&name) {
-            Ok(conns) => (conns.contains(&Some(conn)), conns.contains(&None)),
-            Err(_) => (false, true),
-        };
-        if !holds && !unnamed {
-            continue;
-        }
-        match (holds, dying(pid)) {
-            (true, false) => return Holders::Live(pid),
-            (true, true) => dying_ones.push(pid),
-            (false, false) => unknown = unknown.or(Some(pid)),
-            (false, true) => {}
+        match fuse_connections(&name) {
+            Ok(conns) if conns.contains(&conn) => match dying(pid) {
+                false => return Holders::Live(pid),
+                true => dying_ones.push(pid),
+            },
+            Ok(_) => {}
+            Err(_) if !dying(pid) => unknown = unknown.or(Some(pid)),
+            Err(_) => {}
         }
     }
     match unknown {
+        _ if !dying_ones.is_empty() => Holders::Dying(dying_ones),
         Some(pid) => Holders::Unknown(pid),
-        None if dying_ones.is_empty() => Holders::Nobody,
-        None => Holders::Dying(dying_ones),
+        None => Holders::Nobody,
     }
 }
 
 /// How a mount answered `statfs`.
+#[derive(Debug)]
 enum Probe {
     Answered,
     /// The kernel ended the connection (ENOTCONN, ECONNABORTED): nothing can serve it.
@@ -260,6 +400,40 @@ fn probe(point: &Path, wait: Duration) -> Probe {
     }
 }
 
+/// What to do with a mount of agentvfs, given who holds its connection and how it answered.
+#[derive(Debug, PartialEq)]
+enum Action {
+    /// It is served: refused as busy (by this process, when known).
+    Busy(Option<u32>),
+    /// Whether anything serves it cannot be told: refused, with the commands that end it.
+    CannotTell(String),
+    /// Nothing serves it: aborted and unmounted (why, for the log).
+    Clear(String),
+    /// `statfs` failed otherwise: refused with that error.
+    Fail(String),
+}
+
+fn decide(holders: &Holders, probe: &Probe) -> Action {
+    match (holders, probe) {
+        (Holders::Live(pid), _) => Action::Busy(Some(*pid)),
+        (_, Probe::Answered) => Action::Busy(None),
+        (_, Probe::Failed(e)) => Action::Fail(e.to_string()),
+        // Ended: nothing can serve it any more, whoever holds it.
+        (_, Probe::Ended(e)) => Action::Clear(format!("statfs answers {e}")),
+        // A dying daemon that cannot finish dying: the wedge the module describes.
+        (Holders::Dying(_), Probe::Silent(how)) => Action::Clear(how.clone()),
+        (Holders::Unknown(pid), Probe::Silent(how)) => Action::CannotTell(format!(
+            "it does not answer ({how}), and whether process {pid} serves it cannot be told here"
+        )),
+        // With no holder at all the kernel ends the connection (and statfs answers ENOTCONN):
+        // a holder this process cannot see (another PID namespace) keeps it.
+        (Holders::Nobody, Probe::Silent(how)) => Action::CannotTell(format!(
+            "it does not answer ({how}), yet no process seen here holds its connection, so a daemon this \
+             process cannot see (in another PID namespace) may serve it"
+        )),
+    }
+}
+
 /// Aborts FUSE connection `conn` through fusectl, mounting fusectl at
 /// `/sys/fs/fuse/connections` for that if it is not mounted (and unmounting it again). A
 /// connection fusectl no longer lists is gone already.
@@ -283,35 +457,42 @@ pub fn abort_connection(conn: u32) -> Result<()> {
     written
 }
 
-/// Clears the mount at `point` (a path with no symlink in it) when it is one of agentvfs whose
-/// daemon is gone, as the module says; refuses a mount in use, or any other, as busy. Nothing
-/// mounted there: nothing to do.
-pub fn clear_dead_mount(point: &Path) -> Result<()> {
+/// Clears the mount at `point` (a path with no symlink in it, whose `lock` this process holds)
+/// when it is one of agentvfs whose daemon is gone, as the module says; refuses a mount in use,
+/// or any other, as busy, and one whose state cannot be told with the commands that clear it.
+/// Nothing mounted there: nothing to do.
+pub fn clear_dead_mount(point: &Path, lock: &MountpointLock) -> Result<()> {
+    debug_assert_eq!(lock.point(), point);
     let Some(entry) = mount_at(point) else { return Ok(()) };
     let Some(conn) = entry.connection().filter(|_| entry.is_agentvfs()) else {
         return Err(busy(point, &entry, ""));
     };
-    let holders = holders(conn);
-    if let Holders::Live(pid) = holders {
+    if let Holders::Live(pid) = holders(conn) {
         return Err(busy(point, &entry, &format!(", served by process {pid}")));
     }
-    let how = match probe(point, PROBE_WAIT) {
-        Probe::Answered => return Err(busy(point, &entry, "")),
-        Probe::Failed(e) => bail!("cannot use mountpoint {}: {e}", point.display()),
-        Probe::Ended(e) => format!("statfs answers {e}"),
-        Probe::Silent(how) => {
-            if let Holders::Unknown(pid) = holders {
-                bail!(
-                    "mountpoint {} holds a mount of agentvfs that does not answer ({how}), and whether process {pid} \
-                     serves it cannot be told here; if no daemon serves it, end it with \
-                     `echo 1 > {FUSECTL}/{conn}/abort` and `umount -l {}`",
-                    point.display(),
-                    point.display()
-                );
-            }
-            how
-        }
+    let probed = probe(point, PROBE_WAIT);
+    // Looked at again just before the abort: the probe took up to PROBE_WAIT, and an abort
+    // by number reaches whatever connection has that number now.
+    let Some(now) = mount_at(point) else { return Ok(()) };
+    if !now.same_mount(&entry) {
+        bail!(
+            "mountpoint {} changed while its mount was examined (now a {}); not clearing it",
+            point.display(),
+            now.describe()
+        );
+    }
+    let held = holders(conn);
+    let how = match decide(&held, &probed) {
+        Action::Busy(Some(pid)) => return Err(busy(point, &entry, &format!(", served by process {pid}"))),
+        Action::Busy(None) => return Err(busy(point, &entry, "")),
+        Action::Fail(e) => bail!("cannot use mountpoint {}: {e}", point.display()),
+        Action::CannotTell(why) => return Err(cannot_tell(point, conn, &why)),
+        Action::Clear(how) => how,
     };
+    if let Err(why) = lock.is_held() {
+        let why = format!("no other daemon starting there can be kept out meanwhile ({why})");
+        return Err(cannot_tell(point, conn, &why));
+    }
     tracing::warn!(
         "{} holds a mount of agentvfs whose daemon died ({how}); ending its connection {conn} and clearing it",
         point.display()
@@ -319,11 +500,21 @@ pub fn clear_dead_mount(point: &Path) -> Result<()> {
     if let Err(e) = abort_connection(conn) {
         tracing::warn!("cannot abort FUSE connection {conn} ({e:#}); its callers may stay blocked");
     }
-    nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH)
-        .with_context(|| format!("cannot clear the stale mount at {}", point.display()))?;
+    match mount_at(point) {
+        Some(now) if now.same_mount(&entry) => {
+            nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH)
+                .with_context(|| format!("cannot clear the stale mount at {}", point.display()))?
+        }
+        Some(now) => bail!(
+            "mountpoint {} changed while its mount was cleared (now a {}); not unmounting it",
+            point.display(),
+            now.describe()
+        ),
+        None => {}
+    }
     // A dying daemon keeps its sockets and store locks until its last thread leaves the
     // kernel, which the abort lets it do.
-    if let Holders::Dying(pids) = holders {
+    if let Holders::Dying(pids) = held {
         let deadline = Instant::now() + EXIT_WAIT;
         while matches!(self::holders(conn), Holders::Dying(_)) {
             if Instant::now() > deadline {
@@ -347,16 +538,134 @@ mod tests {
     }
 
     #[test]
+    fn the_newest_mount_at_a_path_is_found_with_its_id() {
+        let info = "\
+22 1 0:21 / /tmp rw,nosuid - tmpfs tmpfs rw
+87 22 0:52 / /tmp/a\\040b rw,nosuid shared:1 - fuse agentvfs rw,user_id=0
+91 87 0:53 / /tmp/a\\040b rw - fuse agentvfs rw,user_id=0
+";
+        let found = find_mount(info, b"/tmp/a b").unwrap();
+        let want =
+            MountEntry { id: 91, device: "0:53".into(), fstype: "fuse".into(), source: "agentvfs".into() };
+        assert_eq!(found, want);
+        assert!(find_mount(info, b"/tmp/a").is_none());
+        // The same device mounted again is another mount.
+        assert!(!found.same_mount(&MountEntry { id: 87, ..want.clone() }));
+        assert!(!found.same_mount(&MountEntry { device: "0:52".into(), ..want.clone() }));
+        assert!(found.same_mount(&want));
+    }
+
+    #[test]
     fn the_connection_is_the_minor_of_an_agentvfs_mount() {
-        let entry = MountEntry { device: "0:52".into(), fstype: "fuse".into(), source: "agentvfs".into() };
+        let entry =
+            MountEntry { id: 1, device: "0:52".into(), fstype: "fuse".into(), source: "agentvfs".into() };
         assert!(entry.is_agentvfs());
         assert_eq!(entry.connection(), Some(52));
-        let other = MountEntry { device: "0:53".into(), fstype: "fuse.sshfs".into(), source: "h:/".into() };
+        let other =
+            MountEntry { id: 2, device: "0:53".into(), fstype: "fuse.sshfs".into(), source: "h:/".into() };
         assert!(!other.is_agentvfs());
+    }
+
+    #[test]
+    fn a_fuse_descriptor_is_known_by_its_fdinfo() {
+        assert_eq!(
+            connection_in("pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t89\nfuse_connection:\t52\n"),
+            Some(52)
+        );
+        // A descriptor of /dev/fuse not attached to a mount yet, and any other file.
+        assert_eq!(connection_in("pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t89\n"), None);
+        assert_eq!(connection_in("pos:\t0\nflags:\t0100000\nmnt_id:\t30\nino:\t1234\n"), None);
     }
 
     #[test]
     fn a_live_process_is_not_dying() {
         assert!(!dying(std::process::id()));
+    }
+
+    fn silent() -> Probe {
+        Probe::Silent("statfs has no answer within 5 s".into())
+    }
+
+    fn ended() -> Probe {
+        Probe::Ended(io::Error::from_raw_os_error(libc::ENOTCONN))
+    }
+
+    fn cleared(action: Action) -> bool {
+        matches!(action, Action::Clear(_))
+    }
+
+    fn cannot_be_told(action: Action) -> bool {
+        matches!(action, Action::CannotTell(_))
+    }
+
+    #[test]
+    fn a_live_holder_or_an_answer_means_busy() {
+        for probe in [Probe::Answered, silent(), ended()] {
+            assert_eq!(decide(&Holders::Live(7), &probe), Action::Busy(Some(7)));
+        }
+        for holders in [Holders::Nobody, Holders::Dying(vec![3]), Holders::Unknown(4)] {
+            assert_eq!(decide(&holders, &Probe::Answered), Action::Busy(None));
+        }
+    }
+
+    #[test]
+    fn an_ended_connection_is_cleared_whoever_holds_it() {
+        for holders in [Holders::Nobody, Holders::Dying(vec![3]), Holders::Unknown(4)] {
+            assert!(cleared(decide(&holders, &ended())), "{holders:?}");
+        }
+        let aborted = Probe::Ended(io::Error::from_raw_os_error(libc::ECONNABORTED));
+        assert!(cleared(decide(&Holders::Nobody, &aborted)));
+    }
+
+    #[test]
+    fn a_silent_mount_is_cleared_only_when_a_dying_daemon_holds_it() {
+        assert!(cleared(decide(&Holders::Dying(vec![3]), &silent())));
+        let canceled = Probe::Silent("statfs answers Operation canceled (os error 125)".into());
+        assert!(cleared(decide(&Holders::Dying(vec![3]), &canceled)));
+        // No holder in sight yet the kernel keeps the connection: one this process cannot see.
+        assert!(cannot_be_told(decide(&Holders::Nobody, &silent())));
+        assert!(cannot_be_told(decide(&Holders::Nobody, &canceled)));
+        assert!(cannot_be_told(decide(&Holders::Unknown(4), &silent())));
+    }
+
+    #[test]
+    fn another_statfs_error_is_reported() {
+        let probe = Probe::Failed(io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(decide(&Holders::Nobody, &probe), Action::Fail(e) if e.contains("os error 5")));
+    }
+
+    #[test]
+    fn daemons_take_turns_on_one_mountpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = dir.path().join("locks");
+        let first = MountpointLock::take_in(&locks, Path::new("/mnt/a"));
+        assert_eq!(first.is_held(), Ok(()));
+        // Another mountpoint has its own lock.
+        let other = MountpointLock::take_in(&locks, Path::new("/mnt/b"));
+        assert_eq!(other.is_held(), Ok(()));
+        // A second taker of /mnt/a (here another descriptor) waits until the first lets go.
+        let (tx, rx) = mpsc::channel();
+        let waiting = {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                let second = MountpointLock::take_in(&locks, Path::new("/mnt/a"));
+                tx.send(second.is_held().is_ok()).unwrap();
+            })
+        };
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "taken twice at once");
+        drop(first);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        waiting.join().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&locks).unwrap().permissions().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_lock_directory_others_may_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let lock = MountpointLock::take_in(dir.path(), Path::new("/mnt/a"));
+        assert!(lock.is_held().unwrap_err().contains("this user alone"), "{lock:?}");
     }
 }

@@ -55,12 +55,9 @@ fn a_stale_mount_is_recovered_and_a_busy_one_refused() {
     drop(first);
 }
 
-/// The FUSE connection number of the mount at `dir`: the minor of its device in mountinfo.
+/// The FUSE connection number of the mount at `dir`.
 fn connection_of(dir: &std::path::Path) -> u32 {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let want = dir.to_string_lossy();
-    let line = info.lines().rev().find(|l| l.split(' ').nth(4) == Some(want.as_ref())).expect("mounted");
-    line.split(' ').nth(2).unwrap().split_once(':').unwrap().1.parse().unwrap()
+    agentvfs::daemon::stale_mount::mount_at(dir).and_then(|m| m.connection()).expect("mounted")
 }
 
 /// Whether a thread of process `pid` waits in the kernel to tell it to forget a name.
@@ -93,8 +90,24 @@ fn a_killed_daemon_the_kernel_still_holds_is_cleared_by_the_next_start() {
     }
 }
 
-fn clear_a_wedged_mount(io_uring: bool) {
-    use std::time::{Duration, Instant};
+/// A mount whose daemon was killed while the kernel waited on it: `old` cannot finish dying,
+/// `caller` (a chmod) waits for an answer, and `tool`'s write waits for the daemon.
+/// Fields drop in this order: the old connection aborted, then what is left at `mnt`
+/// unmounted, and only then the scratch directory removed.
+struct Wedged {
+    abort: AbortOnDrop,
+    /// Unmounts what is left at `mnt` when dropped.
+    first: Mount,
+    tool: std::thread::JoinHandle<()>,
+    caller: std::process::Child,
+    old: std::process::Child,
+    /// The mountpoint, resolved.
+    mnt: std::path::PathBuf,
+    unmounted: Unmounted,
+}
+
+fn wedge(io_uring: bool) -> Wedged {
+    use std::time::Duration;
     let rules = format!(
         r#"
 [[rules]]
@@ -109,13 +122,14 @@ timeout_seconds = 300
 io_uring = {io_uring}
 "#
     );
-    let Unmounted { scratch: s, host_root: root, config: cfg } = unmounted(&rules);
+    let unmounted = unmounted(&rules);
+    let (s, root) = (unmounted.scratch.path(), &unmounted.host_root);
     fs::create_dir(root.join("d")).unwrap();
-    let mnt = s.path().join("mnt");
-    let mut first = Mount::start(&cfg, &mnt);
-    let _abort = AbortOnDrop(connection_of(&first.dir));
-    let mut old = first.child.take().unwrap();
-    let socket = s.path().join("agentvfs.sock");
+    let mut first = Mount::start(&unmounted.config, &s.join("mnt"));
+    let mnt = first.dir.clone();
+    let abort = AbortOnDrop(connection_of(&first.dir));
+    let old = first.child.take().unwrap();
+    let socket = s.join("agentvfs.sock");
     let pending = || {
         let mut c = agentvfs::control::client::Client::connect(&socket).unwrap();
         c.call("interrupts/list", Some(serde_json::json!({}))).unwrap()["interrupts"]
@@ -124,7 +138,7 @@ io_uring = {io_uring}
             .len()
     };
     // chmod holds the directory's lock while its request waits for approval.
-    let mut caller = Command::new("chmod").arg("700").arg(first.path("/host/d")).spawn().unwrap();
+    let caller = Command::new("chmod").arg("700").arg(first.path("/host/d")).spawn().unwrap();
     crate::harness::within("the chmod waits for approval", Duration::from_secs(10), || pending() == 1);
     // A tool's write in that directory: the daemon has the kernel forget the name, and the
     // kernel waits for the directory's lock.
@@ -138,34 +152,231 @@ io_uring = {io_uring}
         waits_in_inval_entry(old.id())
     });
     unsafe { libc::kill(old.id() as i32, libc::SIGKILL) };
+    let mut wedged = Wedged { abort, first, tool, caller, old, mnt, unmounted };
     // The kernel keeps the connection: the daemon does not exit, the caller still waits.
     std::thread::sleep(Duration::from_secs(1));
-    assert!(old.try_wait().unwrap().is_none(), "the killed daemon exited: nothing held it");
-    assert!(caller.try_wait().unwrap().is_none(), "the caller was released");
-    assert!(waits_in_inval_entry(old.id()));
+    assert!(wedged.old.try_wait().unwrap().is_none(), "the killed daemon exited: nothing held it");
+    assert!(wedged.caller.try_wait().unwrap().is_none(), "the caller was released");
+    assert!(waits_in_inval_entry(wedged.old.id()));
+    wedged
+}
+
+/// Waits (up to 10 s) for `child` to exit.
+fn released(child: &mut std::process::Child) -> std::process::ExitStatus {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "process {} still waits", child.id());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait().unwrap()
+}
+
+fn clear_a_wedged_mount(io_uring: bool) {
+    use std::time::{Duration, Instant};
+    let Wedged { unmounted, mnt, mut old, mut caller, tool, first, abort } = wedge(io_uring);
+    let root = &unmounted.host_root;
 
     let started = Instant::now();
-    let second = Mount::start(&cfg, &mnt);
+    let second = Mount::start(&unmounted.config, &mnt);
     let log = second.log_text();
     assert!(log.contains("whose daemon died"), "io_uring {io_uring}: {log}");
     fs::write(second.path("/host/after-recovery"), "ok").unwrap();
     assert_eq!(fs::read_to_string(root.join("after-recovery")).unwrap(), "ok");
     assert_eq!(fs::read_to_string(second.path("/host/d/new")).unwrap(), "x");
-    let released = |child: &mut std::process::Child| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "process {} still waits", child.id());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait().unwrap()
-    };
     assert!(!released(&mut caller).success(), "the chmod fails: its daemon died");
     released(&mut old);
     tool.join().unwrap();
     assert!(started.elapsed() < Duration::from_secs(20), "io_uring {io_uring}: took {:?}", started.elapsed());
     eprintln!("io_uring {io_uring}: {}", log.lines().find(|l| l.contains("whose daemon died")).unwrap());
     second.stop();
+    drop(abort);
     drop(first);
+}
+
+/// A daemon started by a test outside [`Mount`] (whose guard would unmount the other's mount
+/// at the same mountpoint): stopped when dropped, if it still runs.
+struct Daemon {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(config: &std::path::Path, mnt: &std::path::Path, log: std::path::PathBuf) -> Daemon {
+        let out = fs::File::create(&log).unwrap();
+        let child = Command::new(BIN)
+            .args(["mount", "--config"])
+            .arg(config)
+            .arg(mnt)
+            .env("RUST_LOG", "info")
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Daemon { child, log }
+    }
+
+    fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().unwrap().is_none() {
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while self.child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Two daemons started at once on one wedged mountpoint take turns: the first to get there
+/// clears the dead mount and mounts; the other waits until then, finds that mount served, and
+/// refuses as busy. It never aborts the new mount's connection (which may have the dead one's
+/// number: the kernel hands out the lowest free one) nor unmounts it, and the winner's mount
+/// keeps working. By `/dev/fuse` the dead mount does not answer, so the examination the two
+/// would overlap in lasts the whole 5 s probe.
+#[test]
+fn two_daemons_started_at_once_on_a_wedged_mountpoint_take_turns() {
+    use std::time::{Duration, Instant};
+    let Wedged { unmounted, mnt, mut old, mut caller, tool, first, abort } = wedge(false);
+    let (s, root) = (unmounted.scratch.path(), &unmounted.host_root);
+    let dead_connection = abort.0;
+    // The other daemon: its own sockets, stores and postgres namespace; the same host root.
+    let name = s.file_name().unwrap().to_string_lossy().into_owned();
+    let other_state = s.join(format!("{name}-b"));
+    fs::create_dir(&other_state).unwrap();
+    let other_config = crate::harness::config(&other_state, root, "");
+    let mut daemons = [
+        Daemon::start(&unmounted.config, &mnt, s.join("a.log")),
+        Daemon::start(&other_config, &mnt, s.join("b.log")),
+    ];
+
+    // One exits, refusing; the other mounts.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let loser = loop {
+        let exited = daemons.iter_mut().position(|d| d.child.try_wait().unwrap().is_some());
+        if let Some(i) = exited {
+            break i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "neither refused:\n{}\n{}",
+            daemons[0].log_text(),
+            daemons[1].log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let winner = 1 - loser;
+    let winner_pid = daemons[winner].child.id();
+    let (lost, won) = (daemons[loser].log_text(), daemons[winner].log_text());
+    let status = daemons[loser].child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{lost}\n-- the other --\n{won}");
+    assert!(
+        lost.contains("another agentvfs daemon is preparing mountpoint")
+            && !lost.contains("whose daemon died"),
+        "it waited its turn and cleared nothing:\n{lost}"
+    );
+    assert!(
+        lost.contains(&format!(
+            "is busy: a fuse filesystem (agentvfs) is already mounted there, served by process {winner_pid}"
+        )),
+        "{lost}"
+    );
+    eprintln!("refused: {}", lost.lines().last().unwrap_or_default());
+    crate::harness::within("the winner mounts", Duration::from_secs(20), || {
+        is_mounted(&mnt) && daemons[winner].log_text().contains("\n  audit log")
+    });
+    let won = daemons[winner].log_text();
+    assert!(won.contains("whose daemon died"), "{won}");
+    assert!(daemons[winner].child.try_wait().unwrap().is_none(), "the winner exited:\n{won}");
+    // The winner's connection most often takes the dead one's number (the lowest free).
+    eprintln!("the dead connection was {dead_connection}, the winner's is {}", connection_of(&mnt));
+    fs::write(mnt.join("host/after-race"), "ok").unwrap();
+    assert_eq!(fs::read_to_string(root.join("after-race")).unwrap(), "ok");
+
+    assert!(!released(&mut caller).success(), "the chmod fails: its daemon died");
+    released(&mut old);
+    tool.join().unwrap();
+    unsafe { libc::kill(winner_pid as i32, libc::SIGTERM) };
+    assert!(released(&mut daemons[winner].child).success(), "{}", daemons[winner].log_text());
+    assert!(!is_mounted(&mnt));
+    drop(daemons);
+    drop(abort);
+    drop(first);
+}
+
+/// A mount whose daemon this one cannot see (here the new daemon runs in a PID namespace of
+/// its own, whose /proc does not show the first one) and that does not answer (the first
+/// daemon is stopped): with no holder at all the kernel would have ended the connection, so
+/// whether a daemon serves it cannot be told. It is refused, naming the commands that end it,
+/// and its connection is not aborted: once the first daemon goes on, it serves as before.
+#[test]
+fn a_silent_mount_whose_holder_is_out_of_sight_is_refused_not_aborted() {
+    use std::time::{Duration, Instant};
+    // By /dev/fuse: a statfs the stopped daemon has not read can be given up when the new
+    // daemon exits (one handed to an io_uring entry could not, until the daemon answers).
+    let Unmounted { scratch: s, host_root: root, config: cfg } = unmounted("[fuse]\nio_uring = false\n");
+    let first = Mount::start(&cfg, &s.path().join("mnt"));
+    let mnt = first.dir.clone();
+    let name = s.path().file_name().unwrap().to_string_lossy().into_owned();
+    let other_state = s.path().join(format!("{name}-b"));
+    fs::create_dir(&other_state).unwrap();
+    let other_config = crate::harness::config(&other_state, &root, "");
+
+    /// Lets the stopped daemon go on when dropped (before its [`Mount`] stops it).
+    struct Continue(i32);
+    impl Drop for Continue {
+        fn drop(&mut self) {
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    let pid = first.child.as_ref().unwrap().id() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let stopped = Continue(pid);
+    let log = s.path().join("other.log");
+    let mut other = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "--mount-proc", BIN, "mount", "--config"])
+        .arg(&other_config)
+        .arg(&mnt)
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while other.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Should it still run, the first daemon goes on and it is killed (with its namespaces,
+    // and whatever it mounted in them).
+    drop(stopped);
+    if other.try_wait().unwrap().is_none() {
+        unsafe { libc::kill(other.id() as i32, libc::SIGKILL) };
+    }
+    let status = other.wait().unwrap();
+    let err = fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(!err.contains("whose daemon died"), "{err}");
+    assert!(
+        err.contains(&format!("mountpoint {} holds a mount of agentvfs that is not cleared", mnt.display()))
+            && err.contains("yet no process seen here holds its connection")
+            && err.contains("/abort` and `umount -l"),
+        "{err}"
+    );
+    eprintln!("refused: {}", err.lines().last().unwrap_or_default());
+    // The first daemon's mount was left alone and serves.
+    fs::write(first.path("/host/still-served"), "ok").unwrap();
+    assert_eq!(fs::read_to_string(root.join("still-served")).unwrap(), "ok");
+    first.stop();
 }
 
 fn mount_error(config_text: &str) -> String {
