@@ -83,7 +83,7 @@ pub fn arguments_text(value: &serde_json::Value) -> String {
     let text = String::from_utf8_lossy(&kept.text[..whole]).into_owned();
     match kept.total - text.len() {
         0 => text,
-        cut => format!("{text}… [{cut} more bytes]"),
+        cut => text + &cut_note(cut),
     }
 }
 
@@ -95,7 +95,12 @@ fn cut_command(command: &mut String) {
     let end = crate::display::prefix_within(command, MAX_COMMAND).len();
     let cut = command.len() - end;
     command.truncate(end);
-    command.push_str(&format!("… [{cut} more bytes]"));
+    command.push_str(&cut_note(cut));
+}
+
+/// What ends a text cut short: how much more there was.
+fn cut_note(cut: usize) -> String {
+    format!("… [{cut} more bytes]")
 }
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS audit (

@@ -591,6 +591,12 @@ impl Engine {
         self.router.commit_pending()
     }
 
+    /// Makes the names in each of `dirs` durable (what a tool call changed, in directories it
+    /// was judged for).
+    pub fn fsyncdirs(&self, dirs: &[VPath]) -> FsResult<()> {
+        self.router.fsyncdirs(dirs)
+    }
+
     /// `fsync` of a directory opened (and judged) by `opendir`.
     pub fn fsyncdir(&self, path: &VPath) -> FsResult<()> {
         self.router.fsyncdir(path)

@@ -269,6 +269,22 @@ impl Router {
         self.routes.iter().try_for_each(|route| route.backend.commit_pending())
     }
 
+    /// [`Backend::fsyncdirs`] of each route that serves some of `dirs`.
+    pub fn fsyncdirs(&self, dirs: &[VPath]) -> FsResult<()> {
+        self.routes.iter().try_for_each(|route| {
+            let rels: Vec<&str> = dirs
+                .iter()
+                .map(|dir| self.resolve(dir))
+                .filter(|(served, _)| std::ptr::eq(*served, route))
+                .map(|(_, rel)| rel)
+                .collect();
+            match rels.is_empty() {
+                true => Ok(()),
+                false => route.backend.fsyncdirs(&rels),
+            }
+        })
+    }
+
     pub fn fsyncdir(&self, path: &VPath) -> FsResult<()> {
         let (route, rel) = self.resolve(path);
         route.backend.fsyncdir(rel)

@@ -179,24 +179,15 @@ class AgentvfsBackend(SandboxBackendProtocol):
         was not sent, or not answered, is its failed result. `wait` replaces `timeout` for the
         replies to the call itself."""
         wait = self.timeout if wait is None else wait
-        def send(params: dict[str, Any]) -> dict[str, Any]:
-            steps = _call_requests(params)
-            try:
-                method, request = next(steps)
-                while True:
-                    method, request = steps.send(self._client.call(method, request, wait))
-            except StopIteration as done:
-                return done.value
-
         try:
-            result = send(self._params(name, arguments))
+            result = _run(self._client, _call_requests(self._params(name, arguments)), wait)
             ticket = _structured(result)
             if not ticket.get("interrupted"):
                 return result
             decision = _pause(name, arguments, ticket)
             if decision is not None and self._approver is not None:
                 self._approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-            return send(_finish(name, arguments, ticket))
+            return _run(self._client, _call_requests(_finish(name, arguments, ticket)), wait)
         except RequestError as e:
             return _unsent(name, e)
         except _UNANSWERED as e:
@@ -205,24 +196,15 @@ class AgentvfsBackend(SandboxBackendProtocol):
     async def _atool(self, name: str, arguments: dict[str, Any], wait: float | None = None) -> dict[str, Any]:
         wait = self.timeout if wait is None else wait
         client, approver = self._aclients()
-        async def send(params: dict[str, Any]) -> dict[str, Any]:
-            steps = _call_requests(params)
-            try:
-                method, request = next(steps)
-                while True:
-                    method, request = steps.send(await client.call(method, request, wait))
-            except StopIteration as done:
-                return done.value
-
         try:
-            result = await send(self._params(name, arguments))
+            result = await _arun(client, _call_requests(self._params(name, arguments)), wait)
             ticket = _structured(result)
             if not ticket.get("interrupted"):
                 return result
             decision = _pause(name, arguments, ticket)
             if decision is not None and approver is not None:
                 await approver.call("interrupts/resolve", _resolution(ticket["interrupt_id"], decision), self.timeout)
-            return await send(_finish(name, arguments, ticket))
+            return await _arun(client, _call_requests(_finish(name, arguments, ticket)), wait)
         except RequestError as e:
             return _unsent(name, e)
         except _UNANSWERED as e:
@@ -299,14 +281,8 @@ class AgentvfsBackend(SandboxBackendProtocol):
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []
         for path, content in files:
-            reply: dict[str, Any] = {}
-            steps = _upload_steps(path, content)
             try:
-                params = next(steps)
-                while True:
-                    params = steps.send(self._client.call("vfs/upload", params, self.timeout))
-            except StopIteration as done:
-                reply = done.value
+                reply = _run(self._client, _upload_steps(path, content), self.timeout)
             except RequestError:
                 reply = _UNSENT_FILE
             except _UNANSWERED as e:
@@ -318,14 +294,8 @@ class AgentvfsBackend(SandboxBackendProtocol):
         client, _ = self._aclients()
         responses = []
         for path, content in files:
-            reply: dict[str, Any] = {}
-            steps = _upload_steps(path, content)
             try:
-                params = next(steps)
-                while True:
-                    params = steps.send(await client.call("vfs/upload", params, self.timeout))
-            except StopIteration as done:
-                reply = done.value
+                reply = await _arun(client, _upload_steps(path, content), self.timeout)
             except RequestError:
                 reply = _UNSENT_FILE
             except _UNANSWERED as e:
@@ -549,6 +519,29 @@ def _execute_args(command: str, timeout: int | None) -> dict[str, Any]:
     return {"command": command} if timeout is None else {"command": command, "timeout": timeout}
 
 
+# Requests sent one at a time, each with the answer to the one before: a generator yields
+# (method, params), is sent the reply, and returns the result.
+Steps = Generator[tuple[str, dict[str, Any]], dict[str, Any], dict[str, Any]]
+
+
+def _run(client: Client, steps: Steps, wait: float | None) -> dict[str, Any]:
+    try:
+        method, params = next(steps)
+        while True:
+            method, params = steps.send(client.call(method, params, wait))
+    except StopIteration as done:
+        return done.value
+
+
+async def _arun(client: AsyncClient, steps: Steps, wait: float | None) -> dict[str, Any]:
+    try:
+        method, params = next(steps)
+        while True:
+            method, params = steps.send(await client.call(method, params, wait))
+    except StopIteration as done:
+        return done.value
+
+
 # Room for the rest of a `tools/call` line beside its arguments; an argument that would take
 # the line past it is staged first (`vfs/upload` with `argument: true`).
 _CALL_ROOM = MAX_LINE - (64 << 10)
@@ -563,7 +556,7 @@ def _line_size(params: dict[str, Any]) -> int:
     return len(json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
-def _call_requests(params: dict[str, Any]) -> Generator[tuple[str, dict[str, Any]], dict[str, Any], dict[str, Any]]:
+def _call_requests(params: dict[str, Any]) -> Steps:
     """The requests of one `tools/call`, each sent with the answer to the one before: the call
     itself, after its longest string arguments when the line would be over the daemon's
     limit (a 3 MB `write_file` content, an `edit_file` appending to a long file), each staged
@@ -582,35 +575,31 @@ def _call_requests(params: dict[str, Any]) -> Generator[tuple[str, dict[str, Any
         except UnicodeEncodeError as e:
             msg = f"request not sent: `{key}` holds {e.object[e.start]!r}, which is not valid UTF-8"
             raise RequestError(msg) from None
-        number = None
-        for at in range(0, max(len(data), 1), _UPLOAD_PIECE):
-            piece: dict[str, Any] = {"path": label, "content": base64.b64encode(data[at : at + _UPLOAD_PIECE]).decode("ascii")}
-            piece.update({"more": True, "argument": True})
-            if number is not None:
-                piece.update({"upload": number, "offset": at})
-            reply = yield ("vfs/upload", piece)
-            if "error_code" in reply:
-                return {"content": [{"type": "text", "text": reply.get("message", "")}], "isError": True, "structuredContent": reply}
-            number = reply["upload"]
-        staged[key] = number
+        reply = yield from _upload_steps(label, data, argument=True)
+        if "error_code" in reply:
+            return {"content": [{"type": "text", "text": reply.get("message", "")}], "isError": True, "structuredContent": reply}
+        staged[key] = reply["upload"]
         del arguments[key]
     if staged:
         params = {**params, "arguments": arguments, "staged_arguments": staged}
     return (yield ("tools/call", params))
 
 
-def _upload_steps(path: str, content: bytes) -> Generator[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The `vfs/upload` requests of one file, each sent with the answer to the one before:
-    later pieces name the upload the first was given, and a refused piece ends the upload
-    (its answer is the result)."""
+def _upload_steps(path: str, content: bytes, *, argument: bool = False) -> Steps:
+    """The `vfs/upload` requests of one file (or, with `argument`, of a tool call's argument,
+    every piece kept for the call), each sent with the answer to the one before: later pieces
+    name the upload the first was given and where they begin, and a refused piece ends the
+    upload (its answer is the result)."""
     pieces = [content[i : i + _UPLOAD_PIECE] for i in range(0, len(content), _UPLOAD_PIECE)] or [b""]
     reply: dict[str, Any] = {}
     number = None
     for i, piece in enumerate(pieces):
-        params = {"path": path, "content": base64.b64encode(piece).decode("ascii"), "more": i + 1 < len(pieces)}
+        params = {"path": path, "content": base64.b64encode(piece).decode("ascii"), "more": argument or i + 1 < len(pieces)}
+        if argument:
+            params["argument"] = True
         if number is not None:
             params.update({"upload": number, "offset": i * _UPLOAD_PIECE})
-        reply = yield params
+        reply = yield ("vfs/upload", params)
         if "error_code" in reply:
             break
         number = reply.get("upload", number)

@@ -325,8 +325,6 @@ pub trait Backend: Send + Sync {
     fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()>;
     fn setattr(&self, path: &str, changes: &SetAttr) -> FsResult<Attr>;
     fn statfs(&self, path: &str) -> FsResult<StatFs>;
-    /// `fsync` of a directory: makes the names in it (its creations, removals and renames)
-    /// durable. Backends whose name changes are durable when they return have nothing to do.
     /// Sends the store what this backend answered without it: the postgres route's name
     /// changes made while alone (its journal) and files it holds back. The tools call it
     /// before they report success, so that what they report is what a crash keeps.
@@ -334,8 +332,20 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// `fsync` of a directory: makes the names in it (its creations, removals and renames)
+    /// durable. Backends whose name changes are durable when they return have nothing to do.
     fn fsyncdir(&self, _path: &str) -> FsResult<()> {
         Ok(())
+    }
+
+    /// [`Backend::fsyncdir`] of each of `dirs` (what a tool call changed), skipping one that
+    /// is gone (its removal is in its parent, which is among them). A store whose sync covers
+    /// every directory at once does it once.
+    fn fsyncdirs(&self, dirs: &[&str]) -> FsResult<()> {
+        dirs.iter().try_for_each(|dir| match self.fsyncdir(dir) {
+            Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) => Ok(()),
+            other => other,
+        })
     }
 
     fn getxattr(&self, _path: &str, _name: &str) -> FsResult<Vec<u8>> {

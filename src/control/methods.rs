@@ -245,36 +245,9 @@ impl State {
                 return Err(RpcError::invalid_params(format!("`wait` must be a boolean, got {other}")))
             }
         };
-        // Arguments too long for one request line, staged beforehand with `vfs/upload`
-        // (`argument: true`): the call takes them out of the session, once the rest of the
-        // request is known to be good (a bad one would have used them up for nothing).
-        let mut holding = Vec::new();
-        match params.get("staged_arguments") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(staged)) => {
-                for (key, number) in staged {
-                    let Some(number) = number.as_u64() else {
-                        return Err(RpcError::invalid_params(format!(
-                            "`staged_arguments.{key}` must be an upload's number, got {number}"
-                        )));
-                    };
-                    if arguments.contains_key(key) {
-                        return Err(RpcError::invalid_params(format!(
-                            "`{key}` is given both in `arguments` and in `staged_arguments`"
-                        )));
-                    }
-                    let (text, held) =
-                        session.staging.take_argument(number).map_err(RpcError::invalid_params)?;
-                    arguments.insert(key.clone(), Value::String(text));
-                    holding.push(held);
-                }
-            }
-            Some(other) => {
-                return Err(RpcError::invalid_params(format!(
-                    "`staged_arguments` must be an object of upload numbers, got {other}"
-                )))
-            }
-        }
+        // Taken once the rest of the request is known to be good (a bad one would have used
+        // them up for nothing); held until the call is over.
+        let _holding = transfer::take_staged_arguments(&session.staging, params, &mut arguments)?;
         let arguments = Value::Object(arguments);
         let mut env = self.tool_env(session, peer, name, &arguments, call_id);
         env.structured = structured;

@@ -207,6 +207,42 @@ impl Staging {
     }
 }
 
+/// `tools/call`'s `staged_arguments` (`{name: upload number}`): arguments too long for one
+/// request line, staged beforehand with `vfs/upload` (`argument: true`), taken out of the
+/// session into `arguments`. The call holds what this returns until it is over.
+pub fn take_staged_arguments(
+    staging: &Staging,
+    params: &Map<String, Value>,
+    arguments: &mut Map<String, Value>,
+) -> Result<Vec<HeldArgument>, RpcError> {
+    let staged = match params.get("staged_arguments") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(staged)) => staged,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "`staged_arguments` must be an object of upload numbers, got {other}"
+            )))
+        }
+    };
+    let mut holding = Vec::new();
+    for (key, number) in staged {
+        let Some(number) = number.as_u64() else {
+            return Err(RpcError::invalid_params(format!(
+                "`staged_arguments.{key}` must be an upload's number, got {number}"
+            )));
+        };
+        if arguments.contains_key(key) {
+            return Err(RpcError::invalid_params(format!(
+                "`{key}` is given both in `arguments` and in `staged_arguments`"
+            )));
+        }
+        let (text, held) = staging.take_argument(number).map_err(RpcError::invalid_params)?;
+        arguments.insert(key.clone(), Value::String(text));
+        holding.push(held);
+    }
+    Ok(holding)
+}
+
 /// What [`Staging::add`] did with a piece.
 enum Staged {
     /// Kept: upload `number` holds `staged` bytes now.

@@ -86,20 +86,14 @@ impl<'e> ToolFs<'e> {
     /// Makes what this call changed survive a crash, of the daemon, of the machine or of a
     /// database server, before the call reports success: held changes go to their stores,
     /// then every directory whose entries changed is synced (`fsync` of the directory on the
-    /// host; the store's own sync on the database routes, once per directory). A directory
+    /// host; the store's own sync on the database routes, once for all of them). A directory
     /// removed since is skipped: its removal is in its parent, which is synced too.
     pub fn make_durable(&self) -> FsResult<()> {
         self.engine.commit_pending()?;
         let mut dirs = std::mem::take(&mut *self.changed.lock());
         dirs.sort();
         dirs.dedup();
-        for dir in dirs {
-            match self.engine.fsyncdir(&dir) {
-                Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ENOTDIR) => {}
-                other => other?,
-            }
-        }
-        Ok(())
+        self.engine.fsyncdirs(&dirs)
     }
 
     /// Records a refusal of the tool's own permission pre-check in the audit log.

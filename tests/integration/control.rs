@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{config, is_mounted, scratch, Conn, Fixture, Mount, BIN};
+use crate::harness::{config, is_mounted, resident, scratch, Conn, Fixture, Mount, BIN};
 
 const TOOLS: [&str; 7] = ["ls", "read_file", "write_file", "edit_file", "delete", "glob", "grep"];
 
@@ -733,13 +733,6 @@ fn a_real_mcp_client_over_the_stdio_bridge() {
     let status = Conn::open(&f.socket()).result(1, "vfs/status", json!({}));
     assert_eq!(status["counters"]["tool_calls"], json!(7));
     assert_eq!(status["counters"]["connections_open"], json!(1));
-}
-
-/// The daemon's resident memory, in bytes.
-fn resident(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
 /// A client that asks for many large results and reads none of them does not make the

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::control::FixturePaths;
-use crate::harness::{Conn, Fixture, BIN};
+use crate::harness::{resident, Conn, Fixture, BIN};
 
 /// A connection that asks for several large replies and reads none is closed at its first
 /// reply's 30 s write deadline, and every reply queued behind that one is dropped with it: the
@@ -47,11 +47,16 @@ fn a_client_that_stops_reading_stalls_its_users_other_connections_for_one_deadli
     assert!(!received.contains(&b'\n'), "a whole reply reached the stalled client");
 }
 
-/// The resident memory of process `pid`, in bytes.
-fn resident(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+/// `agentvfs mcp` on the fixture's agent socket, its stdin and stdout piped.
+fn bridge(f: &Fixture) -> std::process::Child {
+    Command::new(BIN)
+        .args(["mcp", "--socket"])
+        .arg(f.agent_socket())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// `agentvfs mcp` reads stdin as the daemon reads its socket: a line longer than the daemon
@@ -60,14 +65,7 @@ fn resident(pid: u32) -> u64 {
 #[test]
 fn the_stdio_bridge_answers_an_overlong_line_itself_and_keeps_serving() {
     let f = Fixture::new("");
-    let mut bridge = Command::new(BIN)
-        .args(["mcp", "--socket"])
-        .arg(f.agent_socket())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut bridge = bridge(&f);
     let mut stdin = bridge.stdin.take().unwrap();
     let stdout = BufReader::new(bridge.stdout.take().unwrap());
     let (tx, rx) = std::sync::mpsc::channel();
@@ -127,14 +125,7 @@ fn ids_are_echoed_exactly_as_sent() {
     // Through `agentvfs mcp`, whose own refusals echo it as well.
     let lines = "{\"jsonrpc\":\"2.0\",\"id\":1e2,\"method\":\"interrupts/list\"}\n\
                  {\"jsonrpc\":\"2.0\",\"id\":3e2,\"method\":\"ping\"}\n";
-    let mut bridge = Command::new(BIN)
-        .args(["mcp", "--socket"])
-        .arg(f.agent_socket())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut bridge = bridge(&f);
     bridge.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
     let out = bridge.wait_with_output().unwrap();
     let out = String::from_utf8(out.stdout).unwrap();

@@ -282,6 +282,13 @@ impl Fixture {
     }
 }
 
+/// The resident memory of process `pid`, in bytes.
+pub fn resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
 /// The daemon's `status` (JSON), asked through the CLI.
 pub fn status(fx: &Fixture) -> serde_json::Value {
     status_at(&fx.scratch.path().join("agentvfs.sock"))

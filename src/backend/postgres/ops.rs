@@ -431,6 +431,11 @@ impl Backend for PostgresBackend {
         self.inner.sync_durable(self.inner.root)
     }
 
+    fn fsyncdirs(&self, _dirs: &[&str]) -> FsResult<()> {
+        // One synchronous commit waits for every commit before it.
+        self.fsyncdir("")
+    }
+
     fn statfs(&self, _path: &str) -> FsResult<StatFs> {
         Ok(StatFs {
             blocks: STATFS_PLENTY,
