@@ -513,10 +513,14 @@ pub fn clear_dead_mount(point: &Path, lock: &MountpointLock) -> Result<()> {
         None => {}
     }
     // A dying daemon keeps its sockets and store locks until its last thread leaves the
-    // kernel, which the abort lets it do.
+    // kernel, which the abort lets it do; its descriptors go together then, but not at once:
+    // it has let go of the connection before its store's lock, so all of them are awaited.
     if let Holders::Dying(pids) = held {
         let deadline = Instant::now() + EXIT_WAIT;
-        while matches!(self::holders(conn), Holders::Dying(_)) {
+        let holds_any = |pid: &u32| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|mut fds| fds.next().is_some())
+        };
+        while matches!(self::holders(conn), Holders::Dying(_)) || pids.iter().any(holds_any) {
             if Instant::now() > deadline {
                 tracing::warn!("the daemon that died (process {pids:?}) has not exited yet");
                 break;
