@@ -97,6 +97,18 @@ pub fn line(v: &Value) -> String {
             ),
         ),
     };
+    // A bulk call approved acts beneath its path on these guarded entries alone.
+    let guarded = match v["tool"]["guarded"].as_array().filter(|g| !g.is_empty()) {
+        Some(listed) => {
+            let all = cut
+                .and_then(|c| c.iter().find(|e| e["at"] == "/tool/guarded"))
+                .map_or(listed.len() as u64, |e| e["entries"].as_u64().unwrap_or(0));
+            let first: Vec<String> = listed.iter().take(3).map(field).collect();
+            let more = if all > first.len() as u64 { ", ..." } else { "" };
+            format!(" [guarded beneath, {all} in all: {}{more}]", first.join(", "))
+        }
+        None => String::new(),
+    };
     // A change of names was refused at once (nobody waits); approving lets it be retried.
     let retry = if v["retry"] == Value::Bool(true) {
         format!(" [refused for now; approving lets the next {} through]", field(&v["operation"]))
@@ -104,7 +116,7 @@ pub fn line(v: &Value) -> String {
         String::new()
     };
     format!(
-        "#{} {} {}{}{} {who}{retry} expires in {}",
+        "#{} {} {}{}{} {who}{guarded}{retry} expires in {}",
         field(&v["id"]),
         field(&v["class"]),
         field(&v["path"]),
@@ -240,6 +252,16 @@ mod tests {
         let v = json!({"id": 3, "class": "write", "path": "/p", "pid": 1, "command": "sh -c x", "expires": now,
             "cut": [{"at": "/command", "bytes": 90_000, "shown": 2048}]});
         assert!(line(&v).contains("(sh -c x) [cut: 90000 bytes in all] expires"), "{}", line(&v));
+        let mut v = json!({"id": 4, "class": "write", "path": "/w", "pid": 1, "expires": now,
+            "tool": {"name": "delete", "arguments": {"file_path": "/w"}, "guarded": ["/w/a", "/w/b\n#9"]}});
+        assert!(line(&v).contains("[guarded beneath, 2 in all: /w/a, /w/b\\n#9] expires"), "{}", line(&v));
+        v["tool"]["guarded"] = json!(["/w/1", "/w/2", "/w/3", "/w/4"]);
+        v["cut"] = json!([{"at": "/tool/guarded", "entries": 80, "shown": 4}]);
+        assert!(
+            line(&v).contains("[guarded beneath, 80 in all: /w/1, /w/2, /w/3, ...] expires"),
+            "{}",
+            line(&v)
+        );
     }
 
     #[test]

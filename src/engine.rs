@@ -728,6 +728,7 @@ fn setid_bits_a_write_clears(perm: u32) -> u32 {
 
 mod access;
 mod renames;
+pub mod survey;
 mod who;
 mod whole_writes;
 

@@ -15,24 +15,13 @@ use crate::control::deferred::{AttachError, CallKey, Deferred};
 use crate::control::methods::Peer;
 use crate::control::proto::{self, RpcError};
 use crate::control::session::Session;
-use crate::control::tools::{self, Block, ErrorCode, ToolEnv, ToolOutput};
+use crate::control::tools::{self, Asks, Block, ErrorCode, ToolEnv, ToolOutput};
 use crate::control::vfs::{validate_path, ToolFs};
 use crate::policy::approvals::preview::Preview;
-use crate::policy::approvals::{ApprovalId, Approvals, Decision, Outcome, Request, Scope, ToolCall};
+use crate::policy::approvals::{ApprovalId, Approvals, Decision, Outcome, Reach, Request, Scope, ToolCall};
 use crate::policy::overlap::{glob_anchor, paths_overlap};
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
-
-/// Which tools ask per exact path, and which ask for anything their subtree could reach.
-fn scope_of(name: &str) -> Option<(Op, &'static str, bool)> {
-    Some(match name {
-        "read_file" => (Op::Read, "file_path", true),
-        "write_file" | "edit_file" => (Op::Write, "file_path", true),
-        "ls" | "glob" | "grep" => (Op::Read, "path", false),
-        "delete" => (Op::Write, "file_path", false),
-        _ => return None,
-    })
-}
 
 /// What a tool call waits for a human about.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,8 +35,8 @@ pub struct Ask {
     /// may only overlap a pattern deeper down).
     pub rule: Option<usize>,
     /// Where an approval lets the call act (`ToolCall::reach`): the path, where it leads,
-    /// and where a `glob` pattern reaches.
-    pub reach: Vec<VPath>,
+    /// where a `glob` pattern reaches, and what lies beneath those under interrupt rules.
+    pub reach: Reach,
 }
 
 impl Ask {
@@ -58,20 +47,46 @@ impl Ask {
         }
         let rule = verdicts.iter().find(|v| v.mode == Mode::Interrupt).unwrap_or(&verdicts[0]).rule;
         let resolved = real.map(|(r, _)| r).filter(|r| *r != path);
-        let reach = std::iter::once(path.clone()).chain(resolved.clone()).collect();
+        let reach = Reach::named(std::iter::once(path.clone()).chain(resolved.clone()).collect());
         Ask { op, resolved, path, rule, reach }
     }
 
     /// Also lets the approved call act at and beneath `anchor`.
     fn reaching(mut self, anchor: VPath) -> Ask {
-        self.reach.push(anchor);
+        self.reach.named.push(anchor);
         self
     }
 }
 
-/// Whether the call `name(args)` waits for a human, and on what.
-pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Option<Ask> {
-    let (op, key, exact) = scope_of(name)?;
+/// Whether the call `name(args)` waits for a human, and on what. A bulk call's ticket lists
+/// what lies beneath its paths under interrupt rules ([`Engine::survey`]); a call reaching
+/// too much to list is refused (the error is the call's answer).
+///
+/// [`Engine::survey`]: crate::engine::Engine::survey
+pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Result<Option<Ask>, ToolOutput> {
+    let Some(spec) = tools::spec(name).and_then(|spec| spec.asks) else { return Ok(None) };
+    let Some(mut ask) = predicate(fs, name, spec, args) else { return Ok(None) };
+    if let Some(depth) = spec.beneath {
+        match fs.engine.survey(&ask.reach.named, depth) {
+            Ok(guarded) => ask.reach.guarded = guarded,
+            Err(too_much) => {
+                return Err(ToolOutput::error(
+                    ErrorCode::TooLarge,
+                    format!(
+                        "Error: the tool call for `{name}` on {} needs a human's approval, but {}: too much to show an approver. Name a narrower path. The tool was not executed.",
+                        ask.path,
+                        too_much.describe()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(Some(ask))
+}
+
+/// Deep Agents' `when` predicates: whether the call waits for a human, and on what.
+fn predicate(fs: &ToolFs, name: &str, spec: Asks, args: &Value) -> Option<Ask> {
+    let (op, key, exact) = (spec.op, spec.path_argument, spec.beneath.is_none());
     let rules = fs.engine.gate.rules();
     let anchors: Vec<VPath> = rules.anchors(op, Mode::Interrupt);
     if anchors.is_empty() {
@@ -184,8 +199,10 @@ pub fn call(
             (id, outcome)
         }
         Wait::Block | Wait::Defer => {
-            let Some(ask) = asks(&env.fs, name, args) else {
-                return Ok(tools::call(env, name, args));
+            let ask = match asks(&env.fs, name, args) {
+                Ok(Some(ask)) => ask,
+                Ok(None) => return Ok(tools::call(env, name, args)),
+                Err(refused) => return Ok(Some(refused)),
             };
             let request = Request {
                 door: "tool",
@@ -231,7 +248,7 @@ pub fn call(
 
 /// The answer to a deferred call: its ticket, pending.
 fn interrupted(approvals: &Approvals, id: ApprovalId, name: &str) -> ToolOutput {
-    let ticket = approvals.describe(id).unwrap_or(Value::Null);
+    let ticket = approvals.describe_for_caller(id).unwrap_or(Value::Null);
     let path = ticket["path"].as_str().unwrap_or("").to_string();
     ToolOutput::text(format!(
         "Interrupted: the tool call for `{name}` on {path} needs a human's approval (approval #{id}). It has not run; once an approver has answered on the control socket, call it again with `ticket: {id}` to finish it."
@@ -277,7 +294,10 @@ fn conclude(
         Outcome::Decided(Decision::Approve(_)) => run_approved(env, approvals, id, name, args),
         Outcome::Decided(Decision::Edit(edited)) => {
             // The approver chose these arguments: the call may act where they lead now.
-            let reach = asks(&env.fs, name, &edited).map(|ask| ask.reach).unwrap_or_default();
+            let reach = match asks(&env.fs, name, &edited) {
+                Ok(ask) => ask.map(|ask| ask.reach).unwrap_or_default(),
+                Err(refused) => return refused.with("interrupt_id", json!(id)),
+            };
             approvals.cover_call(id, reach);
             let output = run_approved(env, approvals, id, name, &edited);
             reviewer_note(name, &edited, output).with("edited_arguments", edited)
@@ -415,11 +435,15 @@ mod tests {
     use crate::policy::{Gate, Rule, RuleSet};
     use crate::route::{Route, Router};
 
-    fn engine(rules: Vec<(Op, &str, Mode)>) -> Engine {
+    fn rule_set(rules: Vec<(Op, &str, Mode)>) -> RuleSet {
         let rules = rules
             .into_iter()
             .map(|(op, path, mode)| Rule { operations: vec![op], paths: vec![path.into()], mode, hide: true })
             .collect();
+        RuleSet::new(rules).unwrap()
+    }
+
+    fn engine(rules: Vec<(Op, &str, Mode)>) -> Engine {
         let route = Route {
             prefix: VPath::root(),
             backend: Arc::new(MemoryBackend::new(None)) as Arc<dyn Backend>,
@@ -435,12 +459,12 @@ mod tests {
         let ctx = Ctx::new(Door::Tool, Caller::daemon());
         engine.mkdir(&ctx, &VPath::parse("/secrets").unwrap(), 0o755).unwrap();
         engine.mkdir(&ctx, &VPath::parse("/workspace").unwrap(), 0o755).unwrap();
-        engine.gate.reload(RuleSet::new(rules).unwrap());
+        engine.gate.reload(rule_set(rules));
         engine
     }
 
     fn fires(engine: &Engine, name: &str, args: Value) -> bool {
-        asks(&ToolFs::new(engine), name, &args).is_some()
+        asks(&ToolFs::new(engine), name, &args).expect("not too much").is_some()
     }
 
     #[test]
@@ -499,7 +523,7 @@ mod tests {
         e.symlink(&ctx, &VPath::parse("/workspace/link").unwrap(), b"/secrets/f").unwrap();
         e.symlink(&ctx, &VPath::parse("/workspace/dir").unwrap(), b"../secrets").unwrap();
         let fs = ToolFs::new(&e);
-        let ask = |args: Value| asks(&fs, "write_file", &args).expect("asks");
+        let ask = |args: Value| asks(&fs, "write_file", &args).expect("not too much").expect("asks");
         let via = ask(json!({"file_path": "/workspace/link", "content": ""}));
         assert_eq!(via.path.as_str(), "/workspace/link");
         assert_eq!(via.resolved.as_ref().map(VPath::as_str), Some("/secrets/f"));
@@ -508,6 +532,48 @@ mod tests {
         assert_eq!(via.resolved.as_ref().map(VPath::as_str), Some("/secrets/new"));
         let direct = ask(json!({"file_path": "/secrets/f", "content": ""}));
         assert_eq!((direct.resolved, direct.rule), (None, Some(1)));
+    }
+
+    #[test]
+    fn a_bulk_ticket_lists_what_interrupt_rules_guard_beneath_its_path() {
+        let e = engine(vec![]);
+        let ctx = Ctx::new(Door::Tool, Caller::daemon());
+        for dir in ["/workspace/a", "/workspace/a/b", "/workspace/hidden", "/secrets/inner"] {
+            e.mkdir(&ctx, &VPath::parse(dir).unwrap(), 0o755).unwrap();
+        }
+        for file in [
+            "/workspace/x.conf",
+            "/workspace/a/b/y.conf",
+            "/workspace/a/b/z.txt",
+            "/workspace/hidden/h.conf",
+            "/secrets/inner/k",
+        ] {
+            e.create(&ctx, &VPath::parse(file).unwrap(), 0o644, libc::O_WRONLY).unwrap();
+        }
+        e.gate.reload(rule_set(vec![
+            (Op::Read, "/secrets/**", Mode::Interrupt),
+            (Op::Write, "/workspace/**/*.conf", Mode::Interrupt),
+            (Op::Read, "/workspace/hidden/**", Mode::Deny),
+        ]));
+        let fs = ToolFs::new(&e);
+        let guarded = |name: &str, args: Value| -> Vec<String> {
+            let ask = asks(&fs, name, &args).expect("not too much").expect("asks");
+            ask.reach.guarded.iter().map(|p| p.to_string()).collect()
+        };
+        // Deeper down, under a later rule; the hidden directory is not looked into.
+        assert_eq!(
+            guarded("delete", json!({"file_path": "/workspace"})),
+            ["/workspace/a/b/y.conf", "/workspace/x.conf"]
+        );
+        // A listing interrupt does not stop the daemon's own look; `ls` acts on one level.
+        assert_eq!(
+            guarded("grep", json!({"pattern": "k", "path": "/"})),
+            ["/secrets", "/secrets/inner", "/secrets/inner/k", "/workspace/a/b/y.conf", "/workspace/x.conf"]
+        );
+        assert_eq!(guarded("ls", json!({"path": "/secrets"})), ["/secrets/inner"]);
+        // The exact predicate acts on its path alone.
+        let ask = asks(&fs, "write_file", &json!({"file_path": "/workspace/x.conf", "content": ""}));
+        assert!(ask.unwrap().unwrap().reach.guarded.is_empty());
     }
 
     #[test]

@@ -72,7 +72,7 @@
 //! | `vfs/download` | agent | `{path}` | `{path, content (base64), size}`, or `{path, error_code, message}` |
 //! | `vfs/status` | operator | — | `{version, pid, mountpoint, socket, agent_socket, roles: {agents, approvers}, config, uptime_seconds, routes: [{path, backend, location, …}], rules, pending_interrupts, observation, counters: {…}}` |
 //! | `vfs/reload` | operator | — | `{rules, config, warnings}`; a failure is error `-32000` and the old rules stay |
-//! | `interrupts/list` | approver | — | `{interrupts: [{id, door, socket, operation, class, path, rule, pid, uid, command, created, expires, expires_in_seconds, retry, cut, tool?: {name, arguments (a bounded preview), arguments_bytes}}]}` |
+//! | `interrupts/list` | approver | — | `{interrupts: [{id, door, socket, operation, class, path, rule, pid, uid, command, created, expires, expires_in_seconds, retry, cut, tool?: {name, arguments (a bounded preview), arguments_bytes, guarded?}}]}` |
 //! | `interrupts/resolve` | approver | `{id, decision: "approve"\|"reject"\|"edit"\|"respond", scope?: "once"\|"session", arguments?, message?}` | the ticket with `decision` and `resolved_by`; not pending, or edit/respond on a syscall, is `-32000`; a ticket a tool call of this connection waits on is `-32001` |
 //! | `interrupts/subscribe` | approver | — | `{subscribed: true, interrupts}`; then `notifications/interrupt` lines `{event: "created"\|"resolved", interrupt}` on this connection |
 //!

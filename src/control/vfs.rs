@@ -5,7 +5,7 @@
 use crate::backend::{Attr, FileKind, SetAttr};
 use crate::engine::{Ctx, Door, Engine};
 use crate::error::{Errno, FsError, FsResult};
-use crate::policy::{Op, Verdict};
+use crate::policy::{Mode, Op, Verdict};
 use crate::vpath::VPath;
 
 /// How many symlinks one resolution may follow before it is a loop.
@@ -106,6 +106,17 @@ impl<'e> ToolFs<'e> {
     /// The gate's verdict for `op` on `path`, without touching storage (the pre-check).
     pub fn decide(&self, op: Op, path: &VPath, is_dir: bool) -> Verdict {
         self.engine.gate.decide(op, path, is_dir)
+    }
+
+    /// What the rules let this call do on `path`: an interrupt that its approval (or its
+    /// user's session grant) covers counts as allowed, since the engine lets it pass.
+    pub fn mode(&self, op: Op, path: &VPath, is_dir: bool) -> Mode {
+        let mode = self.decide(op, path, is_dir).mode;
+        let approvals = &self.engine.gate.approvals;
+        if mode == Mode::Interrupt && approvals.covers(self.ctx.approval, op, path, self.ctx.asker_uid()) {
+            return Mode::Allow;
+        }
+        mode
     }
 
     /// Follows `path` component by component through the engine: every ancestor must be

@@ -6,10 +6,10 @@
 //! thread; the tool door's waiter wakes the request thread that asked. Waiters always run
 //! outside the lock, on the thread that resolved (or expired) the ticket.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -85,15 +85,36 @@ pub struct ToolCall {
     /// rule matched. (The kernel resolves a syscall's links before the daemon sees it, so
     /// only a tool call names a path other than the one judged.)
     pub resolved: Option<VPath>,
-    /// Where the approved call may act under an interrupt rule: these paths, what lies
-    /// beneath them, and the directories above them (a `write_file` makes missing parents).
-    /// The path as named, where it leads, and where a `glob` pattern reaches: the places
-    /// the approver was shown. A symlink swapped after the approval leads elsewhere, and
-    /// the call's interrupt verdicts there are not covered.
-    pub reach: Vec<VPath>,
+    /// Where the approved call may act under an interrupt rule.
+    pub reach: Reach,
     /// The control socket it came through (`agent` or `control`): with the request's `pid`
     /// and `uid`, the principal. (A syscall's ticket has none: it came through the mount.)
     pub socket: &'static str,
+}
+
+/// Where an approved tool call may act under an interrupt rule: the places the approver was
+/// shown, nothing else.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// The path as named, where it leads, and where a `glob` pattern reaches; the call may
+    /// act on these and on the directories above them (a `write_file` makes missing
+    /// parents). A symlink swapped after the approval leads elsewhere, and the call's
+    /// interrupt verdicts there are not covered.
+    pub named: Vec<VPath>,
+    /// What lay beneath `named` under an interrupt rule when the ticket opened (a bulk
+    /// call's survey, `Engine::survey`): beneath `named`, only these. An entry moved in
+    /// after the approver looked is refused, not acted on.
+    pub guarded: BTreeSet<VPath>,
+}
+
+impl Reach {
+    pub fn named(named: Vec<VPath>) -> Reach {
+        Reach { named, guarded: BTreeSet::new() }
+    }
+
+    fn covers(&self, path: &VPath) -> bool {
+        self.named.iter().any(|r| r.starts_with(path)) || self.guarded.contains(path)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,9 +212,9 @@ struct Ticket {
 enum Cover {
     /// A syscall: exactly these (operation class, path) pairs.
     Pairs(Vec<(Op, VPath)>),
-    /// A tool call: the interrupt verdicts of that one call at, beneath or above its
-    /// [`ToolCall::reach`] (deny rules still apply).
-    Call(Vec<VPath>),
+    /// A tool call: the interrupt verdicts of that one call within its [`ToolCall::reach`]
+    /// (deny rules still apply).
+    Call(Reach),
 }
 
 /// A session-scope approval: `op` on `root` and everything beneath it, by the user whose
@@ -303,10 +324,6 @@ impl Default for Approvals {
     fn default() -> Self {
         Approvals::new(Duration::from_secs(300), MAX_PENDING)
     }
-}
-
-fn unix_seconds(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// The kernel aborts a FUSE request after `fs.fuse.max_request_timeout` seconds (0: never);
@@ -440,7 +457,7 @@ impl Approvals {
             retry,
             waiter,
         };
-        let view = describe(id, &ticket);
+        let view = preview::describe(id, &ticket);
         self.record(&ticket.request, if retry { "interrupt-retry" } else { "interrupt" }, "");
         inner.put(id, ticket);
         let subscribers = inner.subscribers.clone();
@@ -452,12 +469,25 @@ impl Approvals {
 
     /// The pending approvals, oldest first.
     pub fn list(&self) -> Vec<Value> {
-        self.inner.lock().pending.iter().map(|(id, t)| describe(*id, t)).collect()
+        self.inner.lock().pending.iter().map(|(id, t)| preview::describe(*id, t)).collect()
     }
 
     /// Pending approval `id` as the list shows it.
     pub fn describe(&self, id: ApprovalId) -> Option<Value> {
-        self.inner.lock().pending.get(&id).map(|t| describe(id, t))
+        self.inner.lock().pending.get(&id).map(|t| preview::describe(id, t))
+    }
+
+    /// Pending approval `id` as the caller that asked is shown it: without the entries
+    /// beneath its path that interrupt rules guard (those are for the approver's eyes).
+    pub fn describe_for_caller(&self, id: ApprovalId) -> Option<Value> {
+        let mut view = self.describe(id)?;
+        if let Some(tool) = view["tool"].as_object_mut() {
+            tool.remove("guarded");
+        }
+        if let Some(cut) = view["cut"].as_array_mut() {
+            cut.retain(|entry| entry["at"] != "/tool/guarded");
+        }
+        Some(view)
     }
 
     /// Resolves ticket `id`; `by` says who, for the audit log.
@@ -506,7 +536,7 @@ impl Approvals {
             }
         }
         inner.ended(id, format!("it was already answered ({} by {by})", decision.name()));
-        let mut view = describe(id, &ticket);
+        let mut view = preview::describe(id, &ticket);
         view["decision"] = json!(decision.name());
         view["resolved_by"] = json!(by);
         if let Some(granted) = granted {
@@ -523,7 +553,7 @@ impl Approvals {
 
     /// An approved tool call that runs with edited arguments acts where those lead: its
     /// cover becomes `reach` (from the edited call, as [`ToolCall::reach`]).
-    pub fn cover_call(&self, id: ApprovalId, reach: Vec<VPath>) {
+    pub fn cover_call(&self, id: ApprovalId, reach: Reach) {
         if let Some(cover @ Cover::Call(_)) = self.inner.lock().covers.get_mut(&id) {
             *cover = Cover::Call(reach);
         }
@@ -539,7 +569,7 @@ impl Approvals {
     pub fn covers(&self, approval: Option<ApprovalId>, op: Op, path: &VPath, uid: u32) -> bool {
         let inner = self.inner.lock();
         let by_ticket = approval.and_then(|id| inner.covers.get(&id)).is_some_and(|c| match c {
-            Cover::Call(reach) => reach.iter().any(|r| path.starts_with(r) || r.starts_with(path)),
+            Cover::Call(reach) => reach.covers(path),
             Cover::Pairs(pairs) => pairs.iter().any(|(o, p)| *o == op && p == path),
         });
         by_ticket || inner.grants.iter().any(|g| g.op == op && g.uid == uid && path.starts_with(&g.root))
@@ -654,7 +684,7 @@ impl Approvals {
                 Outcome::Interrupted => "interrupted",
                 _ => "caller-gone",
             };
-            let mut view = describe(id, &ticket);
+            let mut view = preview::describe(id, &ticket);
             view["decision"] = json!(name);
             self.record(&ticket.request, name, "agentvfs");
             self.notify(subscribers.clone(), json!({"event": "resolved", "interrupt": view}));
@@ -744,49 +774,6 @@ fn process_alive(pid: u32) -> bool {
 }
 
 /// A ticket as `interrupts/list` and the notifications show it.
-fn describe(id: ApprovalId, t: &Ticket) -> Value {
-    let r = &t.request;
-    let mut v = json!({
-        "id": id,
-        "door": r.door,
-        "socket": r.tool.as_ref().map(|call| call.socket),
-        "operation": r.operation,
-        "class": r.op.as_str(),
-        "path": r.path.as_str(),
-        "rule": r.rule,
-        "pid": r.pid,
-        "uid": r.uid,
-        "command": r.command,
-        "created": unix_seconds(t.created),
-        "expires": unix_seconds(t.expires),
-        "expires_in_seconds": t.deadline.saturating_duration_since(Instant::now()).as_secs_f64(),
-        "retry": t.retry,
-    });
-    // What the ticket does not show whole: JSON pointers into this object.
-    let mut cut = Vec::new();
-    if let Some(bytes) = t.command_bytes {
-        cut.push(json!({"at": "/command", "bytes": bytes, "shown": r.command.len()}));
-    }
-    if let Some(other) = &r.other {
-        v["other_path"] = json!(other.as_str());
-    }
-    if let Some(call) = &r.tool {
-        let arguments = &call.arguments;
-        v["tool"] =
-            json!({"name": call.name, "arguments": arguments.shown, "arguments_bytes": arguments.bytes});
-        for entry in &arguments.cut {
-            let mut entry = entry.clone();
-            entry["at"] = json!(format!("/tool/arguments{}", entry["at"].as_str().unwrap_or("")));
-            cut.push(entry);
-        }
-        if let Some(resolved) = &call.resolved {
-            v["resolved"] = json!(resolved.as_str());
-        }
-    }
-    v["cut"] = Value::Array(cut);
-    v
-}
-
 #[path = "approvals_preview.rs"]
 pub mod preview;
 #[path = "approvals_retry.rs"]

@@ -1,12 +1,17 @@
-//! What a ticket keeps of a tool call's arguments and a process's command line: a bounded
-//! preview, with what was cut said out of band (`cut`: where, how long in all, how much is
-//! shown), so a thousand tickets of 300 KB writes hold a few MB, not a thousand copies.
+//! What a ticket shows approvers, and keeps of a tool call's arguments and a process's
+//! command line: a bounded preview, with what was cut said out of band (`cut`: where, how
+//! long in all, how much is shown), so a thousand tickets of 300 KB writes hold a few MB, not
+//! a thousand copies.
 //!
 //! The ticket is for the approver's eyes; the call keeps its own arguments (a waiting call on
 //! its request thread, a deferred one re-sends them with `ticket: N`, checked against a
 //! digest), so nothing needs the whole text here.
 
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
 use serde_json::{json, Map, Value};
+
+use super::{ApprovalId, Ticket};
 
 /// Bytes of argument text (strings, keys, scalars) a ticket shows.
 pub const ARGUMENTS_SHOWN: usize = 2048;
@@ -143,6 +148,67 @@ impl Walk {
             }
         }
     }
+}
+
+/// How many of a tool call's guarded entries a ticket lists.
+pub(super) const GUARDED_SHOWN: usize = 50;
+
+/// A pending (or just ended) ticket as approvers see it.
+pub(super) fn describe(id: ApprovalId, t: &Ticket) -> Value {
+    let r = &t.request;
+    let mut v = json!({
+        "id": id,
+        "door": r.door,
+        "socket": r.tool.as_ref().map(|call| call.socket),
+        "operation": r.operation,
+        "class": r.op.as_str(),
+        "path": r.path.as_str(),
+        "rule": r.rule,
+        "pid": r.pid,
+        "uid": r.uid,
+        "command": r.command,
+        "created": unix_seconds(t.created),
+        "expires": unix_seconds(t.expires),
+        "expires_in_seconds": t.deadline.saturating_duration_since(Instant::now()).as_secs_f64(),
+        "retry": t.retry,
+    });
+    // What the ticket does not show whole: JSON pointers into this object.
+    let mut cut = Vec::new();
+    if let Some(bytes) = t.command_bytes {
+        cut.push(json!({"at": "/command", "bytes": bytes, "shown": r.command.len()}));
+    }
+    if let Some(other) = &r.other {
+        v["other_path"] = json!(other.as_str());
+    }
+    if let Some(call) = &r.tool {
+        let arguments = &call.arguments;
+        v["tool"] =
+            json!({"name": call.name, "arguments": arguments.shown, "arguments_bytes": arguments.bytes});
+        for entry in &arguments.cut {
+            let mut entry = entry.clone();
+            entry["at"] = json!(format!("/tool/arguments{}", entry["at"].as_str().unwrap_or("")));
+            cut.push(entry);
+        }
+        if let Some(resolved) = &call.resolved {
+            v["resolved"] = json!(resolved.as_str());
+        }
+        // What an approval lets the call act on beneath its path (approvers only: the
+        // caller is not shown what an interrupt rule guards).
+        let guarded = &call.reach.guarded;
+        if !guarded.is_empty() {
+            v["tool"]["guarded"] =
+                guarded.iter().take(GUARDED_SHOWN).map(|p| json!(p.as_str())).collect::<Value>();
+            if guarded.len() > GUARDED_SHOWN {
+                cut.push(json!({"at": "/tool/guarded", "entries": guarded.len(), "shown": GUARDED_SHOWN}));
+            }
+        }
+    }
+    v["cut"] = Value::Array(cut);
+    v
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ fn request(door: &'static str, operation: &str, op: Op, path: &str, pid: u32) ->
             name: "write_file".to_string(),
             arguments: Preview::of(&json!({"file_path": path})),
             resolved: None,
-            reach: vec![VPath::parse(path).unwrap()],
+            reach: Reach::named(vec![VPath::parse(path).unwrap()]),
             socket: "agent",
         }),
         names: None,
@@ -92,11 +92,56 @@ fn tool_approvals_cover_the_call_where_it_was_shown_to_act() {
     assert!(!a.covers(Some(id), Op::Write, &p("/s/other"), 0), "another file of the directory");
     assert!(!a.covers(Some(id), Op::Read, &p("/anything"), 0));
     // Edited arguments move the cover to where they lead.
-    a.cover_call(id, vec![p("/t/edited")]);
+    a.cover_call(id, Reach::named(vec![p("/t/edited")]));
     assert!(a.covers(Some(id), Op::Write, &p("/t/edited"), 0));
     assert!(!a.covers(Some(id), Op::Write, &p("/s/k"), 0));
     a.finish(id);
     assert!(!a.covers(Some(id), Op::Write, &p("/t/edited"), 0));
+}
+
+#[test]
+fn a_bulk_approval_covers_beneath_its_path_only_what_the_approver_was_shown() {
+    let a = Approvals::default();
+    let mut r = request("tool", "delete", Op::Write, "/s", me());
+    let call = r.tool.as_mut().unwrap();
+    call.reach.guarded = [p("/s/sub"), p("/s/sub/old.conf")].into_iter().collect();
+    let _rx = ask(&a, r, None);
+    let id = only_id(&a);
+    let shown = a.describe(id).unwrap();
+    assert_eq!(shown["tool"]["guarded"], json!(["/s/sub", "/s/sub/old.conf"]));
+    assert_eq!(
+        a.describe_for_caller(id).unwrap()["tool"].get("guarded"),
+        None,
+        "the caller is not shown them"
+    );
+    a.resolve(id, Decision::Approve(Scope::Once), "u").unwrap();
+    for (path, covered) in [
+        ("/s", true),
+        ("/", true),
+        ("/s/sub", true),
+        ("/s/sub/old.conf", true),
+        ("/s/sub/moved-in.conf", false),
+        ("/s/other", false),
+        ("/t", false),
+    ] {
+        assert_eq!(a.covers(Some(id), Op::Write, &p(path), 0), covered, "{path}");
+    }
+}
+
+#[test]
+fn a_long_guarded_list_is_shown_cut() {
+    let a = Approvals::default();
+    let mut r = request("tool", "grep", Op::Read, "/s", me());
+    r.tool.as_mut().unwrap().reach.guarded =
+        (0..preview::GUARDED_SHOWN + 3).map(|n| p(&format!("/s/{n:03}"))).collect();
+    let _rx = ask(&a, r, None);
+    let view = a.describe(only_id(&a)).unwrap();
+    assert_eq!(view["tool"]["guarded"].as_array().unwrap().len(), preview::GUARDED_SHOWN);
+    assert_eq!(
+        view["cut"],
+        json!([{"at": "/tool/guarded", "entries": preview::GUARDED_SHOWN + 3, "shown": preview::GUARDED_SHOWN}])
+    );
+    assert_eq!(a.describe_for_caller(only_id(&a)).unwrap()["cut"], json!([]));
 }
 
 #[test]
@@ -105,7 +150,7 @@ fn a_session_approval_through_a_symlink_grants_where_it_leads() {
     let mut r = request("tool", "write_file", Op::Write, "/ws/link", me());
     if let Some(call) = r.tool.as_mut() {
         call.resolved = Some(p("/ws/guard/f"));
-        call.reach = vec![p("/ws/link"), p("/ws/guard/f")];
+        call.reach = Reach::named(vec![p("/ws/link"), p("/ws/guard/f")]);
     }
     let _rx = ask(&a, r, None);
     let id = only_id(&a);

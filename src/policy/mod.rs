@@ -131,6 +131,16 @@ impl Gate {
         }
     }
 
+    /// A permit for the daemon's own look at what a human is about to be asked (a bulk tool
+    /// call's survey of what lies beneath it, `Engine::survey`): an interrupt verdict passes,
+    /// a denial does not. What it finds is shown to approvers only, never to the caller.
+    pub fn preview(&self, op: Op, path: &VPath, is_dir: bool) -> Option<Permit> {
+        match self.decide(op, path, is_dir).mode {
+            Mode::Allow | Mode::Interrupt => Some(Permit { path: path.clone(), op }),
+            Mode::Deny => None,
+        }
+    }
+
     /// Whether a listing shows the entry: everything but hidden read denials.
     pub fn is_visible(&self, path: &VPath, is_dir: bool) -> bool {
         let v = self.decide(Op::Read, path, is_dir);

@@ -6,13 +6,20 @@
 use serde_json::{json, Value};
 
 use super::common::{self, Located};
-use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
+use super::{args, Asks, Depth, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::error::Errno;
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "delete", description, input_schema, read_only: false, destructive: true, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "delete",
+    description,
+    input_schema,
+    read_only: false,
+    destructive: true,
+    asks: Asks::bulk(Op::Write, "file_path", Depth::Subtree),
+    call,
+};
 
 fn description(_listed: &Listed) -> String {
     "Deletes a file or directory from the filesystem.\n\

@@ -6,13 +6,20 @@
 use serde_json::{json, Value};
 
 use super::common::{self, to_lf, Located};
-use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
+use super::{args, Asks, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::control::session::Version;
 use crate::error::FsError;
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "edit_file", description, input_schema, read_only: false, destructive: false, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "edit_file",
+    description,
+    input_schema,
+    read_only: false,
+    destructive: false,
+    asks: Asks::exact(Op::Write),
+    call,
+};
 
 fn description(_listed: &Listed) -> String {
     "Performs exact string replacements in files.\n\

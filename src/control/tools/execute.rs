@@ -13,8 +13,15 @@ use crate::config::ExecConfig;
 use crate::exec::{Finished, Plan, TopEntry, RESERVED};
 use crate::vpath::VPath;
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "execute", description, input_schema, read_only: false, destructive: true, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "execute",
+    description,
+    input_schema,
+    read_only: false,
+    destructive: true,
+    asks: None,
+    call,
+};
 
 /// What the execute tool needs from the daemon: its config and where the tree is mounted.
 pub struct ExecEnv {

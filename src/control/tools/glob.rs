@@ -7,12 +7,19 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::search::{self, Root, Slots};
-use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
+use super::{args, Asks, Depth, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use super::{common, pattern};
-use crate::policy::Mode;
+use crate::policy::{Mode, Op};
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "glob", description, input_schema, read_only: true, destructive: false, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "glob",
+    description,
+    input_schema,
+    read_only: true,
+    destructive: false,
+    asks: Asks::bulk(Op::Read, "path", Depth::Subtree),
+    call,
+};
 
 /// At most this many glob calls run at once (Deep Agents' `BoundedSemaphore(4)`); more are
 /// refused rather than queued, so a burst of broad globs cannot pile up behind each other.

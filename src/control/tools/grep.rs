@@ -16,13 +16,20 @@ use serde_json::{json, Value};
 use super::common::{self, char_len, MAX_CHARS, TRUNCATION_GUIDANCE};
 use super::pattern;
 use super::search::{self, Found, Root};
-use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
+use super::{args, Asks, Depth, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::control::vfs::ToolFs;
 use crate::policy::{Mode, Op};
 use crate::vpath::VPath;
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "grep", description, input_schema, read_only: true, destructive: false, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "grep",
+    description,
+    input_schema,
+    read_only: true,
+    destructive: false,
+    asks: Asks::bulk(Op::Read, "path", Depth::Subtree),
+    call,
+};
 
 /// Matches returned when the call sets no `max_count` (Deep Agents' `grep_max_count`).
 pub const DEFAULT_MAX_COUNT: usize = 1000;
@@ -129,7 +136,7 @@ pub fn run(env: &ToolEnv, args: &Value, time_limit: Duration) -> ToolOutput {
         Root::Missing => (Vec::new(), false, false),
         Root::File(file) => {
             let wanted = glob.as_ref().is_none_or(|g| g.is_match(file.name()));
-            let mode = env.fs.decide(Op::Read, &file, false).mode;
+            let mode = env.fs.mode(Op::Read, &file, false);
             let found =
                 (wanted && mode != Mode::Deny).then(|| Found { target: file.clone(), path: file, mode });
             (found.into_iter().collect(), false, false)
@@ -279,7 +286,8 @@ impl Searcher {
 
 /// Reads a file through the engine and scans it.
 fn search_file(fs: &ToolFs, found: &Found, searcher: &Searcher) -> Scan {
-    // Without an approver an interrupt-mode file cannot be opened; asking would only be refused.
+    // An interrupt-mode file its approval does not cover cannot be opened; asking would only
+    // be refused.
     if found.mode != Mode::Allow {
         return Scan::Skipped;
     }

@@ -4,12 +4,19 @@
 use serde_json::{json, Value};
 
 use super::common::{self, format_file_paths, iso8601, Located};
-use super::{args, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
+use super::{args, Asks, Depth, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::backend::{Attr, FileKind};
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "ls", description, input_schema, read_only: true, destructive: false, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "ls",
+    description,
+    input_schema,
+    read_only: true,
+    destructive: false,
+    asks: Asks::bulk(Op::Read, "path", Depth::Entries),
+    call,
+};
 
 fn description(_listed: &Listed) -> String {
     "Lists all files in a directory.\n\

@@ -18,6 +18,8 @@ use serde_json::{json, Value};
 
 use crate::control::session::Session;
 use crate::control::vfs::ToolFs;
+pub use crate::engine::survey::Depth;
+use crate::policy::Op;
 
 /// The closed set of machine-readable error codes (`structuredContent.error_code`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,7 +217,36 @@ pub struct ToolSpec {
     /// MCP annotations.
     pub read_only: bool,
     pub destructive: bool,
+    /// When a call waits for a human under an interrupt rule (`None`: never; `execute`'s
+    /// commands meet the rules at the mount).
+    pub asks: Option<Asks>,
     pub call: fn(&ToolEnv, &Value) -> ToolOutput,
+}
+
+/// Which calls of a tool wait for a human (Deep Agents' `when` predicates, doc/policy.md),
+/// and what an approved call may then act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asks {
+    /// The class of operation whose interrupt rules the call meets.
+    pub op: Op,
+    /// The argument that names the call's path.
+    pub path_argument: &'static str,
+    /// `None` for the exact predicate (the path, and where its symlinks lead, decide in rule
+    /// order); otherwise the bulk predicate (any interrupt pattern the path overlaps), and
+    /// how far beneath the path the call acts.
+    pub beneath: Option<Depth>,
+}
+
+impl Asks {
+    /// The exact predicate, on `file_path`.
+    pub const fn exact(op: Op) -> Option<Asks> {
+        Some(Asks { op, path_argument: "file_path", beneath: None })
+    }
+
+    /// The bulk predicate, on `path_argument`, for a call acting `depth` beneath it.
+    pub const fn bulk(op: Op, path_argument: &'static str, depth: Depth) -> Option<Asks> {
+        Some(Asks { op, path_argument, beneath: Some(depth) })
+    }
 }
 
 impl ToolSpec {
@@ -292,6 +323,11 @@ pub fn registry(listed: &Listed) -> Vec<&'static ToolSpec> {
         tools.push(&execute::SPEC);
     }
     tools
+}
+
+/// The tool named `name`, whether or not this environment lists it.
+pub fn spec(name: &str) -> Option<&'static ToolSpec> {
+    registry(&Listed { execute: true }).into_iter().find(|spec| spec.name == name)
 }
 
 /// Runs the tool `name`; `None` when there is no such tool (or it is not enabled). Results

@@ -5,12 +5,19 @@
 use serde_json::{json, Value};
 
 use super::common::{self, char_len, is_blank, splitlines_keepends, to_lf, MAX_CHARS};
-use super::{args, Block, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
+use super::{args, Asks, Block, ErrorCode, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::control::session::Version;
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "read_file", description, input_schema, read_only: true, destructive: false, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "read_file",
+    description,
+    input_schema,
+    read_only: true,
+    destructive: false,
+    asks: Asks::exact(Op::Read),
+    call,
+};
 
 const DEFAULT_LIMIT: i64 = 100;
 

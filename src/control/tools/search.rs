@@ -164,7 +164,7 @@ fn read_dir(
 ) -> bool {
     // Asking the gate first keeps refused directories out of the audit log: a search is not
     // an attempt to read each of them.
-    if fs.decide(Op::Read, dir, true).mode != Mode::Allow {
+    if fs.mode(Op::Read, dir, true) != Mode::Allow {
         return true;
     }
     let entries = match fs.engine.readdir(&fs.ctx, dir) {
@@ -182,7 +182,7 @@ fn read_dir(
             }
             FileKind::File if everything || glob.matches_file(state, name) => {
                 let path = dir.join(name);
-                let mode = if judge { fs.decide(Op::Read, &path, false).mode } else { Mode::Allow };
+                let mode = if judge { fs.mode(Op::Read, &path, false) } else { Mode::Allow };
                 if mode != Mode::Deny {
                     found.push(Found { target: path.clone(), path, mode });
                 }
@@ -202,7 +202,7 @@ fn read_dir(
 /// A symlink counts as the regular file it leads to inside the tree; it is dropped when either
 /// path is denied or it cannot be resolved (as Deep Agents drops unresolvable results).
 fn follow_link(fs: &ToolFs, path: VPath) -> Option<Found> {
-    let link_mode = fs.decide(Op::Read, &path, false).mode;
+    let link_mode = fs.mode(Op::Read, &path, false);
     if link_mode == Mode::Deny {
         return None;
     }
@@ -210,7 +210,7 @@ fn follow_link(fs: &ToolFs, path: VPath) -> Option<Found> {
     if resolved.attr?.kind != FileKind::File {
         return None;
     }
-    let target_mode = fs.decide(Op::Read, &resolved.path, false).mode;
+    let target_mode = fs.mode(Op::Read, &resolved.path, false);
     if target_mode == Mode::Deny {
         return None;
     }

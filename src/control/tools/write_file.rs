@@ -11,14 +11,21 @@
 use serde_json::{json, Value};
 
 use super::common::{self, Located};
-use super::{args, Listed, ToolEnv, ToolOutput, ToolSpec};
+use super::{args, Asks, Listed, ToolEnv, ToolOutput, ToolSpec};
 use crate::backend::FileKind;
 use crate::control::session::Version;
 use crate::error::{Errno, FsError};
 use crate::policy::Op;
 
-pub const SPEC: ToolSpec =
-    ToolSpec { name: "write_file", description, input_schema, read_only: false, destructive: false, call };
+pub const SPEC: ToolSpec = ToolSpec {
+    name: "write_file",
+    description,
+    input_schema,
+    read_only: false,
+    destructive: false,
+    asks: Asks::exact(Op::Write),
+    call,
+};
 
 fn description(_listed: &Listed) -> String {
     "Writes content to a file. Creates the file if it does not exist; replaces it entirely if it does.\n\
