@@ -32,6 +32,26 @@ pub fn share_of(max_pending: usize) -> usize {
     (max_pending / 4).max(1)
 }
 
+/// Bytes of guarded entries ([`Reach::guarded`]) one user's pending tickets may list.
+pub const LISTED_SHARE: usize = 16 << 20;
+/// Bytes of guarded entries all pending tickets may list.
+pub const LISTED_ALL: usize = 64 << 20;
+
+/// What a ticket's list of guarded entries costs, roughly: each path and its place in a set.
+fn listed_bytes(request: &Request) -> usize {
+    request.tool.as_ref().map_or(0, |call| call.reach.guarded.iter().map(|p| p.as_str().len() + 48).sum())
+}
+
+/// Takes `by` from `uid`'s count, forgetting a uid left with none.
+fn decrease(counts: &mut HashMap<u32, usize>, uid: u32, by: usize) {
+    if let std::collections::hash_map::Entry::Occupied(mut count) = counts.entry(uid) {
+        *count.get_mut() -= by;
+        if *count.get() == 0 {
+            count.remove();
+        }
+    }
+}
+
 /// How often the sweeper looks for expired tickets and callers that died, while there are any
 /// tickets or retry grants (otherwise it sleeps until one comes: see [`Bell`]).
 const SWEEP_EVERY: Duration = Duration::from_millis(200);
@@ -173,6 +193,9 @@ pub enum Overload {
     Others { limit: usize },
     /// Every place is taken.
     All { limit: usize },
+    /// The guarded entries listed in pending tickets would pass their bound (of this user's,
+    /// or of everyone's when `uid` is `None`), in bytes.
+    Listed { uid: Option<u32>, limit: usize },
 }
 
 impl Overload {
@@ -186,6 +209,13 @@ impl Overload {
                 "users other than root already have {limit} approvals pending (the rest is kept for root)"
             ),
             Overload::All { limit } => format!("{limit} approvals are already pending (the limit)"),
+            Overload::Listed { uid: Some(uid), limit } => format!(
+                "the guarded entries listed in the approvals uid {uid} has pending would pass {} MiB (one user's share)",
+                limit >> 20
+            ),
+            Overload::Listed { uid: None, limit } => {
+                format!("the guarded entries listed in pending approvals would pass {} MiB", limit >> 20)
+            }
         }
     }
 }
@@ -233,6 +263,9 @@ struct Inner {
     pending: BTreeMap<ApprovalId, Ticket>,
     /// How many of `pending` each uid holds (uids holding none are absent).
     held: HashMap<u32, usize>,
+    /// The bytes of the guarded entries `pending` lists ([`Reach::guarded`]), per uid and in all.
+    listed: HashMap<u32, usize>,
+    listed_total: usize,
     covers: HashMap<ApprovalId, Cover>,
     grants: Vec<Grant>,
     /// Approved refusals waiting for their caller's next attempt.
@@ -244,28 +277,41 @@ struct Inner {
 
 impl Inner {
     fn put(&mut self, id: ApprovalId, ticket: Ticket) {
-        *self.held.entry(ticket.request.uid).or_default() += 1;
+        let uid = ticket.request.uid;
+        *self.held.entry(uid).or_default() += 1;
+        let listed = listed_bytes(&ticket.request);
+        if listed > 0 {
+            *self.listed.entry(uid).or_default() += listed;
+            self.listed_total += listed;
+        }
         self.pending.insert(id, ticket);
     }
 
     fn take(&mut self, id: ApprovalId) -> Option<Ticket> {
         let ticket = self.pending.remove(&id)?;
-        if let std::collections::hash_map::Entry::Occupied(mut held) = self.held.entry(ticket.request.uid) {
-            *held.get_mut() -= 1;
-            if *held.get() == 0 {
-                held.remove();
-            }
-        }
+        let uid = ticket.request.uid;
+        decrease(&mut self.held, uid, 1);
+        let listed = listed_bytes(&ticket.request);
+        decrease(&mut self.listed, uid, listed);
+        self.listed_total -= listed;
         Some(ticket)
     }
 
-    /// Which bound a new ticket of `uid` would pass, if any: its user's share, then (for
+    /// Which bound a new ticket `request` would pass, if any: its user's share, then (for
     /// users other than root) all but root's share, then the whole bound. Root's share is
     /// kept for it, so agents of several users together cannot shut the operator out either.
-    fn overload(&self, uid: u32, max_pending: usize) -> Option<Overload> {
+    /// The guarded entries a bulk tool call lists are bounded in bytes the same way (one
+    /// user's share, then everyone's), so pending tickets cannot hold the daemon's memory.
+    fn overload(&self, request: &Request, max_pending: usize) -> Option<Overload> {
+        let uid = request.uid;
         let share = share_of(max_pending);
         let others = max_pending.saturating_sub(share).max(share);
-        if self.held.get(&uid).copied().unwrap_or(0) >= share {
+        let listed = listed_bytes(request);
+        if listed > 0 && self.listed.get(&uid).copied().unwrap_or(0) + listed > LISTED_SHARE {
+            Some(Overload::Listed { uid: Some(uid), limit: LISTED_SHARE })
+        } else if listed > 0 && self.listed_total + listed > LISTED_ALL {
+            Some(Overload::Listed { uid: None, limit: LISTED_ALL })
+        } else if self.held.get(&uid).copied().unwrap_or(0) >= share {
             Some(Overload::Share { uid, limit: share })
         } else if uid != 0 && self.pending.len() - self.held.get(&0).copied().unwrap_or(0) >= others {
             Some(Overload::Others { limit: others })
@@ -427,7 +473,7 @@ impl Approvals {
         // A command line can be megabytes: the ticket (and its audit records) keep its start.
         let (command, command_bytes) = preview::shorten(&request.command, preview::COMMAND_SHOWN);
         request.command = command;
-        if let Some(overload) = inner.overload(request.uid, self.max_pending) {
+        if let Some(overload) = inner.overload(&request, self.max_pending) {
             drop(inner);
             static OVERLOADED: crate::log_limit::RateLimited = crate::log_limit::RateLimited::new();
             if let Some(held) = OVERLOADED.admit() {

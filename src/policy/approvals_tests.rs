@@ -178,6 +178,52 @@ fn of(uid: u32, path: &str) -> Request {
     Request { uid, ..request("fuse", "open", Op::Write, path, me()) }
 }
 
+/// The guarded entries bulk tickets list are bounded in bytes, per user and in all, so that
+/// an agent opening many cannot hold the daemon's memory; an answer gives the room back.
+#[test]
+fn the_guarded_entries_pending_tickets_list_are_bounded() {
+    let a = Approvals::new(Duration::from_secs(60), 1024);
+    let long = vec!["n".repeat(200); 5].join("/");
+    let listing = |uid: u32, n: usize, tag: &str| {
+        let mut r = of(uid, &format!("/s/{tag}"));
+        r.tool = Some(ToolCall {
+            name: "delete".into(),
+            arguments: Preview::of(&json!({"file_path": "/s"})),
+            resolved: None,
+            reach: Reach {
+                named: vec![p("/s")],
+                guarded: (0..n).map(|i| p(&format!("/s/{tag}/{i}/{long}"))).collect(),
+            },
+            socket: "agent",
+        });
+        r
+    };
+    // About 1 KiB per entry: 10,000 entries list about 10 MB.
+    let first = ask(&a, listing(1000, 10_000, "a"), None);
+    assert!(first.try_recv().is_err(), "pending");
+    let refused = ask(&a, listing(1000, 10_000, "b"), None);
+    let share = Overload::Listed { uid: Some(1000), limit: LISTED_SHARE };
+    assert_eq!(refused.try_recv().unwrap().1, Outcome::Overloaded(share));
+    assert!(share.reason().contains("uid 1000 has pending would pass 16 MiB"), "{}", share.reason());
+    // Another user still may, and a ticket listing nothing is not counted.
+    let other = ask(&a, listing(1001, 10_000, "c"), None);
+    assert!(other.try_recv().is_err(), "pending");
+    let plain = ask(&a, of(1000, "/s/plain"), None);
+    assert!(plain.try_recv().is_err(), "pending");
+    let id = a.list()[0]["id"].as_u64().unwrap();
+    a.resolve(id, Decision::Reject(None), "u").unwrap();
+    let again = ask(&a, listing(1000, 10_000, "d"), None);
+    assert!(again.try_recv().is_err(), "pending again");
+    // Everyone's bound.
+    drop(first);
+    let mut held = vec![other, plain, again];
+    for uid in 2000..2005 {
+        held.push(ask(&a, listing(uid, 10_000, &format!("u{uid}")), None));
+    }
+    let all = held.iter().filter(|rx| rx.try_recv().is_ok()).count();
+    assert_eq!(all, 1, "the seventh list of 10 MB passes 64 MiB in all");
+}
+
 /// Each user holds at most a quarter of the bound, and users other than root together hold
 /// at most all but root's quarter: one agent, or several, cannot shut the others out.
 #[test]
