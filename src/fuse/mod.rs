@@ -280,11 +280,23 @@ impl Filesystem for FuseDoor {
                 _ => match d.live_path(c, ino, "setattr", Op::Write) {
                     Ok(p) => (p, open.clone()),
                     // Every name is gone (fchmod of a file deleted or replaced behind the
-                    // kernel's back): any open handle still reaches the file itself.
-                    Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => {
-                        let f = open.clone().or_else(|| d.any_file_of(ino.0)).ok_or(e)?;
-                        (f.handle.path.clone(), Some(f))
-                    }
+                    // kernel's back): the caller's writable handle still reaches the file, as
+                    // its writes do. Another handle (any process's, read-only ones too) serves
+                    // only a file with no name left anywhere: one a host program moved lives
+                    // under a name this door does not know, where other rules may hold.
+                    Err(e) if e.is(Errno::ENOENT) || e.is(Errno::ESTALE) => match &open {
+                        Some(f) => (f.handle.path.clone(), open.clone()),
+                        None => {
+                            let f = d.any_file_of(ino.0).ok_or(e)?;
+                            if f.handle.file.getattr()?.nlink > 0 {
+                                return Err(FsError::new(
+                                    Errno::ESTALE,
+                                    "the file was moved elsewhere behind the mount's back",
+                                ));
+                            }
+                            (f.handle.path.clone(), Some(f))
+                        }
+                    },
                     Err(e) => return Err(e),
                 },
             };

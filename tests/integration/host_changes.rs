@@ -507,3 +507,48 @@ fn a_name_the_host_replaced_opens_the_new_file_while_the_old_one_is_held_open() 
         assert_eq!(std::io::read_to_string(&held).unwrap(), "first", "{old}");
     }
 }
+
+/// A file a host program moved into a denied directory while it was open read-only through the
+/// mount: its descriptor may not change the file's mode, owner or times there (the change was
+/// judged under the name it no longer has). A file with no name left anywhere may be changed
+/// through any descriptor.
+#[test]
+fn a_read_only_descriptor_cannot_change_a_file_the_host_moved_under_a_deny_rule() {
+    let fx = Fixture::new(
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/host/secret\", \"/host/secret/**\"]\nmode = \"deny\"\n",
+    );
+    let (host, mnt) = work_dir(&fx);
+    fs::create_dir(fx.host_root.join("secret")).unwrap();
+    fs::write(host.join("doc"), "d").unwrap();
+    fs::set_permissions(host.join("doc"), fs::Permissions::from_mode(0o644)).unwrap();
+    let held = fs::File::open(mnt.join("doc")).unwrap();
+    let moved = fx.host_root.join("secret/doc");
+    fs::rename(host.join("doc"), &moved).unwrap();
+    soon("the host's move", || !mnt.join("doc").exists());
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+    let chmod = nix::sys::stat::fchmod(fd, nix::sys::stat::Mode::from_bits_truncate(0o666));
+    assert_eq!(chmod, Err(nix::errno::Errno::ESTALE));
+    let magic = format!("/proc/self/fd/{fd}");
+    let chmod = fs::set_permissions(&magic, fs::Permissions::from_mode(0o600)).unwrap_err();
+    assert_eq!(chmod.raw_os_error(), Some(libc::ESTALE), "{chmod}");
+    let chown = nix::unistd::fchown(fd, Some(nix::unistd::Uid::from_raw(1000)), None);
+    assert_eq!(chown, Err(nix::errno::Errno::ESTALE));
+    let times = nix::sys::stat::futimens(
+        fd,
+        &nix::sys::time::TimeSpec::new(0, 0),
+        &nix::sys::time::TimeSpec::new(0, 0),
+    );
+    assert_eq!(times, Err(nix::errno::Errno::ESTALE));
+    let meta = fs::metadata(&moved).unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.uid(), meta.mtime() != 0), (0o644, 0, true));
+    drop(held);
+
+    // Deleted on the host while held: no name is left, and any descriptor reaches it.
+    fs::write(host.join("gone"), "g").unwrap();
+    let held = fs::File::open(mnt.join("gone")).unwrap();
+    fs::remove_file(host.join("gone")).unwrap();
+    soon("the host's deletion", || !mnt.join("gone").exists());
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+    nix::sys::stat::fchmod(fd, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    assert_eq!(held.metadata().unwrap().mode() & 0o7777, 0o600);
+}
