@@ -154,12 +154,17 @@ fn resolved_as_far_as_exists(path: &Path) -> PathBuf {
     }
 }
 
-/// Every file the daemon owns: its config file, its two sockets, and each database with the
-/// files SQLite keeps beside it.
+/// Every file the daemon owns: its config file, its mountpoint, its two sockets, and each
+/// database with the files SQLite keeps beside it.
 fn own_files(config: &Config) -> Vec<(String, PathBuf)> {
     let mut own = Vec::new();
     if let Some(file) = &config.file {
         own.push(("the config file".to_string(), file.clone()));
+    }
+    // A host route showing the mountpoint would lead each lookup beneath it back into the
+    // mount, and so into a daemon thread waiting on itself: a `ls` there hung the daemon.
+    if let Some(mountpoint) = &config.mountpoint {
+        own.push(("the mountpoint".to_string(), mountpoint.clone()));
     }
     own.push(("the control socket".to_string(), config.socket.clone()));
     own.push(("the agent socket".to_string(), config.agent_socket.clone()));
@@ -186,8 +191,12 @@ fn own_files_under(backend: &BackendConfig, config: &Config) -> Vec<String> {
         let file = resolved_as_far_as_exists(&file);
         let Ok(inside) = file.strip_prefix(&root) else { continue };
         if !warned.contains(&what) {
+            let advice = match what.as_str() {
+                "the mountpoint" => "",
+                _ => "; keep the daemon's files outside host roots",
+            };
             tracing::warn!(
-                "{what} ({}) lies inside the host root {}: the route leaves it out; keep the daemon's files outside host roots",
+                "{what} ({}) lies inside the host root {}: the route leaves it out{advice}",
                 file.display(),
                 root.display()
             );
@@ -410,7 +419,8 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     check_fuse_device()?;
     // The lock keeps other daemons starting on this mountpoint out until the mount is made.
     let (mountpoint, mountpoint_lock) = prepare_mountpoint(mountpoint)?;
-    let (host_changes, engine_config) = watch_host_routes(&config);
+    let (host_changes, mut engine_config) = watch_host_routes(&config);
+    engine_config.mountpoint = Some(mountpoint.clone());
     let engine = build_engine(&engine_config)?;
     if let Some(changes) = &host_changes {
         let _ = engine.host_change_events.set(changes.events.clone());

@@ -249,6 +249,34 @@ fn the_daemons_own_files_are_absent_from_a_route_that_holds_them() {
     mount.stop();
 }
 
+/// A host route whose root holds the mountpoint leaves the mountpoint out: through it, each
+/// lookup beneath would lead back into the mount, and a daemon thread would wait on itself
+/// (with io_uring a `ls` one level down hung the daemon for good).
+#[test]
+fn a_host_route_holding_the_mountpoint_leaves_it_out() {
+    use crate::harness::{sh_ok, Mount};
+    let crate::harness::Unmounted { scratch, host_root: _, config: cfg } = crate::harness::unmounted("");
+    let text = fs::read_to_string(&cfg).unwrap();
+    // Requests by /dev/fuse threads: without the fix a lookup there recursed instead of hanging.
+    let route =
+        format!("[[routes]]\npath = \"/up\"\nbackend = \"host\"\nroot = \"{}\"\n", scratch.path().display());
+    fs::write(&cfg, format!("{text}\n{route}\n[fuse]\nio_uring = false\n")).unwrap();
+    fs::write(scratch.path().join("beside.txt"), "b").unwrap();
+    let mount = Mount::start(&cfg, &scratch.path().join("mnt"));
+    let up = mount.path("/up");
+    assert_eq!(sh_ok(&up, "ls -A | grep -c -x -e mnt -e beside.txt"), "1\n");
+    let (code, out, _) = sh(&up, "export LC_ALL=C; ls mnt 2>&1; mkdir mnt 2>&1; ls mnt/up 2>&1; echo rc=$?");
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "ls: cannot access 'mnt': No such file or directory\n\
+         mkdir: cannot create directory 'mnt': Permission denied\n\
+         ls: cannot access 'mnt/up': No such file or directory\nrc=2\n"
+    );
+    assert!(mount.log_text().contains("the mountpoint"), "{}", mount.log_text());
+    mount.stop();
+}
+
 /// Hidden means absent, in link counts too: a directory under a hiding rule does not count
 /// its subdirectories (1, "not counted"), while one no hiding rule reaches keeps its count.
 /// Nor does its size: on the memory route's tmpfs a directory grows by 20 bytes per name.
