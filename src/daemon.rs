@@ -91,12 +91,12 @@ const WATCHED_HOST_TTL: Duration = Duration::from_secs(3600);
 /// Watches the host routes' directories for changes made by other programs. When that works,
 /// their default cache lifetime becomes long (the watcher invalidates what changes); when it
 /// does not (not root, a filesystem without file handles), it stays short, with a warning.
-fn watch_host_routes(config: &Config) -> (Option<HostChanges>, Config) {
-    let roots: Vec<(VPath, PathBuf)> = config
+fn watch_host_routes(config: &Config, mountpoint: &Path) -> (Option<HostChanges>, Config) {
+    let roots: Vec<(VPath, PathBuf, Duration)> = config
         .routes
         .iter()
         .filter_map(|r| match &r.backend {
-            BackendConfig::Host { root } => Some((r.path.clone(), root.clone())),
+            BackendConfig::Host { root } => Some((r.path.clone(), root.clone(), r.cache_ttl)),
             _ => None,
         })
         .collect();
@@ -104,7 +104,7 @@ fn watch_host_routes(config: &Config) -> (Option<HostChanges>, Config) {
     if roots.is_empty() {
         return (None, config);
     }
-    match HostChanges::new(&roots) {
+    match HostChanges::new(&roots, mountpoint) {
         Ok(changes) => {
             for route in &mut config.routes {
                 if matches!(route.backend, BackendConfig::Host { .. }) && !route.cache_ttl_set {
@@ -419,11 +419,12 @@ pub fn run(config: Config, mountpoint: &Path, config_path: Option<PathBuf>) -> R
     check_fuse_device()?;
     // The lock keeps other daemons starting on this mountpoint out until the mount is made.
     let (mountpoint, mountpoint_lock) = prepare_mountpoint(mountpoint)?;
-    let (host_changes, mut engine_config) = watch_host_routes(&config);
+    let (host_changes, mut engine_config) = watch_host_routes(&config, &mountpoint);
     engine_config.mountpoint = Some(mountpoint.clone());
     let engine = build_engine(&engine_config)?;
     if let Some(changes) = &host_changes {
         let _ = engine.host_change_events.set(changes.events.clone());
+        let _ = engine.unwatched_mounts.set(changes.unwatched.clone());
         ignore_own_files(changes, &config);
     }
     let inodes = Arc::new(Inodes::new());

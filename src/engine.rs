@@ -87,6 +87,9 @@ pub struct Engine {
     pub fuse_rings: std::sync::OnceLock<crate::fuse::ring::RingCounters>,
     /// Events read by the host-changes watcher, when the daemon watches host routes.
     pub host_change_events: std::sync::OnceLock<Arc<std::sync::atomic::AtomicU64>>,
+    /// Where beneath a host root a mounted filesystem is not watched: names there keep the
+    /// route's short cache lifetime (`host_changes::Unwatched`).
+    pub unwatched_mounts: std::sync::OnceLock<crate::host_changes::Unwatched>,
     /// The temporary files of whole writes under way (by serial), which a stop removes
     /// ([`Engine::remove_unfinished_writes`]).
     unfinished: parking_lot::Mutex<HashMap<u64, (Permit, u64)>>,
@@ -127,6 +130,7 @@ impl Engine {
             fuse_open_files: Default::default(),
             fuse_rings: std::sync::OnceLock::new(),
             host_change_events: std::sync::OnceLock::new(),
+            unwatched_mounts: std::sync::OnceLock::new(),
         }
     }
 
@@ -714,6 +718,11 @@ impl Engine {
 
     /// How long the kernel may cache what it learned about `path`.
     pub fn ttl(&self, path: &VPath) -> std::time::Duration {
+        if let Some(unwatched) = self.unwatched_mounts.get() {
+            if let Some((_, ttl)) = unwatched.load().iter().find(|(beneath, _)| path.starts_with(beneath)) {
+                return *ttl;
+            }
+        }
         self.router.route_of(path).ttl
     }
 }

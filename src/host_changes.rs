@@ -1,8 +1,9 @@
 //! Changes that other programs make under a host route's root, reported to the kernel's caches
 //! of the mount, so that long cache lifetimes never hide them.
 //!
-//! One fanotify group watches the filesystems holding the host roots (`FAN_MARK_FILESYSTEM`,
-//! events naming the directory by file handle and the entry by name). Each event outside the
+//! One fanotify group watches the filesystems holding the host roots and those mounted
+//! beneath them (`FAN_MARK_FILESYSTEM`, events naming the directory by file handle and the
+//! entry by name; `nested` follows the mount table). Each event outside the
 //! daemon's own process is mapped back to a virtual path (the directory's current host path,
 //! under which root) and handed to the engine's [`ChangeObserver`], the same path tool-door
 //! changes take, once for every route whose root holds it (roots may nest). Changes the daemon
@@ -15,16 +16,21 @@
 //! shows through the mount within milliseconds, not at the instant the host's system call
 //! returns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::engine::ChangeObserver;
 use crate::vpath::VPath;
+
+mod nested;
+use nested::RouteRoot;
+pub use nested::Unwatched;
 
 const EVENTS: u64 = libc::FAN_CREATE
     | libc::FAN_DELETE
@@ -47,10 +53,21 @@ const RESOLVED_CAP: usize = 65_536;
 struct Root {
     prefix: VPath,
     host: PathBuf,
-    /// Any descriptor on the root's filesystem, for `open_by_handle_at`.
-    fd: OwnedFd,
+    /// Any descriptor on the root's filesystem, for `open_by_handle_at`: a route's root,
+    /// held; none for a filesystem mounted beneath one, opened when needed (a descriptor
+    /// held on it would keep it from being unmounted).
+    fd: Option<OwnedFd>,
     /// That filesystem's id, as events report it.
     fsid: [u8; 8],
+    /// A filesystem mounted beneath a route's root, watched on its own (`nested`).
+    nested: bool,
+}
+
+/// Whether a host file is seen through two roots: one lies inside another on one filesystem.
+fn roots_nest(roots: &[Root]) -> bool {
+    roots
+        .iter()
+        .any(|a| roots.iter().any(|b| !std::ptr::eq(a, b) && a.fsid == b.fsid && a.host.starts_with(&b.host)))
 }
 
 pub struct HostChanges {
@@ -59,14 +76,24 @@ pub struct HostChanges {
     /// One root lies inside another: a host file is then seen through two routes, and a
     /// change the daemon makes through one must still be invalidated in the other.
     nested: bool,
+    /// The host routes, for finding the filesystems mounted beneath their roots.
+    routes: Vec<RouteRoot>,
+    /// Those mount points, watched or not.
+    mounts: HashSet<PathBuf>,
+    /// Where beneath the roots a mounted filesystem is not watched.
+    pub unwatched: Unwatched,
+    /// The daemon's own mountpoint, which may lie beneath a root and is never watched.
+    own_mountpoint: Option<PathBuf>,
     /// Events read so far, the daemon's own included (`status` shows it).
     pub events: Arc<AtomicU64>,
 }
 
 impl HostChanges {
-    /// Starts watching the filesystems of `roots` (virtual prefix, host directory). Needs
-    /// CAP_SYS_ADMIN and a filesystem that reports file handles; the error says which failed.
-    pub fn new(roots: &[(VPath, PathBuf)]) -> Result<HostChanges, String> {
+    /// Starts watching the filesystems of `roots` (virtual prefix, host directory, the cache
+    /// lifetime the route has unwatched), and those mounted beneath them, but not at
+    /// `own_mountpoint`. Needs CAP_SYS_ADMIN and a filesystem that reports file handles; the
+    /// error says which failed.
+    pub fn new(roots: &[(VPath, PathBuf, Duration)], own_mountpoint: &Path) -> Result<HostChanges, String> {
         let flags = libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_REPORT_DFID_NAME;
         let fd = unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_CLOEXEC) as u32) };
         if fd < 0 {
@@ -74,7 +101,8 @@ impl HostChanges {
         }
         let fanotify = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut watched = Vec::new();
-        for (prefix, host) in roots {
+        let mut routes = Vec::new();
+        for (prefix, host, unwatched_ttl) in roots {
             let host = host.canonicalize().map_err(|e| format!("{}: {e}", host.display()))?;
             let c = CString::new(host.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
             let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
@@ -95,12 +123,26 @@ impl HostChanges {
             }
             // `fsid_t` is two ints, as the events' `__kernel_fsid_t`.
             let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
-            watched.push(Root { prefix: prefix.clone(), host, fd, fsid });
+            routes.push(RouteRoot {
+                prefix: prefix.clone(),
+                host: host.clone(),
+                unwatched_ttl: *unwatched_ttl,
+            });
+            watched.push(Root { prefix: prefix.clone(), host, fd: Some(fd), fsid, nested: false });
         }
-        let nested = watched.iter().any(|a| {
-            watched.iter().any(|b| !std::ptr::eq(a, b) && a.fsid == b.fsid && a.host.starts_with(&b.host))
-        });
-        Ok(HostChanges { fanotify, roots: watched, nested, events: Arc::default() })
+        let nested = roots_nest(&watched);
+        let mut changes = HostChanges {
+            fanotify,
+            roots: watched,
+            nested,
+            routes,
+            mounts: HashSet::new(),
+            unwatched: Unwatched::default(),
+            own_mountpoint: own_mountpoint.canonicalize().ok(),
+            events: Arc::default(),
+        };
+        changes.rescan_mounts(None);
+        Ok(changes)
     }
 
     /// Drops the events of a file the daemon itself writes all the time (a sqlite route's
@@ -131,15 +173,45 @@ impl HostChanges {
     pub fn start(self, observer: Arc<dyn ChangeObserver>, overflowed: impl Fn() + Send + 'static) {
         std::thread::Builder::new()
             .name("host-changes".into())
-            .spawn(move || self.run(&*observer, &overflowed))
+            .spawn(move || {
+                let mut changes = self;
+                changes.run(&*observer, &overflowed)
+            })
             .expect("spawning the host-changes thread");
     }
 
-    fn run(&self, observer: &dyn ChangeObserver, overflowed: &dyn Fn()) {
+    fn run(&mut self, observer: &dyn ChangeObserver, overflowed: &dyn Fn()) {
         let me = std::process::id() as i32;
         let mut resolved: HashMap<Vec<u8>, Vec<VPath>> = HashMap::new();
         let mut buf = vec![0u8; 64 * 1024];
+        // The mount table signals a change with POLLPRI (proc(5)): a filesystem mounted or
+        // unmounted beneath a root is then watched or forgotten.
+        let mount_table = std::fs::File::open("/proc/self/mountinfo").ok();
         loop {
+            let mut fds = [
+                libc::pollfd { fd: self.fanotify.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: mount_table.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                    events: libc::POLLPRI,
+                    revents: 0,
+                },
+            ];
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                continue;
+            }
+            if fds[1].revents & (libc::POLLPRI | libc::POLLERR) != 0 {
+                // Read to the end, or poll reports the same change again.
+                if let Some(mut table) = mount_table.as_ref() {
+                    use std::io::{Read, Seek};
+                    let _ = table.seek(std::io::SeekFrom::Start(0));
+                    let _ = std::io::copy(&mut table.by_ref(), &mut std::io::sink());
+                }
+                self.rescan_mounts(Some(observer));
+                resolved.clear();
+            }
+            if fds[0].revents & libc::POLLIN == 0 {
+                continue;
+            }
             let n = unsafe { libc::read(self.fanotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n < 0 {
                 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
@@ -211,11 +283,11 @@ impl HostChanges {
         }
     }
 
-    /// The virtual paths of a directory an event names: one per route whose root holds it
-    /// (several when roots nest), none when it lies outside every root.
+    /// The virtual paths of a directory an event names: one per root that holds it (several
+    /// when roots nest), none when it lies outside every root. The handle is opened through
+    /// each root on its filesystem, so a filesystem mounted twice (a bind mount beneath a
+    /// root) is seen at each place.
     fn resolve(&self, dir: DirHandle<'_>) -> Vec<VPath> {
-        let fs_roots: Vec<&Root> = self.roots.iter().filter(|r| dir.key.starts_with(&r.fsid)).collect();
-        let Some(first) = fs_roots.first() else { return Vec::new() };
         // `open_by_handle_at` wants the handle aligned as a `struct file_handle`.
         let mut aligned = vec![0u32; dir.handle.len().div_ceil(4)];
         unsafe {
@@ -225,22 +297,39 @@ impl HostChanges {
                 dir.handle.len(),
             )
         };
-        let raw = unsafe {
-            libc::syscall(
-                libc::SYS_open_by_handle_at,
-                first.fd.as_raw_fd(),
-                aligned.as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC,
-            )
-        };
-        if raw < 0 {
-            return Vec::new();
+        let mut paths = Vec::new();
+        for root in self.roots.iter().filter(|r| dir.key.starts_with(&r.fsid)) {
+            let opened;
+            let mount_fd = match &root.fd {
+                Some(fd) => fd,
+                None => match std::fs::File::open(&root.host) {
+                    Ok(file) => {
+                        opened = OwnedFd::from(file);
+                        &opened
+                    }
+                    Err(_) => continue,
+                },
+            };
+            let raw = unsafe {
+                libc::syscall(
+                    libc::SYS_open_by_handle_at,
+                    mount_fd.as_raw_fd(),
+                    aligned.as_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC,
+                )
+            };
+            if raw < 0 {
+                continue;
+            }
+            let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+            let Ok(host) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else { continue };
+            if let Some(path) = virtual_path(&root.prefix, &root.host, &host) {
+                if !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
         }
-        let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
-        let Ok(host) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
-            return Vec::new();
-        };
-        fs_roots.iter().filter_map(|r| virtual_path(&r.prefix, &r.host, &host)).collect()
+        paths
     }
 }
 

@@ -552,3 +552,77 @@ fn a_read_only_descriptor_cannot_change_a_file_the_host_moved_under_a_deny_rule(
     nix::sys::stat::fchmod(fd, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     assert_eq!(held.metadata().unwrap().mode() & 0o7777, 0o600);
 }
+
+/// Unmounts its mounts when dropped, even when the test panics (lazily if busy).
+struct Mounted(Vec<PathBuf>);
+
+impl Mounted {
+    fn tmpfs(&mut self, at: &Path) {
+        fs::create_dir_all(at).unwrap();
+        let status =
+            std::process::Command::new("mount").args(["-t", "tmpfs", "nested"]).arg(at).status().unwrap();
+        assert!(status.success());
+        self.0.push(at.to_path_buf());
+    }
+
+    fn unmount(&mut self, at: &Path) {
+        assert!(std::process::Command::new("umount").arg(at).status().unwrap().success());
+        self.0.retain(|p| p != at);
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        for at in self.0.iter().rev() {
+            let _ = std::process::Command::new("umount").arg("-l").arg(at).status();
+        }
+    }
+}
+
+/// A filesystem mounted beneath the host root, before the daemon starts or while it runs, is
+/// watched too: changes made there on the host show through the mount at once, although the
+/// kernel may cache the route's names and attributes for an hour.
+#[test]
+fn changes_in_a_filesystem_mounted_beneath_the_host_root_show_at_once() {
+    let mut mounted = Mounted(Vec::new());
+    let crate::harness::Unmounted { scratch, host_root, config } = crate::harness::unmounted("");
+    let text = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        text.replacen("backend = \"host\"\n", "backend = \"host\"\ncache_ttl_seconds = 3600\n", 1),
+    )
+    .unwrap();
+    mounted.tmpfs(&host_root.join("early"));
+    let mount = crate::harness::Mount::start(&config, &scratch.path().join("mnt"));
+    mounted.tmpfs(&host_root.join("late"));
+    let late_seen = || names(&mount.path("/host/late")).is_empty();
+    fs::write(host_root.join("late/probe"), "").unwrap();
+    soon("the filesystem mounted while the daemon runs", || !late_seen());
+    for dir in ["early", "late"] {
+        let host = host_root.join(dir);
+        let mnt = mount.path(&format!("/host/{dir}"));
+        fs::write(host.join("a.txt"), "one").unwrap();
+        fs::write(host.join("gone.txt"), "x").unwrap();
+        soon("the new files", || names(&mnt).contains(&"gone.txt".to_string()));
+        // Cache everything: the listing, the names, the attributes, the content.
+        for _ in 0..2 {
+            assert_eq!(fs::metadata(mnt.join("a.txt")).unwrap().len(), 3);
+            assert_eq!(fs::read_to_string(mnt.join("a.txt")).unwrap(), "one");
+            assert!(!mnt.join("new.txt").exists());
+        }
+        fs::write(host.join("a.txt"), "one, two").unwrap();
+        soon("a new size", || fs::metadata(mnt.join("a.txt")).unwrap().len() == 8);
+        assert_eq!(fs::read_to_string(mnt.join("a.txt")).unwrap(), "one, two", "{dir}");
+        fs::write(host.join("new.txt"), "n").unwrap();
+        soon("a new file", || mnt.join("new.txt").exists());
+        fs::remove_file(host.join("gone.txt")).unwrap();
+        soon("a removed file gone", || {
+            !mnt.join("gone.txt").exists() && !names(&mnt).contains(&"gone.txt".into())
+        });
+    }
+    // Unmounted while the daemon runs: the directory beneath shows again.
+    mounted.unmount(&host_root.join("late"));
+    soon("the directory under the unmounted filesystem", || names(&mount.path("/host/late")).is_empty());
+    assert!(!mount.log_text().contains("cannot be watched"), "{}", mount.log_text());
+    mount.stop();
+}

@@ -1,0 +1,163 @@
+//! Filesystems mounted beneath a host route's root (a tmpfs, a bind mount, another disk): the
+//! watch on the root's filesystem does not see them, so each is watched on its own, found in
+//! `/proc/self/mountinfo` at start and again whenever the mount table changes. One that
+//! cannot be watched (no file handles) keeps the route's short cache lifetime beneath it.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use super::{virtual_path, HostChanges, Root, EVENTS};
+use crate::engine::ChangeObserver;
+use crate::vpath::VPath;
+
+/// Virtual paths beneath which a mounted filesystem is not watched, each with the cache
+/// lifetime its route has unwatched (`Engine::ttl` reads it).
+pub type Unwatched = Arc<ArcSwap<Vec<(VPath, Duration)>>>;
+
+/// A host route as the watcher knows it.
+pub(super) struct RouteRoot {
+    pub prefix: VPath,
+    /// Canonical.
+    pub host: PathBuf,
+    /// Its cache lifetime were it not watched.
+    pub unwatched_ttl: Duration,
+}
+
+/// The mount points strictly beneath `root` in a `mountinfo` text (field 5, with `\ooo`
+/// escapes for space, tab, newline and backslash).
+pub(super) fn mounts_beneath(mountinfo: &str, root: &Path) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(unescape)
+        .filter(|point| point != root && point.starts_with(root))
+        .collect()
+}
+
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(&out))
+}
+
+/// Marks the filesystem mounted at `point` and opens a root for its events.
+fn watch(fanotify: &OwnedFd, prefix: VPath, point: &Path) -> Result<Root, String> {
+    let c = CString::new(point.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+    let ret = unsafe { libc::fanotify_mark(fanotify.as_raw_fd(), flags, EVENTS, libc::AT_FDCWD, c.as_ptr()) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
+    Ok(Root { prefix, host: point.to_path_buf(), fd: None, fsid, nested: true })
+}
+
+impl HostChanges {
+    /// Brings the watched mounts beneath the roots up to date with the mount table: a new one
+    /// is watched (or, failing that, its path keeps the short cache lifetime), a gone one is
+    /// forgotten, and the kernel is told that each such path changed (what it cached there
+    /// belonged to the filesystem before). The daemon's own mountpoint is left alone.
+    pub(super) fn rescan_mounts(&mut self, observer: Option<&dyn ChangeObserver>) {
+        let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+        let mut now: HashMap<PathBuf, VPath> = HashMap::new();
+        for route in &self.routes {
+            for point in mounts_beneath(&mountinfo, &route.host) {
+                if Some(&point) == self.own_mountpoint.as_ref() {
+                    continue;
+                }
+                if let Some(path) = virtual_path(&route.prefix, &route.host, &point) {
+                    now.insert(point, path);
+                }
+            }
+        }
+        let gone: Vec<PathBuf> = self.mounts.iter().filter(|p| !now.contains_key(*p)).cloned().collect();
+        let mut changed = Vec::new();
+        for point in gone {
+            self.mounts.remove(&point);
+            self.roots.retain(|r| !(r.nested && r.host == point));
+            changed.push(point);
+        }
+        let mut unwatched: Vec<(VPath, Duration)> =
+            self.unwatched.load().iter().filter(|(p, _)| now.values().any(|v| v == p)).cloned().collect();
+        for (point, path) in &now {
+            if self.mounts.contains(point) {
+                continue;
+            }
+            match watch(&self.fanotify, path.clone(), point) {
+                Ok(root) => self.roots.push(root),
+                Err(e) => {
+                    let ttl =
+                        self.routes.iter().find(|r| path.starts_with(&r.prefix)).map(|r| r.unwatched_ttl);
+                    let ttl = ttl.unwrap_or(Duration::from_secs(1));
+                    tracing::warn!(
+                        "host changes: the filesystem mounted at {} cannot be watched ({e}); {} keeps a {}s cache lifetime",
+                        crate::display::Escaped(&point.display().to_string()),
+                        crate::display::Escaped(path.as_str()),
+                        ttl.as_secs_f64()
+                    );
+                    unwatched.push((path.clone(), ttl));
+                }
+            }
+            self.mounts.insert(point.clone());
+            changed.push(point.clone());
+        }
+        self.unwatched.store(Arc::new(unwatched));
+        self.nested = super::roots_nest(&self.roots);
+        if let Some(observer) = observer {
+            for point in changed {
+                for route in &self.routes {
+                    if let Some(path) = virtual_path(&route.prefix, &route.host, &point) {
+                        observer.changed(&path);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_beneath_a_root_are_read_from_mountinfo() {
+        let mountinfo = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /home/u/project rw shared:2 - ext4 /dev/sdb1 rw
+41 40 0:36 / /home/u/project/cache rw shared:3 - tmpfs t rw
+42 40 0:37 / /home/u/project/with\\040space rw shared:4 - tmpfs t rw
+43 22 0:38 / /home/u/projects rw shared:5 - tmpfs t rw
+";
+        let found = mounts_beneath(mountinfo, Path::new("/home/u/project"));
+        assert_eq!(
+            found,
+            [PathBuf::from("/home/u/project/cache"), PathBuf::from("/home/u/project/with space")]
+        );
+        assert_eq!(unescape("a\\134b\\011c\\12"), PathBuf::from("a\\b\tc\\12"));
+    }
+}
