@@ -62,7 +62,7 @@ fn a_file_too_large_to_take_whole_is_refused_before_it_is_read() {
         assert!(!ok);
         assert_eq!(
             text,
-            format!("Error: File '{path}' is too large to read whole ({size} bytes; the limit is 33554432 bytes). Search it with grep, or take part of it from a shell (head, tail, sed -n '100,200p')")
+            format!("Error: File '{path}' is too large to read whole ({size} bytes; the limit is 33554432 bytes). Take part of it from a shell (head, tail, sed -n '100,200p', grep -n PATTERN FILE): the grep tool skips files over 10 MiB")
         );
         let (ok, text) =
             call_tool(&mut c, "edit_file", json!({"file_path": path, "old_string": "a", "new_string": "b"}));

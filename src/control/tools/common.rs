@@ -375,7 +375,8 @@ pub fn too_large_to_take_whole(what: &str, path: &VPath, size: Option<u64>) -> T
         ErrorCode::TooLarge,
         format!(
             "Error: File '{path}' is too large to {what} whole ({size}; the limit is {MAX_TEXT_BYTES} bytes). \
-             Search it with grep, or take part of it from a shell (head, tail, sed -n '100,200p')"
+             Take part of it from a shell (head, tail, sed -n '100,200p', grep -n PATTERN FILE): the grep tool skips files over {} MiB",
+            super::grep::MAX_FILE_BYTES >> 20
         ),
     )
 }
