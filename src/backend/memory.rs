@@ -63,6 +63,25 @@ struct Tree {
     cap: Option<u64>,
     /// `max_bytes` as configured.
     max_bytes: Option<u64>,
+    /// Under a cap, what inodes and extended attributes may take ([`inode_space`]), and
+    /// what they take: tmpfs's `nr_inodes` budget, kept the same way.
+    inode_space: Option<u64>,
+    inode_space_used: u64,
+}
+
+/// What one inode takes of a capped route's inode budget (tmpfs's `BOGO_INODE_SIZE`).
+pub const INODE_SPACE: u64 = 1024;
+
+/// The inodes a route capped at `max_bytes` may hold (the private tmpfs's `nr_inodes`): one
+/// per 2 KiB of the cap, at least 4,096. Without it, names cost no bytes: a 1 MiB route took
+/// 20,000 empty files and 20 MB of extended attributes, all in the host's memory.
+pub fn inode_limit(max_bytes: u64) -> u64 {
+    (max_bytes / 2048).max(4096)
+}
+
+/// What an extended attribute takes of the inode budget (the kernel's `simple_xattr_space`).
+fn xattr_space(name: &str, size: usize) -> u64 {
+    (40 + name.len() + 1 + size) as u64
 }
 
 struct Node {
@@ -279,6 +298,15 @@ impl Tree {
     }
 
     /// Fails with ENOSPC unless `pages` more pages fit under the cap.
+    /// Takes `bytes` of the inode budget, or ENOSPC (as tmpfs answers) when it is spent.
+    fn take_inode_space(&mut self, bytes: u64) -> FsResult<()> {
+        if self.inode_space.is_some_and(|budget| self.inode_space_used + bytes > budget) {
+            return Err(FsError::new(Errno::ENOSPC, "memory backend inode limit reached"));
+        }
+        self.inode_space_used += bytes;
+        Ok(())
+    }
+
     fn check_cap(&self, pages: u64) -> FsResult<()> {
         match pages > self.free_pages() {
             true => Err(FsError::new(Errno::ENOSPC, "memory backend size cap reached")),
@@ -335,6 +363,8 @@ impl Tree {
         if n.nlink == 0 && n.open.load(Ordering::Acquire) == 0 {
             let n = self.nodes.remove(&ino).expect("inode in table");
             self.used -= n.charged();
+            let xattrs: u64 = n.xattrs.iter().map(|(name, value)| xattr_space(name, value.len())).sum();
+            self.inode_space_used -= INODE_SPACE + xattrs;
         }
     }
 
@@ -472,7 +502,16 @@ impl MemoryBackend {
         // As the private tmpfs is given `max(1)` bytes (its size 0 would mean unlimited).
         let cap = size_cap.map(|bytes| bytes.max(1).div_ceil(PAGE));
         let nodes = HashMap::from([(ROOT, root)]);
-        let tree = Tree { nodes, next_ino: ROOT + 1, used: 0, cap, max_bytes: size_cap };
+        let inode_space = size_cap.map(|bytes| inode_limit(bytes) * INODE_SPACE);
+        let tree = Tree {
+            nodes,
+            next_ino: ROOT + 1,
+            used: 0,
+            cap,
+            max_bytes: size_cap,
+            inode_space,
+            inode_space_used: INODE_SPACE,
+        };
         MemoryBackend { tree: Arc::new(RwLock::new(tree)) }
     }
 
@@ -486,6 +525,7 @@ impl MemoryBackend {
         let mut t = self.tree.write();
         let (dir, name) = t.lookup_new(path)?;
         t.check_cap(node.charged())?;
+        t.take_inode_space(INODE_SPACE)?;
         node.open.store(u32::from(opened), Ordering::Release);
         let ino = t.add(dir, name, node, caller);
         Ok((t.attr(ino), ino))
@@ -667,12 +707,17 @@ impl Backend for MemoryBackend {
         t.lookup(path)?;
         let blocks = t.cap.unwrap_or(UNCAPPED_BLOCKS);
         let bfree = blocks.saturating_sub(t.used);
+        // Under a cap, what tmpfs reports: its inode limit, and what is left of the budget.
+        let (files, ffree) = match t.inode_space {
+            Some(budget) => (budget / INODE_SPACE, budget.saturating_sub(t.inode_space_used) / INODE_SPACE),
+            None => (MAX_FILES, MAX_FILES.saturating_sub(t.nodes.len() as u64)),
+        };
         Ok(StatFs {
             blocks,
             bfree,
             bavail: bfree,
-            files: MAX_FILES,
-            ffree: MAX_FILES.saturating_sub(t.nodes.len() as u64),
+            files,
+            ffree,
             bsize: BLOCK_SIZE as u32,
             namelen: NAME_MAX as u32,
             frsize: BLOCK_SIZE as u32,
@@ -707,14 +752,17 @@ impl Backend for MemoryBackend {
         }
         let mut t = self.tree.write();
         let ino = t.lookup(path)?;
-        let n = t.node_mut(ino);
-        let exists = n.xattrs.contains_key(name);
-        if exists && flags & XATTR_CREATE != 0 {
+        let old = t.node(ino).xattrs.get(name).map(|v| xattr_space(name, v.len()));
+        if old.is_some() && flags & XATTR_CREATE != 0 {
             return Err(Errno::EEXIST.into());
         }
-        if !exists && flags & XATTR_REPLACE != 0 {
+        if old.is_none() && flags & XATTR_REPLACE != 0 {
             return Err(Errno::ENODATA.into());
         }
+        // The new value is charged before the old one is given back, as tmpfs does.
+        t.take_inode_space(xattr_space(name, value.len()))?;
+        t.inode_space_used -= old.unwrap_or(0);
+        let n = t.node_mut(ino);
         n.xattrs.insert(name.to_string(), value.to_vec());
         n.ctime = SystemTime::now();
         Ok(())
@@ -725,8 +773,9 @@ impl Backend for MemoryBackend {
         let mut t = self.tree.write();
         let ino = t.lookup(path)?;
         let n = t.node_mut(ino);
-        n.xattrs.remove(name).ok_or(Errno::ENODATA)?;
+        let value = n.xattrs.remove(name).ok_or(Errno::ENODATA)?;
         n.ctime = SystemTime::now();
+        t.inode_space_used -= xattr_space(name, value.len());
         Ok(())
     }
 }

@@ -148,3 +148,66 @@ fn max_bytes_counts_allocated_bytes_on_both_stores() {
     let daemon = scenario(&fx, "/capdaemon");
     assert_eq!(tmpfs, daemon, "df and du, step by step: tmpfs store, then daemon store");
 }
+
+/// What a capped route's names and extended attributes take is bounded too, alike on both
+/// stores (tmpfs's inode budget: one inode per 2 KiB of the cap, at least 4,096, shared with
+/// the attributes): creating past it, or setting one more attribute, answers ENOSPC, and what
+/// is removed is free again.
+#[test]
+fn max_bytes_bounds_names_and_extended_attributes_on_both_stores() {
+    let fx = Fixture::new(&format!("{}\n[fuse]\nxattrs = true\n", routes()));
+    let mut seen = Vec::new();
+    for route in ["/captmpfs", "/capdaemon"] {
+        let dir = fx.p(route);
+        let inodes = |dir: &Path| {
+            let st = nix::sys::statvfs::statvfs(dir).unwrap();
+            (st.files() as u64, st.files_free() as u64)
+        };
+        let at_start = inodes(&dir);
+        let mut made = 0;
+        let refusal = loop {
+            match fs::File::create(dir.join(format!("f{made}"))) {
+                Ok(_) => made += 1,
+                Err(e) => break e,
+            }
+            assert!(made <= 10_000, "{route}: no limit");
+        };
+        assert_eq!(refusal.raw_os_error(), Some(libc::ENOSPC), "{route}: {refusal}");
+        let full = inodes(&dir);
+        fs::remove_file(dir.join("f0")).unwrap();
+        fs::File::create(dir.join("again")).unwrap();
+        for n in 1..made {
+            fs::remove_file(dir.join(format!("f{n}"))).unwrap();
+        }
+        // Attributes share the budget.
+        let file = dir.join("again");
+        let value = vec![b'x'; 60_000];
+        let mut set = 0;
+        let refusal = loop {
+            let name = format!("user.a{set}");
+            match xattr_set(&file, &name, &value) {
+                Ok(()) => set += 1,
+                Err(e) => break e,
+            }
+            assert!(set <= 1_000, "{route}: no limit on attributes");
+        };
+        assert_eq!(refusal.raw_os_error(), Some(libc::ENOSPC), "{route}: {refusal}");
+        fs::remove_file(&file).unwrap();
+        assert_eq!(inodes(&dir), at_start, "{route}: all given back");
+        seen.push((at_start, made, full, set));
+    }
+    assert_eq!(seen[0], seen[1], "tmpfs store, then daemon store");
+    assert_eq!(seen[0].0 .0, 5120, "{seen:?}");
+}
+
+fn xattr_set(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let ret = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

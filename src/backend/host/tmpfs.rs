@@ -56,6 +56,8 @@ pub fn private_tmpfs(max_bytes: Option<u64>) -> FsResult<OwnedFd> {
         // for tmpfs (`transparent_hugepage_tmpfs=`).
         Some(bytes) => {
             set_string(&fs, "size", &bytes.max(1).to_string())?;
+            // Names (and extended attributes, charged to the same budget) bounded too.
+            set_string(&fs, "nr_inodes", &crate::backend::memory::inode_limit(bytes).to_string())?;
             let _ = set_string(&fs, "huge", "never");
         }
         // Large folios for files big enough (as ext4 has): warm reads of a 1 GiB file went
