@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -24,6 +25,9 @@ pub enum ClientError {
     Rpc(RpcError),
     /// The daemon closed the connection (or sent something unreadable) before answering.
     Protocol(String),
+    /// Nothing came back for a request within the client's timeout (see
+    /// [`Client::answer_within`]): (socket, method, timeout).
+    TimedOut(PathBuf, String, Duration),
 }
 
 impl std::fmt::Display for ClientError {
@@ -40,6 +44,17 @@ impl std::fmt::Display for ClientError {
             ClientError::Io(p, e) => write!(f, "control socket {}: {e}", p.display()),
             ClientError::Rpc(e) => write!(f, "{}", e.message),
             ClientError::Protocol(m) => f.write_str(m),
+            ClientError::TimedOut(p, method, after) => write!(
+                f,
+                "no answer to {method} on {} within {}: what listens there accepted the connection but \
+                 does not answer as an agentvfs daemon does (a daemon that hangs, or another program's \
+                 socket)",
+                p.display(),
+                match after.subsec_millis() {
+                    0 => format!("{} s", after.as_secs()),
+                    _ => format!("{} ms", after.as_millis()),
+                }
+            ),
         }
     }
 }
@@ -51,6 +66,8 @@ pub struct Client {
     stream: UnixStream,
     lines: LineReader<UnixStream>,
     next_id: u64,
+    /// How long a read or write may wait (`None`: for ever; see [`Client::answer_within`]).
+    timeout: Option<Duration>,
 }
 
 /// Connects to the socket at `path`, telling "no daemon" apart from other failures.
@@ -68,7 +85,26 @@ impl Client {
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
         let stream = connect_stream(path)?;
         let reader = stream.try_clone().map_err(|e| ClientError::Io(path.to_path_buf(), e))?;
-        Ok(Client { path: path.to_path_buf(), stream, lines: LineReader::new(reader, MAX_REPLY), next_id: 1 })
+        Ok(Client {
+            path: path.to_path_buf(),
+            stream,
+            lines: LineReader::new(reader, MAX_REPLY),
+            next_id: 1,
+            timeout: None,
+        })
+    }
+
+    /// Bounds every later read and write on the connection by `limit`: a request with no
+    /// answer by then fails with [`ClientError::TimedOut`]. Only for requests the daemon answers
+    /// at once (`agentvfs run`'s): a tool call may wait for an approver, and `next_message`
+    /// for the next interrupt, as long as it takes, so clients are unbounded unless told.
+    pub fn answer_within(&mut self, limit: Duration) -> Result<(), ClientError> {
+        let set =
+            |s: &UnixStream| s.set_read_timeout(Some(limit)).and_then(|()| s.set_write_timeout(Some(limit)));
+        // The timeouts are the socket's, so the reader's clone has them too.
+        set(&self.stream).map_err(|e| ClientError::Io(self.path.clone(), e))?;
+        self.timeout = Some(limit);
+        Ok(())
     }
 
     /// The uid of the process that listens on the socket (`SO_PEERCRED`): whom this client is
@@ -83,10 +119,20 @@ impl Client {
         self.next_id += 1;
         let line = proto::encode(&proto::request(id, method, params));
         if let Err(e) = self.stream.write_all(&line) {
+            if let Some(late) = self.timed_out(&e, method) {
+                return Err(late);
+            }
             // The daemon may have refused us and closed already; its reason is in the reply.
-            return self.read_reply(id).and(Err(ClientError::Io(self.path.clone(), e)));
+            return self.read_reply(id, method).and(Err(ClientError::Io(self.path.clone(), e)));
         }
-        self.read_reply(id)
+        self.read_reply(id, method)
+    }
+
+    /// The error for `e` when it is this client's timeout running out.
+    fn timed_out(&self, e: &io::Error, method: &str) -> Option<ClientError> {
+        let late = matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut);
+        let limit = self.timeout.filter(|_| late)?;
+        Some(ClientError::TimedOut(self.path.clone(), method.to_string(), limit))
     }
 
     /// The next message the daemon sends, whatever it is (for notifications after
@@ -102,7 +148,7 @@ impl Client {
         }
     }
 
-    fn read_reply(&mut self, id: u64) -> Result<Value, ClientError> {
+    fn read_reply(&mut self, id: u64, method: &str) -> Result<Value, ClientError> {
         loop {
             let line = match self.lines.read_line() {
                 Ok(Line::Complete(line)) => line,
@@ -115,7 +161,9 @@ impl Client {
                         self.path.display()
                     )))
                 }
-                Err(e) => return Err(ClientError::Io(self.path.clone(), e)),
+                Err(e) => {
+                    return Err(self.timed_out(&e, method).unwrap_or(ClientError::Io(self.path.clone(), e)))
+                }
             };
             let reply: Value = match serde_json::from_slice(&line) {
                 Ok(v) => v,
@@ -134,5 +182,34 @@ impl Client {
             }
             return Ok(reply.get("result").cloned().unwrap_or(Value::Null));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_client_gives_up_on_a_listener_that_never_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("silent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let mut client = Client::connect(&path).unwrap();
+        let _accepted = listener.accept().unwrap();
+        client.answer_within(Duration::from_millis(200)).unwrap();
+        let started = std::time::Instant::now();
+        let err = client.call("vfs/paths", None).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(
+            matches!(&err, ClientError::TimedOut(p, m, d) if p == &path && m == "vfs/paths" && d.as_millis() == 200)
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "no answer to vfs/paths on {} within 200 ms: what listens there accepted the connection but does \
+                 not answer as an agentvfs daemon does (a daemon that hangs, or another program's socket)",
+                path.display()
+            )
+        );
     }
 }
