@@ -736,9 +736,16 @@ impl Config {
             line: None,
             message: format!("cannot read: {e}"),
         })?;
+        Config::load_text(path, &text)
+    }
+
+    /// [`Config::load`] of `text`, read from the file at `path` by the caller (`agentvfs run`
+    /// reads it through the descriptor whose owner it judges).
+    pub fn load_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let base = std::path::absolute(&base).unwrap_or(base);
-        let mut config = Parser { file: &file, text: &text, base }.parse()?;
+        let mut config = Parser { file: &file, text, base }.parse()?;
         config.file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
         Ok(config)
     }

@@ -25,6 +25,7 @@ use crate::control::client::Client;
 use crate::exec::{self, Options, RunAs, TopEntry, RESERVED};
 use crate::vpath::VPath;
 
+mod home;
 mod inside;
 mod job;
 mod reach;
@@ -134,52 +135,6 @@ fn in_mount(mountpoint: &Path, path: &VPath) -> PathBuf {
     mountpoint.join(path.as_str().trim_start_matches('/'))
 }
 
-/// Makes `home` (and missing parents) through the mount. Run as root (through sudo), the
-/// directories it makes are given to `user`, the home itself mode 0700; as the user, they are
-/// the user's already. An existing home is left as it is.
-fn ensure_home(mountpoint: &Path, home: &VPath, user: &User, as_root: bool) -> Result<()> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::{mkdirat, Mode};
-    // Walked one directory descriptor at a time, never following a symlink: as root, a name
-    // another session's program swapped for a link must not lead the mkdir or the chown out
-    // of the tree (the mountpoint's own path is the caller's, and trusted).
-    let open_dir = |at: Option<&OwnedFd>, name: &Path| -> nix::Result<OwnedFd> {
-        let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
-        let dir = at.map(|fd| fd.as_raw_fd());
-        // SAFETY: openat returns a new descriptor that nothing else owns.
-        openat(dir, name, flags, Mode::empty()).map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
-    };
-    let mut dir = open_dir(None, mountpoint).with_context(|| format!("opening {}", mountpoint.display()))?;
-    let mut at = VPath::root();
-    for part in home.components() {
-        at = at.join(part);
-        let mode = if at == *home { 0o700 } else { 0o755 };
-        let made = match mkdirat(Some(dir.as_raw_fd()), part, Mode::from_bits_truncate(mode)) {
-            Ok(()) => true,
-            Err(nix::errno::Errno::EEXIST) => false,
-            Err(e) => bail!(
-                "cannot create HOME {home} in the tree: mkdir {at}: {}. Create it once as root (`sudo agentvfs \
-                 run ...` from this user's shell does, and gives it to the user), or set [run] home to a \
-                 directory this user may create (e.g. under a host route the user owns)",
-                std::io::Error::from(e)
-            ),
-        };
-        dir = match open_dir(Some(&dir), Path::new(part)) {
-            Ok(next) => next,
-            Err(nix::errno::Errno::ENOTDIR | nix::errno::Errno::ELOOP) => bail!(
-                "HOME {home}: {at} exists in the tree and is not a directory; set [run] home to another path"
-            ),
-            Err(e) => bail!("HOME {home}: cannot look at {at}: {}", std::io::Error::from(e)),
-        };
-        if made && as_root && at == *home {
-            nix::unistd::fchown(dir.as_raw_fd(), Some(user.uid.into()), Some(user.gid.into()))
-                .map_err(std::io::Error::from)
-                .with_context(|| format!("giving HOME {home} to uid {}", user.uid))?;
-        }
-    }
-    Ok(())
-}
-
 /// Becomes `user` (its groups from the user database, then gid, then uid) for good.
 fn drop_to(user: &User) -> Result<()> {
     use nix::unistd::{Gid, Uid};
@@ -206,8 +161,36 @@ pub struct Request<'a> {
 /// What the daemon told `run` before anything is done for the program, asked as the user.
 struct Asked {
     config: Option<Config>,
+    /// Whether the config file is root's (see [`load_config`]).
+    roots_config: bool,
     socket: PathBuf,
     paths: Value,
+}
+
+/// How long `run` waits for each answer of the daemon (which answers its requests at once): a
+/// socket whose listener accepts but never answers must not hold `run` for ever.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A client of the daemon on `socket` for `run`'s requests, bounded by [`ANSWER_WITHIN`].
+fn connect(socket: &Path) -> Result<Client> {
+    let mut client = Client::connect(socket)?;
+    client.answer_within(ANSWER_WITHIN)?;
+    Ok(client)
+}
+
+/// Reads the `--config` file, and says whether it is root's: owned by root and writable by no
+/// one else, so that its `[run] home` is root's choice, which root may make. Read through the
+/// descriptor whose owner is judged, so that a file swapped in between is not taken for it.
+fn load_config(path: &Path) -> Result<(Config, bool)> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let unreadable = |e: std::io::Error| anyhow!("{}: cannot read: {e}", path.display());
+    let mut file = std::fs::File::open(path).map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(unreadable)?;
+    let config = Config::load_text(path, &text)?;
+    Ok((config, meta.uid() == 0 && meta.mode() & 0o022 == 0))
 }
 
 /// Reads the config and asks the daemon, as `user` (with root's effective ids switched to the
@@ -218,19 +201,23 @@ struct Asked {
 /// is made as root.
 fn ask_as_user(request: &Request, user: &User, sudo: bool) -> Result<Asked> {
     let _as_user = if sudo { Some(AsUser::become_(user)?) } else { None };
-    let config = request.config_file.map(Config::load).transpose()?;
+    let loaded = request.config_file.map(load_config).transpose()?;
+    let roots_config = loaded.as_ref().is_some_and(|(_, roots)| *roots);
+    let config = loaded.map(|(config, _)| config);
     let socket = match (&config, request.socket) {
         (Some(c), _) => c.agent_socket.clone(),
         (None, Some(s)) => s.to_path_buf(),
         (None, None) => bail!("no agent socket: give --socket or --config"),
     };
-    let mut client = Client::connect(&socket)?;
+    let mut client = connect(&socket)?;
     if sudo {
         let server =
             client.server_uid().with_context(|| format!("asking who serves {}", socket.display()))?;
         if server != 0 {
             bail!(
-                "{} is served by uid {server}, not root: under sudo, agentvfs run makes the home as root                  where the daemon says the tree is, so it trusts only a daemon run by root. Run it without                  sudo, or give the socket of root's daemon",
+                "{} is served by uid {server}, not root: under sudo, agentvfs run makes the home as root \
+                 where the daemon says the tree is, so it trusts only a daemon run by root. Run it without \
+                 sudo, or give the socket of root's daemon",
                 socket.display()
             );
         }
@@ -241,11 +228,12 @@ fn ask_as_user(request: &Request, user: &User, sudo: bool) -> Result<Asked> {
     let paths = client.call("vfs/paths", None)?;
     if paths["socket"] != "agent" {
         bail!(
-            "{} is the daemon's control socket (the approvers'), not its agent socket: the program would              answer its own interrupts there. Give the agent socket (`agent_socket` in the daemon's config)",
+            "{} is the daemon's control socket (the approvers'), not its agent socket: the program would \
+             answer its own interrupts there. Give the agent socket (`agent_socket` in the daemon's config)",
             socket.display()
         );
     }
-    Ok(Asked { config, socket, paths })
+    Ok(Asked { config, roots_config, socket, paths })
 }
 
 /// Root's effective ids switched to a user's (groups, gid, uid) until dropped; the real and
@@ -288,6 +276,40 @@ fn set_groups(user: &User) -> Result<()> {
     }
 }
 
+/// The host routes of a `vfs/paths` answer: (virtual path, root on the host, as the caller
+/// finds it).
+fn host_roots(paths: &Value) -> Vec<(VPath, PathBuf)> {
+    paths["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["backend"] == "host")
+        .filter_map(|r| {
+            let route = VPath::parse(r["virtual"].as_str()?).ok()?;
+            let root = PathBuf::from(r["location"].as_str()?);
+            Some((route, root.canonicalize().unwrap_or(root)))
+        })
+        .collect()
+}
+
+/// Why `run` stops when the mountpoint the daemon names is not there: inside `agentvfs run`'s
+/// sandbox (`inside`), whose whole file system is the tree, the mount itself is not.
+fn missing_mountpoint(mountpoint: &Path, inside: bool) -> String {
+    let at = crate::display::escape(&mountpoint.to_string_lossy()).to_string();
+    if inside {
+        format!(
+            "agentvfs run cannot be nested: this is already inside the sandbox of an `agentvfs run`, whose \
+             whole file system is the tree, so the mount it would start from ({at}) is not here. Run the \
+             command directly, or start it with agentvfs run from outside the sandbox"
+        )
+    } else {
+        format!(
+            "the daemon says its tree is mounted at {at}, which does not exist here (is the daemon in \
+             another mount namespace?)"
+        )
+    }
+}
+
 /// Runs the request: the program's exit status, or why it could not be started.
 pub fn run(request: &Request) -> Result<ExitCode> {
     let argv = request.argv;
@@ -303,38 +325,47 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     let bwrap = exec::which("bwrap")
         .ok_or_else(|| anyhow!("bubblewrap (bwrap) is not installed; install the `bubblewrap` package"))?;
 
-    let Asked { config, socket, paths } = ask_as_user(request, &user, euid == 0)?;
+    let sudo = euid == 0;
+    let Asked { config, roots_config, socket, paths } = ask_as_user(request, &user, sudo)?;
     let mountpoint = paths["mountpoint"]
         .as_str()
         .map(PathBuf::from)
         .ok_or_else(|| anyhow!("the daemon's vfs/paths answer names no mountpoint"))?;
+    if std::fs::symlink_metadata(&mountpoint).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        bail!("{}", missing_mountpoint(&mountpoint, inside()));
+    }
     let run_config = config.as_ref().map(|c| c.run.clone()).unwrap_or_default();
     let component = user.name.clone().filter(|n| !n.is_empty() && !n.contains('/') && n != "." && n != "..");
-    let home = match &run_config.home {
-        Some(home) => home.clone(),
-        None => VPath::root().join("home").join(&component.unwrap_or_else(|| user.uid.to_string())),
-    };
+    let default_home = VPath::root().join("home").join(&component.unwrap_or_else(|| user.uid.to_string()));
+    let home = run_config.home.clone().unwrap_or_else(|| default_home.clone());
     let top = home.as_str().trim_start_matches('/').split('/').next().unwrap_or("");
     if top == RUN_DIR || RESERVED.contains(&top) {
         bail!("HOME {home} would be under /{top}, which the sandbox does not take from the tree; set [run] home elsewhere");
     }
-    ensure_home(&mountpoint, &home, &user, euid == 0)?;
-    if euid == 0 {
+    // The config must be out of the program's reach before anything it says is acted on: the
+    // home it names is made (as root, when root's) right below.
+    if let Some(file) = config.as_ref().and_then(|c| c.file.as_deref()) {
+        let _as_user = if sudo { Some(AsUser::become_(&user)?) } else { None };
+        let mount_real = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.clone());
+        reach::config_out_of_reach(file, &socket, &mountpoint, &mount_real, &host_roots(&paths))?;
+    }
+    // Under sudo, root makes only the home root chose (the default, or one a config of root's
+    // names); a home of the user's choosing is made with the user's ids, so the tree's file
+    // modes bound it, not only its rules.
+    if sudo && (home == default_home || roots_config) {
+        home::ensure_home(&mountpoint, &home, &user, home::Maker::Root)?;
+    } else {
+        let _as_user = if sudo { Some(AsUser::become_(&user)?) } else { None };
+        home::ensure_home(&mountpoint, &home, &user, home::Maker::User)?;
+    }
+    if sudo {
         drop_to(&user)?;
     }
 
     // Everything from here on is done as the user: the tree is what the gate shows them.
     let entries = top_entries(&mountpoint)?;
     let routes: Vec<&Value> = paths["routes"].as_array().into_iter().flatten().collect();
-    let hosts: Vec<(VPath, PathBuf)> = routes
-        .iter()
-        .filter(|r| r["backend"] == "host")
-        .filter_map(|r| {
-            let route = VPath::parse(r["virtual"].as_str()?).ok()?;
-            let root = PathBuf::from(r["location"].as_str()?);
-            Some((route, root.canonicalize().unwrap_or(root)))
-        })
-        .collect();
+    let hosts = host_roots(&paths);
     let default_cwd = match &config {
         Some(c) => c.exec.cwd.clone(),
         None => {
@@ -368,10 +399,6 @@ pub fn run(request: &Request) -> Result<ExitCode> {
             fallback
         }
     };
-
-    if let Some(file) = config.as_ref().and_then(|c| c.file.as_deref()) {
-        reach::config_out_of_reach(file, &socket, &mountpoint, &mount_real, &hosts)?;
-    }
 
     let sources = exec::open_sources(&mountpoint, &entries);
     let socket_fd =

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 
 use super::{in_mount, virtual_cwd};
-use crate::control::client::Client;
 use crate::vpath::VPath;
 
 /// Refuses a `--config` file the program could change: it says which socket, home, variables
@@ -15,7 +14,7 @@ use crate::vpath::VPath;
 /// would choose its own next sandbox. Out of reach means not in the tree (outside the mount and
 /// every host route), hidden there (the daemon hides its own config), or not writable there:
 /// by the rules (a deny, or an interrupt, which a human answers) or by the user's permissions
-/// on the file and on every directory on its way. Run as the user.
+/// on the file and on every directory on its way. Run with the user's (effective) ids.
 pub(super) fn config_out_of_reach(
     file: &Path,
     socket: &Path,
@@ -48,20 +47,22 @@ fn config_spelling_out_of_reach(
     mount_real: &Path,
     hosts: &[(VPath, PathBuf)],
 ) -> Result<()> {
-    use nix::unistd::{access, AccessFlags};
+    use nix::fcntl::AtFlags;
+    use nix::unistd::{faccessat, AccessFlags};
     let Some(at) = virtual_cwd(spelling, mount_real, hosts) else { return Ok(()) };
     let inside = in_mount(mountpoint, &at);
     if std::fs::symlink_metadata(&inside).is_err() {
         return Ok(());
     }
     let params = serde_json::json!({"operation": "write", "path": at.as_str()});
-    let verdict = Client::connect(socket)?.call("vfs/explain", Some(params))?;
+    let verdict = super::connect(socket)?.call("vfs/explain", Some(params))?;
     if verdict["decision"] != "allow" {
         return Ok(());
     }
     // Writing the file, or a directory on its way (where it, or a directory holding it, could
-    // be renamed away and made again), changes it.
-    let writable = |p: &Path| access(p, AccessFlags::W_OK).is_ok();
+    // be renamed away and made again), changes it. Asked with the effective ids: under sudo
+    // this runs before root's are dropped, with the user's switched in (see `run`).
+    let writable = |p: &Path| faccessat(None, p, AccessFlags::W_OK, AtFlags::AT_EACCESS).is_ok();
     if !writable(&inside) && !at.ancestors().any(|a| writable(&in_mount(mountpoint, &a))) {
         return Ok(());
     }

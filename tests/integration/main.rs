@@ -28,6 +28,7 @@ mod requests;
 mod roles;
 mod rules;
 mod run;
+mod run_home;
 mod security;
 mod shared_store;
 mod stress;

@@ -31,10 +31,10 @@ cwd = "/host"
 "#;
 
 /// `setpriv` in front of a command: nobody (65534:65534), no other groups.
-const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+pub(crate) const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
 
 /// The environment of `sudo` run by nobody: `agentvfs run` as root then acts for nobody.
-const SUDO_NOBODY: [(&str, &str); 2] = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
+pub(crate) const SUDO_NOBODY: [(&str, &str); 2] = [("SUDO_UID", "65534"), ("SUDO_GID", "65534")];
 
 /// A tmux server of one test (its own socket), killed with every session when dropped.
 struct Tmux {
@@ -112,19 +112,19 @@ impl Drop for Tmux {
 
 /// The test's daemon, a copy of the binary nobody may run, and the script prefix that runs
 /// `agentvfs run` as nobody with the daemon's config.
-struct Setup {
-    f: Fixture,
-    config: PathBuf,
-    bin: PathBuf,
+pub(crate) struct Setup {
+    pub(crate) f: Fixture,
+    pub(crate) config: PathBuf,
+    pub(crate) bin: PathBuf,
 }
 
 impl Setup {
-    fn new() -> Setup {
+    pub(crate) fn new() -> Setup {
         Setup::edited(str::to_string)
     }
 
     /// Like [`Setup::new`], with the daemon's config text passed through `edit` first.
-    fn edited(edit: impl Fn(&str) -> String) -> Setup {
+    pub(crate) fn edited(edit: impl Fn(&str) -> String) -> Setup {
         let f = Fixture::with_config(RULES, edit);
         let scratch = f.scratch.path().to_path_buf();
         let bin = scratch.join("agentvfs");
@@ -152,7 +152,7 @@ impl Setup {
     }
 
     /// Makes nobody's home in the tree once, through sudo (nobody finds it afterwards).
-    fn make_home(&self) {
+    pub(crate) fn make_home(&self) {
         let (code, _, err) =
             cli(&["run", "--config", self.config.to_str().unwrap(), "--", "true"], &SUDO_NOBODY);
         assert_eq!(code, 0, "{err}");
@@ -178,7 +178,7 @@ fn exit_status(status: &Path) -> i32 {
 }
 
 /// The CLI as root (outside every sandbox): (exit code, stdout, stderr).
-fn cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+pub(crate) fn cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(BIN)
         .args(args)
         .env_remove("SUDO_UID")
@@ -727,7 +727,9 @@ fn run_talks_only_to_an_agent_socket_served_by_root_and_reads_as_the_user() {
     let control = s.control_socket();
     let (code, err) = as_nobody(&format!("--socket {}", control.display()));
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("is the daemon's control socket (the approvers'), not its agent socket"), "{err}");
+    let refused = "is the daemon's control socket (the approvers'), not its agent socket: the program would \
+                   answer its own interrupts there. Give the agent socket (`agent_socket` in the daemon's config)";
+    assert!(err.contains(refused), "{err}");
     let named = scratch.join("control-as-agent.toml");
     let unused = scratch.join("unused.sock");
     std::fs::write(&named, format!("agent_socket = {control:?}\nsocket = {unused:?}\n")).unwrap();
@@ -759,7 +761,10 @@ fn run_talks_only_to_an_agent_socket_served_by_root_and_reads_as_the_user() {
     let _ = daemon.wait();
     assert!(!victim.join("made").exists(), "made as root outside any tree");
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("is served by uid 65534, not root"), "{err}");
+    let refused = "is served by uid 65534, not root: under sudo, agentvfs run makes the home as root where the \
+                   daemon says the tree is, so it trusts only a daemon run by root. Run it without sudo, or give \
+                   the socket of root's daemon";
+    assert!(err.contains(refused), "{err}");
 
     // A config file the user may not read is not read for them.
     let secret = scratch.join("secret.toml");
