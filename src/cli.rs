@@ -149,13 +149,9 @@ enum Command {
         command: Vec<OsString>,
     },
     /// Inside `agentvfs run`'s sandbox: starts the program with SIGINT and SIGQUIT at their
-    /// defaults.
+    /// defaults, in a process group of its own that holds the sandbox's terminal.
     #[command(name = "run-program", hide = true)]
     RunProgram {
-        /// The sandbox holds the terminal: the program gets a process group of its own that
-        /// holds it.
-        #[arg(long)]
-        terminal: bool,
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
@@ -413,7 +409,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             crate::run::run(&request)
         }
-        Command::RunProgram { terminal, command } => Ok(crate::run::exec_program(&command, terminal)),
+        Command::RunProgram { command } => Ok(crate::run::exec_program(&command)),
         Command::Mcp { socket, config } => {
             mcp_bridge(&socket_path(socket.as_ref(), config.as_ref(), Socket::Agent)?)
         }

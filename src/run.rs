@@ -4,9 +4,10 @@
 //!
 //! This process asks the daemon (agent socket, `vfs/paths`) where the tree is mounted, makes
 //! the agent's home through the mount, drops to the invoking user when started through sudo,
-//! and then starts bubblewrap and stays its parent ([`supervise`]: the sandbox a job of its own
-//! on the caller's terminal, see [`job`]; a parent-death signal and a PID namespace make sure
-//! nothing the program started outlives it).
+//! and then starts bubblewrap and stays its parent ([`supervise`]: the sandbox a session of
+//! its own with a pty of its own, relayed to the caller's terminal, see [`pty`], and a job of
+//! `run`'s, see [`job`]; a parent-death signal and a PID namespace make sure nothing the
+//! program started outlives it).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -28,6 +29,7 @@ use crate::vpath::VPath;
 mod home;
 mod inside;
 mod job;
+mod pty;
 mod reach;
 
 pub use inside::exec_program;
@@ -423,15 +425,9 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     env.push(("HOME", OsString::from(home.as_str())));
     env.push(("PATH", path));
     env.push(("AGENTVFS_SOCKET", OsString::from(SANDBOX_SOCKET)));
-    // The sandbox gets the terminal as a shell's job would (see `job`); the program inside then
-    // gets a process group of its own that holds it (see `inside`).
-    let terminal = job::Terminal::open();
-    let give = terminal.as_ref().is_some_and(job::Terminal::for_the_sandbox);
-    let mut program = vec![OsString::from(SANDBOX_BIN), OsString::from(SHIM)];
-    if give {
-        program.push(OsString::from("--terminal"));
-    }
-    program.push(OsString::from("--"));
+    // The program runs under a monitor that gives it a process group of its own (see
+    // `inside`), and, when there is a terminal, a pty of its own (see `pty`).
+    let mut program = vec![OsString::from(SANDBOX_BIN), OsString::from(SHIM), OsString::from("--")];
     program.extend(argv.iter().cloned());
     let options = Options {
         network: run_config.network,
@@ -447,7 +443,7 @@ pub fn run(request: &Request) -> Result<ExitCode> {
     args.extend(exec::bwrap_args(&entries, &raw, &options));
     let mut passed: Vec<RawFd> = raw.values().copied().chain(ro_binds.iter().map(|(fd, _)| *fd)).collect();
     passed.push(info_write.as_raw_fd());
-    supervise(&bwrap, &args, &passed, (info_read, info_write), (terminal, give), run_config.network)
+    supervise(&bwrap, &args, &passed, (info_read, info_write), run_config.network)
 }
 
 /// The signals this process takes on the program's behalf.
@@ -459,37 +455,42 @@ const FORWARDED: [nix::sys::signal::Signal; 4] = {
 /// Starts bubblewrap and stays its parent until it ends; returns its exit status (128 + the
 /// signal when one killed it, as shells report).
 ///
-/// The sandbox is a process group of its own ([`job`]), so a program's `kill(0, …)` reaches
-/// nothing of the caller's job; when the caller's job holds the terminal, the sandbox gets it,
-/// so what the terminal sends (Ctrl-C, Ctrl-\\, Ctrl-Z, window changes) reaches the program
-/// itself, and its stops are passed on to the caller's shell. bubblewrap ignores SIGINT and
+/// The sandbox is a session of its own ([`pty::new_session`]): it never has the caller's
+/// terminal, only, when stdin, stdout or stderr is a terminal, a pty of its own in their
+/// place, whose bytes this process relays ([`pty::Console`]). Interactive (stdin and stdout
+/// the terminal), the caller's terminal is raw while the job is in front, so what the human
+/// types (Ctrl-C, Ctrl-Z too) goes to the pty and the program's group; the program's stops
+/// are passed on to the caller's shell ([`job`]). Otherwise the terminal's Ctrl-C, Ctrl-\\,
+/// Ctrl-Z and hangup reach this process, which passes them on. bubblewrap ignores SIGINT and
 /// SIGQUIT (the program gets them back at its default, see [`exec_program`]), so a program
-/// that handles Ctrl-C itself is not torn down by it. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent
-/// to this process by `kill` are passed on to the program.
+/// that handles Ctrl-C itself is not torn down by it. SIGINT, SIGTERM, SIGHUP and SIGQUIT
+/// sent to this process by `kill` are passed on to the program.
 fn supervise(
     bwrap: &Path,
     args: &[OsString],
     passed: &[RawFd],
     (info, info_write): (OwnedFd, OwnedFd),
-    (terminal, give): (Option<job::Terminal>, bool),
     network: bool,
 ) -> Result<ExitCode> {
-    use nix::sys::signal::{SigSet, SigmaskHow};
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     let mut mask = SigSet::empty();
     for signal in FORWARDED {
         mask.add(signal);
     }
-    mask.add(nix::sys::signal::Signal::SIGCHLD);
-    // SIGCONT, to learn when the caller's shell continues us; SIGTTOU, so that this process
-    // may hand the terminal back and forth from the background.
-    mask.add(nix::sys::signal::Signal::SIGCONT);
-    mask.add(nix::sys::signal::Signal::SIGTTOU);
-    // SIGTSTP (Ctrl-Z reaches this process when the sandbox does not hold the terminal), so
-    // that the sandbox stops first and this process with it, not this process alone.
-    mask.add(nix::sys::signal::Signal::SIGTSTP);
+    // SIGCHLD, for bubblewrap's end and stops; SIGCONT, to learn when the caller's shell
+    // continues us; SIGTSTP (a `kill -TSTP`, or Ctrl-Z when the terminal is not raw), so that
+    // the sandbox stops first and this process with it, not this process alone; SIGTTOU and
+    // SIGTTIN, so that putting the terminal's modes back works from the background, and a read
+    // of the terminal from there fails (EIO) rather than stop this process; SIGWINCH, to pass
+    // the window size on.
+    for signal in [Signal::SIGCHLD, Signal::SIGCONT, Signal::SIGTSTP, Signal::SIGTTOU, Signal::SIGTTIN] {
+        mask.add(signal);
+    }
+    mask.add(Signal::SIGWINCH);
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("sigprocmask")?;
-    let terminal_fd = terminal.as_ref().filter(|_| give).map(job::Terminal::raw);
+    let mut console = pty::Console::open()?;
+    let slave = console.as_ref().map(pty::Console::slave);
     let passed = passed.to_vec();
     let scope = match exec::confine::AbstractSockets::new() {
         Ok(scope) => Some(scope),
@@ -501,93 +502,133 @@ fn supervise(
         }
     };
     let scope_fd = scope.as_ref().map(exec::confine::AbstractSockets::raw);
-    let mut command = std::process::Command::new(bwrap);
-    command.args(args).env_clear();
-    // SAFETY: between fork and exec only async-signal-safe calls on this (child) process.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+    let spawned = {
+        let mut command = std::process::Command::new(bwrap);
+        command.args(args).env_clear();
+        // Each of stdin, stdout and stderr that is the caller's terminal is the pty's slave
+        // in the sandbox: no descriptor of the caller's terminal crosses.
+        if let (Some(console), Some(slave)) = (&console, slave) {
+            let [input, output, error] = console.stdio();
+            if input {
+                command.stdin(pty::duplicate(slave)?);
             }
-            job::enter_own_group(terminal_fd)?;
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            libc::signal(libc::SIGINT, libc::SIG_IGN);
-            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-            // The filter and the scope go on bubblewrap itself, so that its init (the
-            // sandbox's pid 1, which shares the terminal) has them too: a program could
-            // otherwise make the init call for it, through ptrace (same user, no Yama needed).
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+            if output {
+                command.stdout(pty::duplicate(slave)?);
             }
-            exec::confine::install()?;
-            if let Some(fd) = scope_fd {
-                exec::confine::apply(fd)?;
+            if error {
+                command.stderr(pty::duplicate(slave)?);
             }
-            // Only the descriptors bubblewrap binds (it closes them once bound) cross the exec.
-            exec::pass_only(&passed)
-        });
-    }
-    let spawned = command.spawn();
+        }
+        // SAFETY: between fork and exec only async-signal-safe calls on this (child) process.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                pty::new_session(slave)?;
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+                // The filter and the scope go on bubblewrap itself, so that its init (the
+                // sandbox's pid 1) has them too: a program could otherwise make the init call
+                // for it, through ptrace (same user, no Yama needed).
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                exec::confine::install()?;
+                if let Some(fd) = scope_fd {
+                    exec::confine::apply(fd)?;
+                }
+                // Only the descriptors bubblewrap binds (it closes them once bound) cross the
+                // exec.
+                exec::pass_only(&passed)
+            });
+        }
+        command.spawn()
+        // The command's copies of the slave close here.
+    };
     drop(info_write);
     let child = spawned.with_context(|| format!("cannot start bubblewrap ({})", bwrap.display()))?;
+    if let Some(console) = console.as_mut() {
+        console.close_slave();
+    }
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let mut job = job::Job::started(pid.as_raw(), terminal, give);
+    let mut job = job::Job::started(pid.as_raw());
     // bubblewrap writes {"child-pid": N} (its init, in our PID namespace) once the sandbox is
-    // up; the program is that init's child.
+    // up; the program's monitor is that init's child.
     let mut text = String::new();
     let _ = std::io::Read::read_to_string(&mut std::fs::File::from(info), &mut text);
     let init: Option<i32> =
         serde_json::from_str::<Value>(&text).ok().and_then(|v| v["child-pid"].as_i64()).map(|p| p as i32);
     job.init_is(init);
-    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
+    if let Some(console) = console.as_mut() {
+        console.resume();
+    }
+    let signals =
+        SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).context("signalfd")?;
     loop {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
         let code = match waitpid(pid, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => Some(code),
             Ok(WaitStatus::Signaled(_, signal, _)) => Some(128 + signal as i32),
-            Ok(WaitStatus::Stopped(_, signal)) => {
-                job.stopped(signal as i32);
+            Ok(WaitStatus::Stopped(..)) => {
+                if let Some(console) = console.as_mut() {
+                    console.pause();
+                }
+                if !job.stop_here() {
+                    // Nobody above to continue us: the sandbox goes on at once.
+                    job.resume();
+                    if let Some(console) = console.as_mut() {
+                        console.resume();
+                    }
+                }
                 None
             }
             Ok(_) | Err(nix::errno::Errno::EINTR) => None,
-            Err(e) => {
-                job.ended();
-                return Err(e).context("waiting for bubblewrap");
-            }
+            Err(e) => return Err(e).context("waiting for bubblewrap"),
         };
         if let Some(code) = code {
-            job.ended();
+            if let Some(console) = console.as_mut() {
+                console.finish();
+            }
             return Ok(ExitCode::from(code.clamp(0, 255) as u8));
         }
-        let Some(info) = signals.read_signal().context("reading signals")? else { continue };
-        let signo = info.ssi_signo as i32;
-        if signo == libc::SIGCONT {
-            job.continued();
+        let mut polled = vec![libc::pollfd { fd: signals.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        if let Some(console) = &console {
+            polled.extend(console.wanted());
+        }
+        let patience = console.as_ref().map_or(-1, pty::Console::patience);
+        // SAFETY: a valid array of pollfds, of its own length.
+        let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, patience) };
+        if ready < 0 {
             continue;
         }
-        if signo == libc::SIGCHLD || signo == libc::SIGTTOU {
-            continue;
+        if let Some(console) = console.as_mut() {
+            console.serve(&polled[1..]);
+            console.look();
         }
-        if signo == libc::SIGTSTP {
-            job.stop();
-            continue;
-        }
-        // What the terminal sends goes to its foreground group: the sandbox's when it holds
-        // the terminal, which then has it already; else this job's, and it is passed on to
-        // every process of the sandbox, as if it were in front.
-        if info.ssi_code == libc::SI_KERNEL {
-            if !job.holds_terminal() {
-                // SAFETY: kill has no memory effects.
-                unsafe { libc::kill(-pid.as_raw(), signo) };
+        while let Some(info) = signals.read_signal().context("reading signals")? {
+            let signo = info.ssi_signo as i32;
+            match signo {
+                libc::SIGCHLD | libc::SIGTTOU | libc::SIGTTIN => {}
+                libc::SIGCONT => {
+                    if let Some(console) = console.as_mut() {
+                        console.resume();
+                    }
+                    job.resume();
+                }
+                libc::SIGWINCH => {
+                    if let Some(console) = &console {
+                        console.resize();
+                    }
+                }
+                libc::SIGTSTP => job.stop(),
+                // What the terminal sends when it is not raw goes to this job; it is passed on
+                // to the sandbox, as if the sandbox were in front.
+                _ => job.pass(signo, info.ssi_code == libc::SI_KERNEL),
             }
-            continue;
-        }
-        let program = init.and_then(job::first_child).or(init);
-        if let Some(pid) = program {
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(pid, signo) };
         }
     }
 }

@@ -135,7 +135,8 @@ pub struct Options<'a> {
     /// Share the host's network; otherwise an empty network namespace.
     pub network: bool,
     /// `--new-session`: no terminal (`execute`: no TIOCSTI into the daemon's). Without it
-    /// the program keeps the caller's terminal and job control (`agentvfs run`).
+    /// the program keeps the session its parent gave it (`agentvfs run`: a session of its
+    /// own, with a pty of its own as its terminal).
     pub new_session: bool,
     /// The working directory, a virtual path.
     pub cwd: &'a str,

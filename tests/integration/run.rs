@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 
 use crate::harness::{Fixture, BIN};
 
+mod terminal;
+
 /// `.env` is denied; writes under `/host/guarded` wait for an approver.
 const RULES: &str = r#"
 [[rules]]
@@ -90,16 +92,6 @@ impl Tmux {
             }
             assert!(Instant::now() < deadline, "{text:?} not on the screen of {name}:\n{screen}");
             std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    /// Presses Enter (a shell reports a background job's stop at its next prompt) until the
-    /// screen of `name` satisfies `seen`, for up to 20 s.
-    fn enter_until(&self, name: &str, seen: impl Fn(&str) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !seen(&self.screen(name)) {
-            assert!(Instant::now() < deadline, "{}", self.screen(name));
-            self.keys(name, &["Enter"]);
-            std::thread::sleep(Duration::from_millis(200));
         }
     }
 }
@@ -511,11 +503,12 @@ fn a_signal_to_the_programs_process_group_stays_in_the_sandbox() {
     assert!(!screen.contains("OUTER-GOT-USR1"), "{screen}");
 }
 
-/// Job control as a shell gives it: Ctrl-Z stops the sandbox and `agentvfs run` with it (the
-/// shell gets its terminal back), `fg` continues both and gives the sandbox the terminal again;
-/// started in the background, a read of the terminal stops the job until `fg`. Where no
-/// job-control shell is above it (an orphaned process group, e.g. `tmux new 'agentvfs run …'`),
-/// Ctrl-Z does nothing, as it does to any program there.
+/// Job control as a shell gives it: Ctrl-Z (which goes through the sandbox's pty) stops the
+/// program and `agentvfs run` with it (the shell gets its terminal back), `fg` continues both
+/// and relays keystrokes again; in the background the program runs, and a read of its
+/// terminal waits for `fg` (it no longer stops the job: the terminal it reads is its own pty).
+/// Where no job-control shell is above it (an orphaned process group, e.g. `tmux new
+/// 'agentvfs run …'`), Ctrl-Z does nothing, as it does to any program there.
 #[test]
 fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     let s = Setup::new();
@@ -536,21 +529,23 @@ fn ctrl_z_and_fg_stop_and_continue_the_sandbox_with_its_job() {
     tmux.line("shell", "echo rc=$?");
     tmux.wait_for("shell", "rc=0");
 
-    tmux.line("shell", &format!("{} &", s.run_as_nobody("sh -c 'read y; echo bg:$y'")));
-    tmux.enter_until("shell", |screen| screen.lines().any(|l| l.contains("Stopped") && l.contains("bg:$y")));
+    // Started in the background, the program runs: its read of its terminal (its own pty)
+    // waits, the job is not stopped, and `fg` gives it what is typed from then on.
+    tmux.line("shell", &format!("{} &", s.run_as_nobody("sh -c 'echo bg-ready; read y; echo bg:$y'")));
+    tmux.wait_for("shell", "bg-ready\n");
+    tmux.line("shell", "jobs");
+    tmux.wait_for("shell", "Running");
     tmux.line("shell", "fg");
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(500));
     tmux.line("shell", "yo");
     tmux.wait_for("shell", "bg:yo");
 
-    // Started in the background, a program that sets the terminal's modes stops the job
-    // (SIGTTOU) until `fg`, and then goes on.
+    // Setting its terminal's modes from the background stops nothing either: they are the
+    // pty's, not the caller's terminal's.
     tmux.line("shell", &format!("{} &", s.run_as_nobody("sh -c 'stty -echo; stty echo; echo modes-set'")));
-    tmux.enter_until("shell", |screen| {
-        screen.lines().any(|l| l.contains("Stopped") && l.contains("modes-set"))
-    });
-    tmux.line("shell", "fg");
     tmux.wait_for("shell", "modes-set\n");
+    tmux.line("shell", "wait; echo waited-$?");
+    tmux.wait_for("shell", "waited-0");
 
     // Stopped and sent on with `bg`, a run that ends leaves the terminal to the shell.
     tmux.line("shell", &s.run_as_nobody("sh -c 'echo started; sleep 2; echo bg-done'"));
@@ -650,16 +645,17 @@ fn a_shell_inside_leads_its_own_group_and_hands_the_terminal_back() {
     assert!(screen.contains("outer-rc=3"), "{screen}");
     assert!(!screen.contains("Cannot set tty process group"), "{screen}");
 
-    // Stopped, sent on with `bg` (where its read of the terminal stops it), then `fg`: the
-    // terminal goes back to the program's own group, not the sandbox's, which it is not in.
+    // Stopped, sent on with `bg`, then `fg`: the program's own group still holds its terminal.
     tmux.line("shell", "clear");
     tmux.line("shell", &s.run_as_nobody("sh -c 'echo started; sleep 1; read v; echo got-$v'"));
     tmux.wait_for("shell", "\nstarted");
     tmux.keys("shell", &["C-z"]);
     tmux.wait_for("shell", "Stopped");
+    // In the background its read waits on its own terminal, without stopping the job.
     tmux.line("shell", "bg");
-    // Stopped again, by the read (bash says "Stopped" for SIGTTIN too).
-    tmux.enter_until("shell", |screen| screen.matches("Stopped").count() >= 2);
+    tmux.line("shell", "sleep 2; jobs");
+    tmux.wait_for("shell", "Running");
+    assert_eq!(tmux.screen("shell").matches("Stopped").count(), 1, "{}", tmux.screen("shell"));
     tmux.line("shell", "fg");
     std::thread::sleep(Duration::from_millis(300));
     tmux.line("shell", "zz");
