@@ -517,8 +517,12 @@ pub fn clear_dead_mount(point: &Path, lock: &MountpointLock) -> Result<()> {
     // it has let go of the connection before its store's lock, so all of them are awaited.
     if let Holders::Dying(pids) = held {
         let deadline = Instant::now() + EXIT_WAIT;
+        // Through its threads too: a zombie leader lists no descriptors while a thread still
+        // in the kernel holds them all (the store's lock among them).
         let holds_any = |pid: &u32| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|mut fds| fds.next().is_some())
+            fdinfo_dirs(&pid.to_string())
+                .iter()
+                .any(|dir| std::fs::read_dir(dir).is_ok_and(|mut fds| fds.next().is_some()))
         };
         while matches!(self::holders(conn), Holders::Dying(_)) || pids.iter().any(holds_any) {
             if Instant::now() > deadline {
