@@ -357,6 +357,16 @@ impl Tree {
         ino
     }
 
+    /// Takes one name from a non-directory: a name past the last gives its inode share back
+    /// (the last one's goes when the node is freed), as tmpfs's `shmem_unlink` does.
+    fn drop_name(&mut self, ino: u64) {
+        let n = self.node_mut(ino);
+        n.nlink -= 1;
+        if n.nlink > 0 {
+            self.inode_space_used -= INODE_SPACE;
+        }
+    }
+
     /// Frees a node that has neither names nor open handles, releasing its bytes.
     fn maybe_free(&mut self, ino: u64) {
         let n = self.node(ino);
@@ -471,7 +481,7 @@ impl Tree {
                     victim.nlink = 0;
                     self.node_mut(tdir).nlink -= 1;
                 } else {
-                    victim.nlink -= 1;
+                    self.drop_name(d);
                 }
             }
             self.node_mut(fdir).entries_mut().remove(fname);
@@ -632,6 +642,10 @@ impl Backend for MemoryBackend {
         if t.node(ino).kind == FileKind::Dir {
             return Err(err(Errno::EPERM, existing));
         }
+        // Each name past the first takes an inode's share, as tmpfs's `shmem_link` reserves.
+        if t.node(ino).nlink > 0 {
+            t.take_inode_space(INODE_SPACE)?;
+        }
         let p = t.node_mut(dir);
         p.entries_mut().insert(name.to_string(), ino);
         p.touch_modified(now);
@@ -664,9 +678,8 @@ impl Backend for MemoryBackend {
         let p = t.node_mut(dir);
         p.entries_mut().remove(name);
         p.touch_modified(now);
-        let n = t.node_mut(ino);
-        n.nlink -= 1;
-        n.ctime = now;
+        t.drop_name(ino);
+        t.node_mut(ino).ctime = now;
         t.maybe_free(ino);
         Ok(())
     }

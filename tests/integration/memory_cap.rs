@@ -176,7 +176,24 @@ fn max_bytes_bounds_names_and_extended_attributes_on_both_stores() {
         let full = inodes(&dir);
         fs::remove_file(dir.join("f0")).unwrap();
         fs::File::create(dir.join("again")).unwrap();
-        for n in 1..made {
+        // Each further hard link takes one too (five freed here, five links fit), and gives it
+        // back when removed.
+        for n in 1..6 {
+            fs::remove_file(dir.join(format!("f{n}"))).unwrap();
+        }
+        let mut linked = 0;
+        let refusal = loop {
+            match fs::hard_link(dir.join("again"), dir.join(format!("l{linked}"))) {
+                Ok(()) => linked += 1,
+                Err(e) => break e,
+            }
+            assert!(linked <= 10, "{route}: no limit on links");
+        };
+        assert_eq!((linked, refusal.raw_os_error()), (5, Some(libc::ENOSPC)), "{route}: {refusal}");
+        for n in 0..linked {
+            fs::remove_file(dir.join(format!("l{n}"))).unwrap();
+        }
+        for n in 6..made {
             fs::remove_file(dir.join(format!("f{n}"))).unwrap();
         }
         // Attributes share the budget.
@@ -194,7 +211,7 @@ fn max_bytes_bounds_names_and_extended_attributes_on_both_stores() {
         assert_eq!(refusal.raw_os_error(), Some(libc::ENOSPC), "{route}: {refusal}");
         fs::remove_file(&file).unwrap();
         assert_eq!(inodes(&dir), at_start, "{route}: all given back");
-        seen.push((at_start, made, full, set));
+        seen.push((at_start, made, full, linked, set));
     }
     assert_eq!(seen[0], seen[1], "tmpfs store, then daemon store");
     assert_eq!(seen[0].0 .0, 5120, "{seen:?}");
