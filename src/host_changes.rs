@@ -16,7 +16,7 @@
 //! shows through the mount within milliseconds, not at the instant the host's system call
 //! returns.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -78,8 +78,8 @@ pub struct HostChanges {
     nested: bool,
     /// The host routes, for finding the filesystems mounted beneath their roots.
     routes: Vec<RouteRoot>,
-    /// Those mount points, watched or not.
-    mounts: HashSet<PathBuf>,
+    /// Those mount points, watched or not, with the id of the mount on top of each.
+    mounts: HashMap<PathBuf, u64>,
     /// Where beneath the roots a mounted filesystem is not watched.
     pub unwatched: Unwatched,
     /// The daemon's own mountpoint, which may lie beneath a root and is never watched.
@@ -136,7 +136,7 @@ impl HostChanges {
             roots: watched,
             nested,
             routes,
-            mounts: HashSet::new(),
+            mounts: HashMap::new(),
             unwatched: Unwatched::default(),
             own_mountpoint: own_mountpoint.canonicalize().ok(),
             events: Arc::default(),

@@ -31,14 +31,19 @@ pub(super) struct RouteRoot {
 }
 
 /// The mount points strictly beneath `root` in a `mountinfo` text (field 5, with `\ooo`
-/// escapes for space, tab, newline and backslash).
-pub(super) fn mounts_beneath(mountinfo: &str, root: &Path) -> Vec<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(unescape)
-        .filter(|point| point != root && point.starts_with(root))
-        .collect()
+/// escapes for space, tab, newline and backslash), each with the id of the mount on top there
+/// (field 1; mounts stacked on one point are listed in the order made, the top one last).
+pub(super) fn mounts_beneath(mountinfo: &str, root: &Path) -> HashMap<PathBuf, u64> {
+    let mut found = HashMap::new();
+    for line in mountinfo.lines() {
+        let mut fields = line.split(' ');
+        let (Some(id), Some(point)) = (fields.next(), fields.nth(3)) else { continue };
+        let (Ok(id), point) = (id.parse::<u64>(), unescape(point)) else { continue };
+        if point != root && point.starts_with(root) {
+            found.insert(point, id);
+        }
+    }
+    found
 }
 
 fn unescape(field: &str) -> PathBuf {
@@ -84,46 +89,58 @@ impl HostChanges {
     /// belonged to the filesystem before). The daemon's own mountpoint is left alone.
     pub(super) fn rescan_mounts(&mut self, observer: Option<&dyn ChangeObserver>) {
         let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
-        let mut now: HashMap<PathBuf, VPath> = HashMap::new();
+        let mut now: HashMap<PathBuf, (u64, Vec<VPath>)> = HashMap::new();
         for route in &self.routes {
-            for point in mounts_beneath(&mountinfo, &route.host) {
+            for (point, id) in mounts_beneath(&mountinfo, &route.host) {
                 if Some(&point) == self.own_mountpoint.as_ref() {
                     continue;
                 }
                 if let Some(path) = virtual_path(&route.prefix, &route.host, &point) {
-                    now.insert(point, path);
+                    // Seen through each route whose root holds it (roots may nest).
+                    now.entry(point).or_insert((id, Vec::new())).1.push(path);
                 }
             }
         }
-        let gone: Vec<PathBuf> = self.mounts.iter().filter(|p| !now.contains_key(*p)).cloned().collect();
+        // Gone, or another mount on top there now (stacked, moved, or unmounted and mounted
+        // again between two looks): what was watched there is forgotten.
+        let gone: Vec<PathBuf> = self
+            .mounts
+            .iter()
+            .filter(|(point, id)| now.get(*point).is_none_or(|(now_id, _)| now_id != *id))
+            .map(|(point, _)| point.clone())
+            .collect();
         let mut changed = Vec::new();
+        let mut unwatched: Vec<(VPath, Duration)> = self.unwatched.load().to_vec();
         for point in gone {
             self.mounts.remove(&point);
             self.roots.retain(|r| !(r.nested && r.host == point));
+            for path in self.routes.iter().filter_map(|r| virtual_path(&r.prefix, &r.host, &point)) {
+                unwatched.retain(|(p, _)| *p != path);
+            }
             changed.push(point);
         }
-        let mut unwatched: Vec<(VPath, Duration)> =
-            self.unwatched.load().iter().filter(|(p, _)| now.values().any(|v| v == p)).cloned().collect();
-        for (point, path) in &now {
-            if self.mounts.contains(point) {
+        for (point, (id, paths)) in &now {
+            if self.mounts.contains_key(point) {
                 continue;
             }
-            match watch(&self.fanotify, path.clone(), point) {
-                Ok(root) => self.roots.push(root),
-                Err(e) => {
-                    let ttl =
-                        self.routes.iter().find(|r| path.starts_with(&r.prefix)).map(|r| r.unwatched_ttl);
-                    let ttl = ttl.unwrap_or(Duration::from_secs(1));
-                    tracing::warn!(
-                        "host changes: the filesystem mounted at {} cannot be watched ({e}); {} keeps a {}s cache lifetime",
-                        crate::display::Escaped(&point.display().to_string()),
-                        crate::display::Escaped(path.as_str()),
-                        ttl.as_secs_f64()
-                    );
-                    unwatched.push((path.clone(), ttl));
+            for path in paths {
+                match watch(&self.fanotify, path.clone(), point) {
+                    Ok(root) => self.roots.push(root),
+                    Err(e) => {
+                        let ttl =
+                            self.routes.iter().find(|r| path.starts_with(&r.prefix)).map(|r| r.unwatched_ttl);
+                        let ttl = ttl.unwrap_or(Duration::from_secs(1));
+                        tracing::warn!(
+                            "host changes: the filesystem mounted at {} cannot be watched ({e}); {} keeps a {}s cache lifetime",
+                            crate::display::Escaped(&point.display().to_string()),
+                            crate::display::Escaped(path.as_str()),
+                            ttl.as_secs_f64()
+                        );
+                        unwatched.push((path.clone(), ttl));
+                    }
                 }
             }
-            self.mounts.insert(point.clone());
+            self.mounts.insert(point.clone(), *id);
             changed.push(point.clone());
         }
         self.unwatched.store(Arc::new(unwatched));
@@ -152,12 +169,12 @@ mod tests {
 41 40 0:36 / /home/u/project/cache rw shared:3 - tmpfs t rw
 42 40 0:37 / /home/u/project/with\\040space rw shared:4 - tmpfs t rw
 43 22 0:38 / /home/u/projects rw shared:5 - tmpfs t rw
+44 41 0:39 / /home/u/project/cache rw shared:6 - tmpfs t rw
 ";
         let found = mounts_beneath(mountinfo, Path::new("/home/u/project"));
-        assert_eq!(
-            found,
-            [PathBuf::from("/home/u/project/cache"), PathBuf::from("/home/u/project/with space")]
-        );
+        let want =
+            [(PathBuf::from("/home/u/project/cache"), 44), (PathBuf::from("/home/u/project/with space"), 42)];
+        assert_eq!(found, want.into_iter().collect::<HashMap<_, _>>(), "the top mount of a stack");
         assert_eq!(unescape("a\\134b\\011c\\12"), PathBuf::from("a\\b\tc\\12"));
     }
 }

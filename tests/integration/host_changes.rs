@@ -620,6 +620,16 @@ fn changes_in_a_filesystem_mounted_beneath_the_host_root_show_at_once() {
             !mnt.join("gone.txt").exists() && !names(&mnt).contains(&"gone.txt".into())
         });
     }
+    // Another filesystem mounted on top of a watched one: it is watched in its place, and
+    // unmounted, the one beneath shows again.
+    let early = mount.path("/host/early");
+    assert!(!early.join("b.txt").exists());
+    mounted.tmpfs(&host_root.join("early"));
+    soon("the filesystem on top", || names(&early).is_empty());
+    fs::write(host_root.join("early/b.txt"), "b").unwrap();
+    soon("a new file on top", || early.join("b.txt").exists());
+    mounted.unmount(&host_root.join("early"));
+    soon("the filesystem beneath again", || names(&early) == ["a.txt", "new.txt"]);
     // Unmounted while the daemon runs: the directory beneath shows again.
     mounted.unmount(&host_root.join("late"));
     soon("the directory under the unmounted filesystem", || names(&mount.path("/host/late")).is_empty());
