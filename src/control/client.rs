@@ -94,8 +94,10 @@ impl Client {
         })
     }
 
-    /// Bounds every later read and write on the connection by `limit`: a request with no
-    /// answer by then fails with [`ClientError::TimedOut`]. Only for requests the daemon answers
+    /// Bounds every later read and write on the connection by `limit`: a request whose peer
+    /// sends nothing for that long fails with [`ClientError::TimedOut`] (each read is bounded,
+    /// not the whole answer: a peer trickling bytes keeps it waiting; nor is `connect`, which
+    /// waits while the listener's backlog is full). Only for requests the daemon answers
     /// at once (`agentvfs run`'s): a tool call may wait for an approver, and `next_message`
     /// for the next interrupt, as long as it takes, so clients are unbounded unless told.
     pub fn answer_within(&mut self, limit: Duration) -> Result<(), ClientError> {

@@ -100,6 +100,9 @@ struct Slots {
     pending: HashMap<CallKey, ApprovalId>,
     /// Outcomes in the order they came, to forget those nobody picked up (oldest first).
     answered: VecDeque<(Instant, ApprovalId)>,
+    /// Tickets whose outcome was forgotten, until [`Deferred::forgotten`] hands them on (an
+    /// approved one still has a cover, which nothing will use).
+    forgotten: Vec<ApprovalId>,
 }
 
 impl Slots {
@@ -145,6 +148,12 @@ impl Deferred {
         Some(id)
     }
 
+    /// The tickets whose outcome nobody picked up in time, since the last look: their
+    /// approvals' covers are ended (`Approvals::finish`) by the caller.
+    pub fn forgotten(&self) -> Vec<ApprovalId> {
+        std::mem::take(&mut self.slots.lock().forgotten)
+    }
+
     #[cfg(test)]
     fn pending_for(&self, call: &CallKey) -> Option<ApprovalId> {
         self.slots.lock().pending.get(call).copied()
@@ -161,6 +170,7 @@ impl Deferred {
             slots.answered.pop_front();
             if slots.slots.get(&old).is_some_and(|s| s.outcome.as_ref().is_some_and(|(_, t)| *t == at)) {
                 slots.slots.remove(&old);
+                slots.forgotten.push(old);
             }
         }
         // The outcome may have come first (the ticket was answered before this ran).

@@ -70,14 +70,18 @@ pub fn asks(fs: &ToolFs, name: &str, args: &Value) -> Result<Option<Ask>, ToolOu
         match fs.engine.survey(&ask.reach.named, depth) {
             Ok(guarded) => ask.reach.guarded = guarded,
             Err(too_much) => {
+                tracing::info!(
+                    "refusing to ask about {name} on {}: {}",
+                    crate::display::Escaped(ask.path.as_str()),
+                    too_much.describe()
+                );
                 return Err(ToolOutput::error(
                     ErrorCode::TooLarge,
                     format!(
-                        "Error: the tool call for `{name}` on {} needs a human's approval, but {}: too much to show an approver. Name a narrower path. The tool was not executed.",
-                        ask.path,
-                        too_much.describe()
+                        "Error: the tool call for `{name}` on {} needs a human's approval, but it reaches too much to show an approver. Name a narrower path. The tool was not executed.",
+                        ask.path
                     ),
-                ))
+                ));
             }
         }
     }
@@ -234,7 +238,12 @@ pub fn call(
                     _ => d.deliver(id, outcome),
                 });
                 let submit = || approvals.submit(request, None, waiter);
-                match deferred.open_once(call, approvals.timeout(), submit) {
+                let opened = deferred.open_once(call, approvals.timeout(), submit);
+                // An approved ticket nobody came back for keeps no cover.
+                for id in deferred.forgotten() {
+                    approvals.finish(id);
+                }
+                match opened {
                     Some(id) => return Ok(Some(interrupted(&approvals, id, name))),
                     None => (0, refused.try_recv().unwrap_or(Outcome::TimedOut)),
                 }
@@ -294,11 +303,13 @@ fn conclude(
         Outcome::Decided(Decision::Approve(_)) => run_approved(env, approvals, id, name, args),
         Outcome::Decided(Decision::Edit(edited)) => {
             // The approver chose these arguments: the call may act where they lead now.
-            let reach = match asks(&env.fs, name, &edited) {
-                Ok(ask) => ask.map(|ask| ask.reach).unwrap_or_default(),
-                Err(refused) => return refused.with("interrupt_id", json!(id)),
-            };
-            approvals.cover_call(id, reach);
+            // Beneath the edited path nothing guarded passes: nobody was shown what lies there.
+            let named = tools::spec(name)
+                .and_then(|spec| spec.asks)
+                .and_then(|spec| predicate(&env.fs, name, spec, &edited))
+                .map(|ask| ask.reach.named)
+                .unwrap_or_default();
+            approvals.cover_call(id, Reach::named(named));
             let output = run_approved(env, approvals, id, name, &edited);
             reviewer_note(name, &edited, output).with("edited_arguments", edited)
         }

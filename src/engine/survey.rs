@@ -33,6 +33,8 @@ pub enum TooMuch {
 }
 
 impl TooMuch {
+    /// Why, for the log: the caller is told only that the call reaches too much (how much
+    /// lies under interrupt rules there is for approvers to know).
     pub fn describe(&self) -> String {
         match self {
             TooMuch::Guarded => {
@@ -70,15 +72,16 @@ impl Engine {
             let Some(permit) = self.gate.preview(Op::Read, &dir, true) else { continue };
             // Gone or unreadable meanwhile: the call will find it so too.
             let Ok(entries) = self.router.readdir(&permit) else { continue };
+            // Every entry counts, hidden ones too: they were read all the same.
+            walked += entries.len();
+            if walked > SURVEY_WALKED {
+                return Err(TooMuch::Walked);
+            }
             for entry in entries {
                 let path = dir.join(&entry.name);
                 let is_dir = entry.kind == FileKind::Dir;
                 if !self.gate.is_visible(&path, is_dir) {
                     continue;
-                }
-                walked += 1;
-                if walked > SURVEY_WALKED {
-                    return Err(TooMuch::Walked);
                 }
                 if guarded(&path, is_dir) {
                     found.insert(path.clone());

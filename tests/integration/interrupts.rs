@@ -837,7 +837,7 @@ fn a_bulk_call_over_too_many_guarded_entries_asks_for_a_narrower_path() {
     assert_eq!(done["structuredContent"]["error_code"], json!("FS_TOO_LARGE"), "{done}");
     assert_eq!(
         text(&done),
-        "Error: the tool call for `delete` on /host/secrets/big needs a human's approval, but more than 10000 entries beneath it are under interrupt rules: too much to show an approver. Name a narrower path. The tool was not executed."
+        "Error: the tool call for `delete` on /host/secrets/big needs a human's approval, but it reaches too much to show an approver. Name a narrower path. The tool was not executed."
     );
     assert_eq!(pending(&f, 0).len(), 0);
     assert_eq!(std::fs::read_dir(&big).unwrap().count(), 10_001);
