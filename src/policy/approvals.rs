@@ -6,7 +6,7 @@
 //! thread; the tool door's waiter wakes the request thread that asked. Waiters always run
 //! outside the lock, on the thread that resolved (or expired) the ticket.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -30,16 +30,6 @@ pub const MAX_PENDING: usize = 1024;
 /// that fills its share leaves the rest to everyone else.
 pub fn share_of(max_pending: usize) -> usize {
     (max_pending / 4).max(1)
-}
-
-/// Bytes of guarded entries ([`Reach::guarded`]) one user's pending tickets may list.
-pub const LISTED_SHARE: usize = 16 << 20;
-/// Bytes of guarded entries all pending tickets may list.
-pub const LISTED_ALL: usize = 64 << 20;
-
-/// What a ticket's list of guarded entries costs, roughly: each path and its place in a set.
-fn listed_bytes(request: &Request) -> usize {
-    request.tool.as_ref().map_or(0, |call| call.reach.guarded.iter().map(|p| p.as_str().len() + 48).sum())
 }
 
 /// Takes `by` from `uid`'s count, forgetting a uid left with none.
@@ -110,31 +100,6 @@ pub struct ToolCall {
     /// The control socket it came through (`agent` or `control`): with the request's `pid`
     /// and `uid`, the principal. (A syscall's ticket has none: it came through the mount.)
     pub socket: &'static str,
-}
-
-/// Where an approved tool call may act under an interrupt rule: the places the approver was
-/// shown, nothing else.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Reach {
-    /// The path as named, where it leads, and where a `glob` pattern reaches; the call may
-    /// act on these and on the directories above them (a `write_file` makes missing
-    /// parents). A symlink swapped after the approval leads elsewhere, and the call's
-    /// interrupt verdicts there are not covered.
-    pub named: Vec<VPath>,
-    /// What lay beneath `named` under an interrupt rule when the ticket opened (a bulk
-    /// call's survey, `Engine::survey`): beneath `named`, only these. An entry moved in
-    /// after the approver looked is refused, not acted on.
-    pub guarded: BTreeSet<VPath>,
-}
-
-impl Reach {
-    pub fn named(named: Vec<VPath>) -> Reach {
-        Reach { named, guarded: BTreeSet::new() }
-    }
-
-    fn covers(&self, path: &VPath) -> bool {
-        self.named.iter().any(|r| r.starts_with(path)) || self.guarded.contains(path)
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -822,8 +787,13 @@ fn process_alive(pid: u32) -> bool {
 /// A ticket as `interrupts/list` and the notifications show it.
 #[path = "approvals_preview.rs"]
 pub mod preview;
+#[path = "approvals_reach.rs"]
+mod reach;
 #[path = "approvals_retry.rs"]
 pub mod retry;
+
+use reach::listed_bytes;
+pub use reach::{Reach, LISTED_ALL, LISTED_SHARE};
 
 #[cfg(test)]
 #[path = "approvals_tests.rs"]

@@ -14,6 +14,7 @@ mod harness_api;
 mod host_changes;
 mod interrupt_shares;
 mod interrupts;
+mod interrupts_bulk;
 mod langgraph_store;
 mod lifecycle;
 mod listings;
