@@ -640,6 +640,10 @@ fn a_shell_inside_leads_its_own_group_and_hands_the_terminal_back() {
     tmux.keys("shell", &["C-c"]);
     crate::harness::soon("no sleep left", || processes(&["sleep", "103"]) == 0);
     tmux.line("shell", "exit 3");
+    // Typed before `run` has ended, a line would go to the sandbox's terminal (what the relay
+    // read is the program's, as with ssh), so the outer shell is given it once `run` is gone.
+    let bin = s.bin.to_str().unwrap();
+    crate::harness::soon("run ended", || pids(&[bin, "run"]).is_empty());
     tmux.line("shell", "echo outer-rc=$?");
     let screen = tmux.wait_for("shell", "outer-rc=");
     assert!(screen.contains("outer-rc=3"), "{screen}");
@@ -666,7 +670,6 @@ fn a_shell_inside_leads_its_own_group_and_hands_the_terminal_back() {
     tmux.line("shell", "clear");
     tmux.line("shell", &s.run_as_nobody("sh -c 'echo tstp-ready; read z; echo tstp-got-$z'"));
     tmux.wait_for("shell", "\ntstp-ready");
-    let bin = s.bin.to_str().unwrap();
     let run = pids(&[bin, "run"]);
     assert_eq!(run.len(), 1, "{run:?}");
     unsafe { libc::kill(run[0], libc::SIGTSTP) };
