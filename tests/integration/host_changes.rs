@@ -565,9 +565,11 @@ impl Mounted {
         self.0.push(at.to_path_buf());
     }
 
+    /// Unmounts the top mount at `at` (mounts may be stacked there).
     fn unmount(&mut self, at: &Path) {
         assert!(std::process::Command::new("umount").arg(at).status().unwrap().success());
-        self.0.retain(|p| p != at);
+        let top = self.0.iter().rposition(|p| p == at).expect("mounted here");
+        self.0.remove(top);
     }
 }
 
