@@ -586,8 +586,9 @@ impl Drop for Mounted {
 /// kernel may cache the route's names and attributes for an hour.
 #[test]
 fn changes_in_a_filesystem_mounted_beneath_the_host_root_show_at_once() {
-    let mut mounted = Mounted(Vec::new());
     let crate::harness::Unmounted { scratch, host_root, config } = crate::harness::unmounted("");
+    // Declared after the scratch directory, so dropped (and unmounted) before it is removed.
+    let mut mounted = Mounted(Vec::new());
     let text = fs::read_to_string(&config).unwrap();
     fs::write(
         &config,
