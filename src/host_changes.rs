@@ -54,13 +54,29 @@ struct Root {
     prefix: VPath,
     host: PathBuf,
     /// Any descriptor on the root's filesystem, for `open_by_handle_at`: a route's root,
-    /// held; none for a filesystem mounted beneath one, opened when needed (a descriptor
-    /// held on it would keep it from being unmounted).
+    /// held; none for a filesystem mounted beneath one (which is how those are told apart),
+    /// opened when needed (a descriptor held on it would keep it from being unmounted).
     fd: Option<OwnedFd>,
     /// That filesystem's id, as events report it.
     fsid: [u8; 8],
-    /// A filesystem mounted beneath a route's root, watched on its own (`nested`).
-    nested: bool,
+}
+
+/// Marks the filesystem holding `host` (`FAN_MARK_FILESYSTEM`) and makes a root seeing it as
+/// `prefix`, with no descriptor held (the caller opens one for a route's own root).
+fn mark(fanotify: &OwnedFd, prefix: VPath, host: &Path) -> Result<Root, String> {
+    let c = CString::new(host.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+    let ret = unsafe { libc::fanotify_mark(fanotify.as_raw_fd(), flags, EVENTS, libc::AT_FDCWD, c.as_ptr()) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    // `fsid_t` is two ints, as the events' `__kernel_fsid_t`.
+    let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
+    Ok(Root { prefix, host: host.to_path_buf(), fd: None, fsid })
 }
 
 /// Whether a host file is seen through two roots: one lies inside another on one filesystem.
@@ -104,31 +120,18 @@ impl HostChanges {
         let mut routes = Vec::new();
         for (prefix, host, unwatched_ttl) in roots {
             let host = host.canonicalize().map_err(|e| format!("{}: {e}", host.display()))?;
-            let c = CString::new(host.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-            let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
-            let ret = unsafe {
-                libc::fanotify_mark(fanotify.as_raw_fd(), flags, EVENTS, libc::AT_FDCWD, c.as_ptr())
-            };
-            if ret < 0 {
-                return Err(format!("watching {}: {}", host.display(), std::io::Error::last_os_error()));
-            }
-            let raw = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-            if raw < 0 {
-                return Err(format!("{}: {}", host.display(), std::io::Error::last_os_error()));
-            }
-            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-            let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-            if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } < 0 {
-                return Err(format!("{}: {}", host.display(), std::io::Error::last_os_error()));
-            }
-            // `fsid_t` is two ints, as the events' `__kernel_fsid_t`.
-            let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
+            let mut root = mark(&fanotify, prefix.clone(), &host)
+                .map_err(|e| format!("watching {}: {e}", host.display()))?;
+            // A route's root is held open: it is the route's, and stays mounted anyway.
+            root.fd = Some(OwnedFd::from(
+                std::fs::File::open(&host).map_err(|e| format!("{}: {e}", host.display()))?,
+            ));
             routes.push(RouteRoot {
                 prefix: prefix.clone(),
                 host: host.clone(),
                 unwatched_ttl: *unwatched_ttl,
             });
-            watched.push(Root { prefix: prefix.clone(), host, fd: Some(fd), fsid, nested: false });
+            watched.push(root);
         }
         let nested = roots_nest(&watched);
         let mut changes = HostChanges {

@@ -17,6 +17,7 @@ pub mod exec;
 pub mod fuse;
 pub mod host_changes;
 pub mod log_limit;
+pub mod mountinfo;
 pub mod policy;
 pub mod private_file;
 pub mod route;

@@ -35,6 +35,7 @@
 //! detached, and the dying daemon's exit is awaited, since until then it keeps its sockets and
 //! store locks. A mount a live process serves is never touched: it is "busy".
 
+use crate::mountinfo::unescape;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -88,27 +89,6 @@ impl MountEntry {
     fn same_mount(&self, other: &MountEntry) -> bool {
         (self.id, &self.device) == (other.id, &other.device)
     }
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\134` for a backslash, ...).
-fn unescape(field: &str) -> Vec<u8> {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let digits = bytes.get(i + 1..i + 4);
-        match digits {
-            Some(d) if bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)) => {
-                out.push(d.iter().fold(0u8, |n, c| n.wrapping_mul(8) + (c - b'0')));
-                i += 4;
-            }
-            _ => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 /// The newest mount at path `want` in the text of a mountinfo file.

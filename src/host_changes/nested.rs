@@ -4,17 +4,16 @@
 //! cannot be watched (no file handles) keeps the route's short cache lifetime beneath it.
 
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use super::{virtual_path, HostChanges, Root, EVENTS};
+use super::{virtual_path, HostChanges};
 use crate::engine::ChangeObserver;
+use crate::mountinfo::unescape;
 use crate::vpath::VPath;
 
 /// Virtual paths beneath which a mounted filesystem is not watched, each with the cache
@@ -38,48 +37,16 @@ pub(super) fn mounts_beneath(mountinfo: &str, root: &Path) -> HashMap<PathBuf, u
     for line in mountinfo.lines() {
         let mut fields = line.split(' ');
         let (Some(id), Some(point)) = (fields.next(), fields.nth(3)) else { continue };
-        let (Ok(id), point) = (id.parse::<u64>(), unescape(point)) else { continue };
+        let (Ok(id), point) =
+            (id.parse::<u64>(), PathBuf::from(std::ffi::OsString::from_vec(unescape(point))))
+        else {
+            continue;
+        };
         if point != root && point.starts_with(root) {
             found.insert(point, id);
         }
     }
     found
-}
-
-fn unescape(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsStr::from_bytes(&out))
-}
-
-/// Marks the filesystem mounted at `point` and opens a root for its events.
-fn watch(fanotify: &OwnedFd, prefix: VPath, point: &Path) -> Result<Root, String> {
-    let c = CString::new(point.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-    let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
-    let ret = unsafe { libc::fanotify_mark(fanotify.as_raw_fd(), flags, EVENTS, libc::AT_FDCWD, c.as_ptr()) };
-    if ret < 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } < 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
-    Ok(Root { prefix, host: point.to_path_buf(), fd: None, fsid, nested: true })
 }
 
 impl HostChanges {
@@ -113,7 +80,7 @@ impl HostChanges {
         let mut unwatched: Vec<(VPath, Duration)> = self.unwatched.load().to_vec();
         for point in gone {
             self.mounts.remove(&point);
-            self.roots.retain(|r| !(r.nested && r.host == point));
+            self.roots.retain(|r| !(r.fd.is_none() && r.host == point));
             for path in self.routes.iter().filter_map(|r| virtual_path(&r.prefix, &r.host, &point)) {
                 unwatched.retain(|(p, _)| *p != path);
             }
@@ -124,7 +91,7 @@ impl HostChanges {
                 continue;
             }
             for path in paths {
-                match watch(&self.fanotify, path.clone(), point) {
+                match super::mark(&self.fanotify, path.clone(), point) {
                     Ok(root) => self.roots.push(root),
                     Err(e) => {
                         let ttl =
@@ -175,6 +142,5 @@ mod tests {
         let want =
             [(PathBuf::from("/home/u/project/cache"), 44), (PathBuf::from("/home/u/project/with space"), 42)];
         assert_eq!(found, want.into_iter().collect::<HashMap<_, _>>(), "the top mount of a stack");
-        assert_eq!(unescape("a\\134b\\011c\\12"), PathBuf::from("a\\b\tc\\12"));
     }
 }
